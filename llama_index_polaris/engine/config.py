@@ -1,0 +1,237 @@
+"""Configuration: one table of settings, merged from defaults, files and arguments.
+
+Sources, later wins: built-in defaults, the user file
+(``$XDG_CONFIG_HOME/polaris/polaris.toml``, else ``~/.config/polaris/polaris.toml``),
+``polaris.toml`` in the project root, explicit arguments. Everything is validated
+before any model or database is opened.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+from .errors import ConfigError
+
+FTS_TOKENIZERS = ("unicode61", "porter", "ascii", "trigram")
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One configuration key: its default, accepted type, check and help text."""
+
+    name: str
+    default: Any
+    type: type | tuple[type, ...]
+    help: str
+    check: Callable[[Any], str | None] = lambda v: None
+    nullable: bool = False
+
+
+def _positive(v: Any) -> str | None:
+    return None if v > 0 else "must be greater than 0"
+
+
+def _non_negative(v: Any) -> str | None:
+    return None if v >= 0 else "must be 0 or greater"
+
+
+def _unit_interval(v: Any) -> str | None:
+    return None if 0.0 <= v <= 1.0 else "must be between 0.0 and 1.0"
+
+
+def _top_k(v: Any) -> str | None:
+    return None if 1 <= v <= 100 else "must be between 1 and 100"
+
+
+def _fts_tokenizer(v: str) -> str | None:
+    words = v.split()
+    if not words:
+        return "must name an FTS5 tokenizer"
+    if not any(w in FTS_TOKENIZERS for w in words):
+        return f"must use one of the FTS5 tokenizers {', '.join(FTS_TOKENIZERS)}"
+    if any(c in v for c in "'\";()"):
+        return "may not contain quotes, semicolons or parentheses"
+    return None
+
+
+def _threads(v: Any) -> str | None:
+    return None if v >= 1 else "must be 1 or greater"
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("max_chunk_tokens", 450, int, "chunk budget in the model's own tokens", _positive),
+    Setting("chunk_overlap_chars", 200, int, "characters carried across chunk boundaries", _non_negative),
+    Setting("min_chunk_chars", 50, int, "pieces shorter than this merge into a neighbour", _non_negative),
+    Setting("model_id", "nomic-embed-text-v1.5", str, "embedding model (see `polaris models`)"),
+    Setting("embedding_dim", None, int, "vector size; Matryoshka models may truncate (default: the model's)", _positive, nullable=True),
+    Setting("model_dir", None, str, "local directory holding the model's ONNX and tokenizer.json", nullable=True),
+    Setting("rrf_k", 60, (int, float), "reciprocal rank fusion constant", _non_negative),
+    Setting("heading_boost", 0.05, (int, float), "additive bonus for query terms in the heading path; 0 disables", _non_negative),
+    Setting("mmr_lambda", 0.7, (int, float), "1.0 = pure relevance, 0.0 = pure diversity", _unit_interval),
+    Setting("mmr_candidate_multiplier", 3, int, "candidate pool = top_k x this", _positive),
+    Setting("top_k", 10, int, "hits returned by default (1 to 100)", _top_k),
+    Setting("db_path", "polaris.db", str, "the index file"),
+    Setting("fts_tokenizer", "porter unicode61 remove_diacritics 2", str, "FTS5 tokenizer for BM25", _fts_tokenizer),
+    Setting("embed_batch_size", 8, int, "texts per ONNX batch", _positive),
+    Setting("intra_op_threads", None, int, "ONNX threads (default: physical cores)", _threads, nullable=True),
+)
+SETTINGS_BY_NAME = {s.name: s for s in SETTINGS}
+CHARS_PER_TOKEN = 4
+
+
+@dataclass(frozen=True)
+class PolarisConfig:
+    """The merged, validated settings; ``sources`` says where each value came from."""
+
+    max_chunk_tokens: int = 450
+    chunk_overlap_chars: int = 200
+    min_chunk_chars: int = 50
+    model_id: str = "nomic-embed-text-v1.5"
+    embedding_dim: int | None = None
+    model_dir: str | None = None
+    rrf_k: float = 60
+    heading_boost: float = 0.05
+    mmr_lambda: float = 0.7
+    mmr_candidate_multiplier: int = 3
+    top_k: int = 10
+    db_path: str = "polaris.db"
+    fts_tokenizer: str = "porter unicode61 remove_diacritics 2"
+    embed_batch_size: int = 8
+    intra_op_threads: int | None = None
+    sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def model_explicit(self) -> bool:
+        """True when model_id was set by a file or an argument, not the default."""
+        return self.sources.get("model_id", "default") != "default"
+
+    def replace(self, **values: Any) -> "PolarisConfig":
+        """A copy with ``values`` validated and applied (None values are ignored)."""
+        return self.merged(values, "argument")
+
+    def merged(self, values: Mapping[str, Any], source: str) -> "PolarisConfig":
+        """A copy with ``values`` from ``source`` validated and applied (None ignored)."""
+        given = {k: v for k, v in values.items() if v is not None}
+        merged = {s.name: getattr(self, s.name) for s in SETTINGS}
+        merged.update(_validated(given, source))
+        _check_relations(merged, source)
+        sources = dict(self.sources)
+        sources.update({k: source for k in given})
+        return PolarisConfig(**merged, sources=sources)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The settings as a plain dict (no sources)."""
+        return {s.name: getattr(self, s.name) for s in SETTINGS}
+
+
+def _validated(values: Mapping[str, Any], source: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        setting = SETTINGS_BY_NAME.get(key)
+        if setting is None:
+            close = difflib.get_close_matches(key, SETTINGS_BY_NAME, n=1)
+            hint = f"; did you mean '{close[0]}'?" if close else ""
+            valid = ", ".join(SETTINGS_BY_NAME)
+            raise ConfigError(f"{source}: unknown key '{key}'{hint} Valid keys: {valid}.")
+        if value is None and setting.nullable:
+            out[key] = None
+            continue
+        types = setting.type if isinstance(setting.type, tuple) else (setting.type,)
+        if isinstance(value, bool) or not isinstance(value, types):
+            names = " or ".join("number" if t is float else t.__name__ for t in types)
+            raise ConfigError(
+                f"{source}: '{key}' must be {names}, got {type(value).__name__} {value!r}"
+                f" (default {setting.default!r}: {setting.help})."
+            )
+        problem = setting.check(value)
+        if problem:
+            raise ConfigError(
+                f"{source}: '{key}' {problem}, got {value!r} (default {setting.default!r}: {setting.help})."
+            )
+        out[key] = value
+    return out
+
+
+def _check_relations(values: Mapping[str, Any], source: str) -> None:
+    budget_chars = values["max_chunk_tokens"] * CHARS_PER_TOKEN
+    if values["chunk_overlap_chars"] * 2 > budget_chars:
+        raise ConfigError(
+            f"{source}: 'chunk_overlap_chars' ({values['chunk_overlap_chars']}) must be at most half the"
+            f" chunk budget (max_chunk_tokens {values['max_chunk_tokens']} x {CHARS_PER_TOKEN} chars"
+            f" = {budget_chars}); lower the overlap or raise the budget."
+        )
+    if values["min_chunk_chars"] >= budget_chars:
+        raise ConfigError(
+            f"{source}: 'min_chunk_chars' ({values['min_chunk_chars']}) must be smaller than the chunk"
+            f" budget ({budget_chars} chars)."
+        )
+
+
+def user_config_path() -> Path:
+    """Where the per-user polaris.toml lives (XDG_CONFIG_HOME honoured)."""
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "polaris" / "polaris.toml"
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    """Parse one polaris.toml; the error names the file and the line."""
+    try:
+        with open(path, "rb") as fh:
+            data = tomllib.load(fh)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML ({exc}). Fix the file or remove it.") from exc
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot be read ({exc.strerror}).") from exc
+    if "polaris" in data and isinstance(data["polaris"], dict) and len(data) == 1:
+        data = data["polaris"]  # a [polaris] table is accepted too
+    return data
+
+
+def load_config(
+    project_root: str | os.PathLike[str] | None = None,
+    *,
+    config_file: str | os.PathLike[str] | None = None,
+    use_user_config: bool = True,
+    **overrides: Any,
+) -> PolarisConfig:
+    """Merge defaults, the user file, the project's polaris.toml and ``overrides``.
+
+    ``config_file`` names a polaris.toml explicitly (it must exist); otherwise
+    ``project_root`` (default: the current directory) is searched. Overrides that
+    are None are ignored, so callers can pass their optional arguments straight in.
+    """
+    cfg = PolarisConfig(sources={s.name: "default" for s in SETTINGS})
+    files: list[Path] = []
+    if use_user_config and user_config_path().is_file():
+        files.append(user_config_path())
+    if config_file is not None:
+        path = Path(config_file)
+        if not path.is_file():
+            raise ConfigError(f"{path}: config file not found.")
+        files.append(path)
+    else:
+        path = Path(project_root or ".") / "polaris.toml"
+        if path.is_file():
+            files.append(path)
+    for path in files:
+        cfg = cfg.merged(read_toml(path), str(path))
+    return cfg.merged(overrides, "argument")
+
+
+def describe(cfg: PolarisConfig) -> list[tuple[str, Any, str]]:
+    """(key, value, source) rows for every setting, for `polaris status`."""
+    return [(s.name, getattr(cfg, s.name), cfg.sources.get(s.name, "default")) for s in SETTINGS]
+
+
+assert {f.name for f in dataclasses.fields(PolarisConfig)} - {"sources"} == set(SETTINGS_BY_NAME)

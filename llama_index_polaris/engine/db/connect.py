@@ -1,0 +1,95 @@
+"""Open polaris.db with sqlite-vec and FTS5, whichever sqlite3 module can load them."""
+
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from ..errors import DatabaseError, ExtensionError
+
+BUSY_TIMEOUT_MS = 10_000
+INSTALL_HINT = (
+    "Polaris needs an SQLite that can load extensions (for sqlite-vec) and has FTS5."
+    " This Python's sqlite3 cannot; install the fallback with `pip install pysqlite3-binary`"
+    " (Linux) or use a Python built with loadable SQLite extensions (python.org or Homebrew"
+    " builds; pyenv with PYTHON_CONFIGURE_OPTS=--enable-loadable-sqlite-extensions)."
+)
+
+
+def _can_load(module: ModuleType) -> bool:
+    conn = module.connect(":memory:")
+    try:
+        return hasattr(conn, "enable_load_extension")
+    finally:
+        conn.close()
+
+
+@functools.lru_cache(maxsize=1)
+def sqlite_module() -> ModuleType:
+    """The DB-API module to use: stdlib sqlite3 if it loads extensions, else pysqlite3."""
+    import sqlite3
+
+    if os.environ.get("POLARIS_FORCE_PYSQLITE3") != "1" and _can_load(sqlite3):
+        return sqlite3
+    try:
+        from pysqlite3 import dbapi2
+    except ImportError:
+        raise ExtensionError(INSTALL_HINT) from None
+    if not _can_load(dbapi2):
+        raise ExtensionError(INSTALL_HINT)
+    return dbapi2
+
+
+def load_extensions(conn: Any) -> None:
+    """Load sqlite-vec into ``conn`` and check that vec0 and FTS5 answer."""
+    import sqlite_vec
+
+    try:
+        conn.enable_load_extension(True)
+        sqlite_vec.load(conn)
+        conn.enable_load_extension(False)
+        conn.execute("SELECT vec_version()").fetchone()
+    except Exception as exc:  # the driver's own error types differ
+        raise ExtensionError(f"sqlite-vec could not be loaded: {exc}. {INSTALL_HINT}") from exc
+    try:
+        conn.execute("CREATE VIRTUAL TABLE temp.polaris_fts5_probe USING fts5(x)")
+        conn.execute("DROP TABLE temp.polaris_fts5_probe")
+    except Exception as exc:
+        raise ExtensionError(f"This SQLite has no FTS5 ({exc}). {INSTALL_HINT}") from exc
+
+
+def connect(path: str | os.PathLike[str], *, readonly: bool = False) -> Any:
+    """A connection to ``path`` with extensions, WAL, a busy timeout and foreign keys on."""
+    sqlite = sqlite_module()
+    target = Path(path)
+    if readonly and not target.exists():
+        raise DatabaseError(f"{target}: no such index. Build one with `polaris index PATH`.")
+    if not readonly and not target.parent.exists():
+        raise DatabaseError(f"{target}: directory {target.parent} does not exist.")
+    uri = f"file:{target.resolve().as_posix()}?mode={'ro' if readonly else 'rwc'}"
+    try:
+        conn = sqlite.connect(
+            uri, uri=True, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False
+        )
+    except sqlite.Error as exc:
+        raise DatabaseError(f"{target}: cannot open ({exc}).") from exc
+    load_extensions(conn)
+    configure(conn, readonly=readonly)
+    return conn
+
+
+def configure(conn: Any, *, readonly: bool = False) -> None:
+    """Per-connection pragmas: WAL, busy timeout, foreign keys."""
+    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    conn.execute("PRAGMA foreign_keys = ON")
+    if not readonly:
+        try:
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        except Exception as exc:
+            raise DatabaseError(f"cannot switch to WAL mode: {exc}") from exc
+        if mode.lower() != "wal":
+            raise DatabaseError(f"cannot switch to WAL mode (got {mode}); is the file on a network share?")
+        conn.execute("PRAGMA synchronous = NORMAL")

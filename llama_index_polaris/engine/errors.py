@@ -1,0 +1,45 @@
+"""Errors meant for users: each message says what went wrong and what to do.
+
+    PolarisError
+     ├── ConfigError            a polaris.toml value or an argument is invalid
+     ├── DatabaseError          polaris.db cannot be opened or used
+     │    ├── ExtensionError    sqlite-vec or FTS5 cannot be loaded
+     │    └── ModelMismatchError  the index was built with another model or dim
+     ├── ModelError             an embedding model is unknown, missing or corrupt
+     │    └── ModelDownloadError  a model could not be fetched (offline, checksum)
+     └── InputError             a document, query or filter that cannot be used
+"""
+
+from __future__ import annotations
+
+
+class PolarisError(Exception):
+    """Base of every error Polaris raises for its users."""
+
+
+class ConfigError(PolarisError, ValueError):
+    """A configuration value (file or argument) is invalid."""
+
+
+class DatabaseError(PolarisError):
+    """The database cannot be opened or used."""
+
+
+class ExtensionError(DatabaseError):
+    """sqlite-vec or FTS5 is not available in this Python's SQLite."""
+
+
+class ModelMismatchError(DatabaseError):
+    """The database was built with a different embedding model or dimension."""
+
+
+class ModelError(PolarisError):
+    """An embedding model is unknown, missing or corrupt."""
+
+
+class ModelDownloadError(ModelError):
+    """A model's files could not be downloaded or verified."""
+
+
+class InputError(PolarisError, ValueError):
+    """A document, query or filter cannot be used as given."""

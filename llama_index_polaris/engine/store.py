@@ -1,0 +1,427 @@
+"""The store: documents, chunks and their vectors in one SQLite file.
+
+Every write is one transaction: a crash leaves the previous state readable. Vectors
+are little-endian float32 blobs in ``chunks.embedding``; triggers copy them into the
+vec0 table ``chunks_vec`` and the text into the FTS5 table ``chunks_fts``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Sequence
+
+import numpy as np
+
+from . import db
+from .db.schema import get_meta, has_table, set_meta, transaction
+from .errors import DatabaseError, InputError, ModelMismatchError
+
+STATUSES = ("pending", "processing", "completed", "failed")
+DEFAULT_COLLECTION = "default"
+DEFAULT_FTS_TOKENIZER = "porter unicode61 remove_diacritics 2"
+
+
+def text_hash(text: str) -> str:
+    """The content hash that lets a chunk reuse a vector already computed."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def to_blob(vector: np.ndarray) -> bytes:
+    """A vector as the little-endian float32 blob stored in chunks.embedding."""
+    return np.asarray(vector, dtype="<f4").tobytes()
+
+
+def from_blob(blob: bytes) -> np.ndarray:
+    """The inverse of ``to_blob``."""
+    return np.frombuffer(blob, dtype="<f4")
+
+
+@dataclass
+class DocumentRecord:
+    """One document (a LlamaIndex ref_doc_id): where it came from and its state."""
+
+    id: str
+    path: str | None = None
+    name: str | None = None
+    collection: str = DEFAULT_COLLECTION
+    status: str = "completed"
+    error: str | None = None
+    content_hash: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    created_at: str | None = None
+    updated_at: str | None = None
+
+
+@dataclass
+class ChunkRecord:
+    """One chunk of a document, as stored; ``id`` and ``embedding`` are set when read."""
+
+    node_id: str
+    text: str
+    ordinal: int = 0
+    heading_path: str = ""
+    heading_level: int = 0
+    start_char: int | None = None
+    end_char: int | None = None
+    token_count: int | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    document_id: str | None = None
+    id: int | None = None
+    embedding: np.ndarray | None = None
+
+    @property
+    def text_hash(self) -> str:
+        """sha256 of the text."""
+        return text_hash(self.text)
+
+
+@dataclass(frozen=True)
+class ModelBinding:
+    """The model an index was built with; recorded on first write, checked on open."""
+
+    model_id: str
+    dim: int
+    fingerprint: str = ""
+    doc_prefix: str = ""
+    query_prefix: str = ""
+
+
+def mismatch_message(recorded: ModelBinding, wanted: ModelBinding, path: str) -> str | None:
+    """Why ``wanted`` cannot use an index built with ``recorded``, or None if it can."""
+    if (recorded.model_id, recorded.dim) != (wanted.model_id, wanted.dim):
+        what = f"{wanted.model_id} at {wanted.dim} dims"
+    elif recorded.fingerprint and wanted.fingerprint and recorded.fingerprint != wanted.fingerprint:
+        what = f"a different build of {wanted.model_id} (ONNX sha256 {wanted.fingerprint[:12]}...)"
+    else:
+        return None
+    return (
+        f"{path} was built with {recorded.model_id} at {recorded.dim} dims"
+        f" (ONNX sha256 {recorded.fingerprint[:12] or 'unknown'}...), but {what} was asked for;"
+        " vectors from two models cannot be compared. Re-index into a new file"
+        f" (delete {path} or pass --db NEW.db), or use model_id = \"{recorded.model_id}\""
+        f" with embedding_dim = {recorded.dim}."
+    )
+
+
+class Store:
+    """Read and write polaris.db. Thread-safe; one writer at a time per file (SQLite's lock)."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        readonly: bool = False,
+        fts_tokenizer: str = DEFAULT_FTS_TOKENIZER,
+    ) -> None:
+        self.path = str(path)
+        self.readonly = readonly
+        self._lock = threading.RLock()
+        self.conn = db.connect(path, readonly=readonly)
+        if readonly:
+            self._check_readable()
+        else:
+            db.migrate(self.conn, fts_tokenizer)
+            self._sync_fts_tokenizer(fts_tokenizer)
+
+    # -- lifecycle -------------------------------------------------------------
+    def close(self) -> None:
+        """Close the connection."""
+        self.conn.close()
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _check_readable(self) -> None:
+        version = db.schema_version(self.conn)
+        if version == 0 or not has_table(self.conn, "chunks"):
+            raise DatabaseError(f"{self.path} is not a Polaris index (no Polaris tables). Build one with `polaris index PATH`.")
+        if version > db.SCHEMA_VERSION:
+            raise DatabaseError(f"{self.path} has schema version {version}, newer than this Polaris; upgrade Polaris.")
+
+    def _sync_fts_tokenizer(self, tokenizer: str) -> None:
+        if get_meta(self.conn).get("fts_tokenizer", tokenizer) != tokenizer:
+            with self._write():
+                db.rebuild_fts(self.conn, tokenizer)
+
+    def _write(self) -> Any:
+        if self.readonly:
+            raise DatabaseError(f"{self.path} was opened read-only.")
+        return _LockedTransaction(self._lock, self.conn)
+
+    # -- model guard -------------------------------------------------------------
+    @property
+    def meta(self) -> dict[str, str]:
+        """The polaris_meta rows."""
+        with self._lock:
+            return get_meta(self.conn)
+
+    @property
+    def model(self) -> ModelBinding | None:
+        """The model this index was built with, or None before the first write."""
+        meta = self.meta
+        if "model_id" not in meta:
+            return None
+        return ModelBinding(
+            model_id=meta["model_id"],
+            dim=int(meta["embedding_dim"]),
+            fingerprint=meta.get("model_fingerprint", ""),
+            doc_prefix=meta.get("doc_prefix", ""),
+            query_prefix=meta.get("query_prefix", ""),
+        )
+
+    def check_model(self, wanted: ModelBinding) -> None:
+        """Raise ModelMismatchError when ``wanted`` differs from the recorded model."""
+        recorded = self.model
+        if recorded is not None:
+            message = mismatch_message(recorded, wanted, self.path)
+            if message:
+                raise ModelMismatchError(message)
+
+    def bind_model(self, wanted: ModelBinding, **settings: Any) -> None:
+        """Record ``wanted`` (and chunker ``settings``) on first use; refuse a different one."""
+        self.check_model(wanted)
+        with self._write():
+            if self.model is None:
+                set_meta(
+                    self.conn,
+                    model_id=wanted.model_id,
+                    embedding_dim=wanted.dim,
+                    model_fingerprint=wanted.fingerprint,
+                    doc_prefix=wanted.doc_prefix,
+                    query_prefix=wanted.query_prefix,
+                )
+                db.create_vec_table(self.conn, wanted.dim)
+            if settings:
+                set_meta(self.conn, chunker=json.dumps(settings, sort_keys=True))
+
+    # -- writes -------------------------------------------------------------------
+    def upsert_document(
+        self,
+        doc: DocumentRecord,
+        chunks: Sequence[ChunkRecord],
+        vectors: np.ndarray | Sequence[np.ndarray] | None,
+    ) -> None:
+        """Add or replace ``doc`` and all its chunks and vectors, in one transaction."""
+        blobs = self._blobs(chunks, vectors)
+        with self._write():
+            self._upsert_document_row(doc)
+            self.conn.execute("DELETE FROM chunks WHERE document_id = ?", (doc.id,))
+            node_ids = [c.node_id for c in chunks]
+            self.conn.execute(
+                "DELETE FROM chunks WHERE node_id IN (SELECT value FROM json_each(?))", (json.dumps(node_ids),)
+            )
+            self.conn.executemany(
+                """INSERT INTO chunks (node_id, document_id, ordinal, heading_path, heading_level, text,
+                       start_char, end_char, token_count, text_hash, metadata, embedding)
+                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+                [_chunk_row(doc.id, c, b) for c, b in zip(chunks, blobs)],
+            )
+
+    def _blobs(self, chunks: Sequence[ChunkRecord], vectors: Any) -> list[bytes | None]:
+        if vectors is None:
+            return [None] * len(chunks)
+        if len(vectors) != len(chunks):
+            raise InputError(f"{len(chunks)} chunks but {len(vectors)} vectors.")
+        model = self.model
+        if model is None:
+            raise DatabaseError("no model is bound to this index yet; call bind_model first.")
+        blobs = []
+        for v in vectors:
+            arr = np.asarray(v, dtype="<f4").reshape(-1)
+            if arr.shape[0] != model.dim:
+                raise InputError(f"a vector has {arr.shape[0]} dims; this index holds {model.dim}.")
+            blobs.append(arr.tobytes())
+        return blobs
+
+    def _upsert_document_row(self, doc: DocumentRecord) -> None:
+        if doc.status not in STATUSES:
+            raise InputError(f"document status must be one of {', '.join(STATUSES)}, got {doc.status!r}.")
+        self.conn.execute(
+            """INSERT INTO documents (id, path, name, collection, status, error, content_hash, metadata)
+               VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+               ON CONFLICT (id) DO UPDATE SET path = excluded.path, name = excluded.name,
+                   collection = excluded.collection, status = excluded.status, error = excluded.error,
+                   content_hash = excluded.content_hash, metadata = excluded.metadata,
+                   updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')""",
+            (doc.id, doc.path, doc.name, doc.collection, doc.status, doc.error, doc.content_hash,
+             json.dumps(doc.metadata, default=str)),
+        )
+
+    def put_document(self, doc: DocumentRecord) -> None:
+        """Insert or update a document row alone (its chunks are left as they are)."""
+        with self._write():
+            self._upsert_document_row(doc)
+
+    def set_status(self, document_id: str, status: str, error: str | None = None) -> None:
+        """Move a document to ``status`` (pending, processing, completed, failed)."""
+        if status not in STATUSES:
+            raise InputError(f"document status must be one of {', '.join(STATUSES)}, got {status!r}.")
+        with self._write():
+            self.conn.execute(
+                "UPDATE documents SET status = ?, error = ?, updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')"
+                " WHERE id = ?",
+                (status, error, document_id),
+            )
+
+    def delete_document(self, document_id: str) -> bool:
+        """Remove a document with its chunks, vectors and FTS rows; False if it was absent."""
+        with self._write():
+            cur = self.conn.execute("DELETE FROM documents WHERE id = ?", (document_id,))
+            return cur.rowcount > 0
+
+    def delete_nodes(self, node_ids: Iterable[str]) -> int:
+        """Remove chunks by node id; returns how many were removed."""
+        with self._write():
+            cur = self.conn.execute(
+                "DELETE FROM chunks WHERE node_id IN (SELECT value FROM json_each(?))", (json.dumps(list(node_ids)),)
+            )
+            return cur.rowcount
+
+    def clear(self) -> None:
+        """Remove every document and chunk; the model binding stays."""
+        with self._write():
+            self.conn.execute("DELETE FROM chunks")
+            self.conn.execute("DELETE FROM documents")
+
+    # -- reads --------------------------------------------------------------------
+    def get_document(self, document_id: str) -> DocumentRecord | None:
+        """One document by id."""
+        rows = self._documents("WHERE id = ?", (document_id,))
+        return rows[0] if rows else None
+
+    def documents(self, collection: str | None = None) -> list[DocumentRecord]:
+        """All documents, or those of one collection, ordered by path."""
+        if collection is None:
+            return self._documents("", ())
+        return self._documents("WHERE collection = ?", (collection,))
+
+    def _documents(self, where: str, args: tuple) -> list[DocumentRecord]:
+        sql = (
+            "SELECT id, path, name, collection, status, error, content_hash, metadata, created_at, updated_at"
+            f" FROM documents {where} ORDER BY coalesce(path, id)"
+        )
+        with self._lock:
+            rows = self.conn.execute(sql, args).fetchall()
+        return [
+            DocumentRecord(r[0], r[1], r[2], r[3], r[4], r[5], r[6], json.loads(r[7]), r[8], r[9]) for r in rows
+        ]
+
+    def get_chunks(
+        self,
+        *,
+        node_ids: Sequence[str] | None = None,
+        ids: Sequence[int] | None = None,
+        document_id: str | None = None,
+        with_embedding: bool = False,
+    ) -> list[ChunkRecord]:
+        """Chunks by node id, by rowid or by document (in document order)."""
+        where, args = _chunk_where(node_ids, ids, document_id)
+        columns = CHUNK_COLUMNS + (", embedding" if with_embedding else "")
+        with self._lock:
+            rows = self.conn.execute(
+                f"SELECT {columns} FROM chunks {where} ORDER BY document_id, ordinal", args
+            ).fetchall()
+        return [_chunk_from_row(r, with_embedding) for r in rows]
+
+    def vectors_by_hash(self, hashes: Iterable[str]) -> dict[str, np.ndarray]:
+        """Stored vectors for chunks whose text hash is in ``hashes`` (for reuse)."""
+        with self._lock:
+            rows = self.conn.execute(
+                "SELECT text_hash, embedding FROM chunks WHERE embedding IS NOT NULL"
+                " AND text_hash IN (SELECT value FROM json_each(?))",
+                (json.dumps(sorted(set(hashes))),),
+            ).fetchall()
+        return {h: from_blob(b) for h, b in rows}
+
+    def counts(self) -> dict[str, Any]:
+        """Documents, chunks, and documents per collection and status."""
+        with self._lock:
+            docs = self.conn.execute("SELECT count(*) FROM documents").fetchone()[0]
+            chunks = self.conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
+            per = self.conn.execute(
+                "SELECT collection, status, count(*) FROM documents GROUP BY 1, 2 ORDER BY 1, 2"
+            ).fetchall()
+        collections: dict[str, dict[str, int]] = {}
+        for name, status, n in per:
+            collections.setdefault(name, {})[status] = n
+        return {"documents": docs, "chunks": chunks, "collections": collections}
+
+    def iter_embeddings(self, batch: int = 10_000) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """(chunk ids, vectors) in batches, for building in-memory indexes."""
+        last = 0
+        while True:
+            with self._lock:
+                rows = self.conn.execute(
+                    "SELECT id, embedding FROM chunks WHERE id > ? AND embedding IS NOT NULL ORDER BY id LIMIT ?",
+                    (last, batch),
+                ).fetchall()
+            if not rows:
+                return
+            ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+            vecs = np.frombuffer(b"".join(r[1] for r in rows), dtype="<f4").reshape(len(rows), -1)
+            yield ids, vecs
+            last = int(ids[-1])
+
+    def size_bytes(self) -> int:
+        """The size of the database file and its WAL on disk."""
+        return sum(Path(self.path + s).stat().st_size for s in ("", "-wal") if Path(self.path + s).exists())
+
+
+CHUNK_COLUMNS = (
+    "id, node_id, document_id, ordinal, heading_path, heading_level, text, start_char, end_char,"
+    " token_count, metadata"
+)
+
+
+def _chunk_where(node_ids: Any, ids: Any, document_id: Any) -> tuple[str, tuple]:
+    if node_ids is not None:
+        return "WHERE node_id IN (SELECT value FROM json_each(?))", (json.dumps(list(node_ids)),)
+    if ids is not None:
+        return "WHERE id IN (SELECT value FROM json_each(?))", (json.dumps([int(i) for i in ids]),)
+    if document_id is not None:
+        return "WHERE document_id = ?", (document_id,)
+    return "", ()
+
+
+def _chunk_row(document_id: str, c: ChunkRecord, blob: bytes | None) -> tuple:
+    return (
+        c.node_id, document_id, c.ordinal, c.heading_path, c.heading_level, c.text, c.start_char,
+        c.end_char, c.token_count, c.text_hash, json.dumps(c.metadata, default=str), blob,
+    )
+
+
+def _chunk_from_row(r: Sequence[Any], with_embedding: bool) -> ChunkRecord:
+    return ChunkRecord(
+        id=r[0], node_id=r[1], document_id=r[2], ordinal=r[3], heading_path=r[4], heading_level=r[5],
+        text=r[6], start_char=r[7], end_char=r[8], token_count=r[9], metadata=json.loads(r[10]),
+        embedding=from_blob(r[11]) if with_embedding and r[11] is not None else None,
+    )
+
+
+class _LockedTransaction:
+    """The store's lock held around one BEGIN IMMEDIATE ... COMMIT."""
+
+    def __init__(self, lock: threading.RLock, conn: Any) -> None:
+        self.lock, self.tx = lock, transaction(conn)
+
+    def __enter__(self) -> Any:
+        self.lock.acquire()
+        try:
+            return self.tx.__enter__()
+        except BaseException:
+            self.lock.release()
+            raise
+
+    def __exit__(self, *exc: Any) -> None:
+        try:
+            self.tx.__exit__(*exc)
+        finally:
+            self.lock.release()
