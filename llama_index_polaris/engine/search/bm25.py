@@ -1,0 +1,57 @@
+"""BM25 over FTS5, with user text made safe: each word quoted, words joined by OR.
+
+A natural-language question must not become an AND of all its words, and FTS5
+syntax in a query (quotes, ``*``, ``NEAR``, ``-``, ``:``) is text, never an operator.
+Any full-text error degrades to an empty list (the spec's asymmetry).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from .scope import Scope
+from .terms import STOP_WORDS, words
+
+log = logging.getLogger(__name__)
+MAX_TERMS = 64
+TEXT_WEIGHT, HEADING_WEIGHT = 1.0, 1.0
+
+
+def fts_query(query: str) -> str | None:
+    """An FTS5 MATCH expression for user text: distinct quoted words joined by OR.
+
+    Stop words are dropped unless nothing else is left. Each word is a quoted string,
+    so FTS5 applies its tokenizer (``rrf_k`` becomes the phrase "rrf k") and no
+    character of the query is read as syntax. None when the query has no words.
+    """
+    all_words = list(dict.fromkeys(words(query)))
+    content = [w for w in all_words if w not in STOP_WORDS] or all_words
+    if not content:
+        return None
+    return " OR ".join(f'"{w}"' for w in content[:MAX_TERMS])
+
+
+def bm25_sql(scope: Scope) -> tuple[str, list[Any]]:
+    """The FTS5 statement for ``scope``; parameters follow (match, limit)."""
+    where, args = scope.sql("rowid", None)
+    sql = (
+        f"SELECT rowid, -bm25(chunks_fts, {TEXT_WEIGHT}, {HEADING_WEIGHT}) AS score FROM chunks_fts"
+        f" WHERE chunks_fts MATCH ?{where} ORDER BY rank LIMIT ?"
+    )
+    return sql, args
+
+
+def bm25(conn: Any, query: str, limit: int, scope: Scope = Scope()) -> list[tuple[int, float]]:
+    """Up to ``limit`` chunks by BM25: (chunk id, score, higher is better)."""
+    match = fts_query(query)
+    if match is None or scope.empty or limit <= 0:
+        return []
+    sql, args = bm25_sql(scope)
+    params = [match, *args, limit]
+    # bind order: MATCH ?, scope args, LIMIT ?
+    try:
+        return [(int(r), float(s)) for r, s in conn.execute(sql, params).fetchall()]
+    except Exception as exc:  # FTS syntax or a missing table: vector-only, not an error
+        log.debug("full-text search failed, continuing without it: %s", exc)
+        return []

@@ -1,0 +1,237 @@
+"""The query pipeline: embed once, KNN + BM25, RRF, heading boost, MMR, normalise.
+
+Each hit carries the explanation computed in the same pass that scored it, so the
+figures shown by ``polaris search --explain`` and the Datasette page cannot drift
+from the ranking.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from ..config import PolarisConfig
+from ..errors import InputError
+from ..store import Store, from_blob
+from .boost import boost_terms, heading_boost
+from .bm25 import bm25
+from .filters import Filter
+from .fuse import Fused, rrf
+from .mmr import mmr, normalise_relevance
+from .normalise import relative_to_top
+from .scope import Scope, resolve_scope
+from .vector import MAX_K, knn
+
+MODES = ("hybrid", "vector", "bm25")
+MAX_QUERY_CHARS = 10_000
+
+
+@dataclass
+class Explanation:
+    """Per-stage figures for one hit; None where a stage did not see the chunk."""
+
+    vector_rank: int | None = None
+    vector_distance: float | None = None
+    bm25_rank: int | None = None
+    bm25_score: float | None = None
+    rrf: float | None = None
+    rrf_vector: float | None = None
+    rrf_bm25: float | None = None
+    boost: float | None = None
+    relevance: float | None = None
+    mmr_penalty: float | None = None
+    score: float = 0.0
+
+
+@dataclass
+class Hit:
+    """One search result: the chunk, where it came from, its score and why."""
+
+    rank: int
+    score: float
+    chunk_id: int
+    node_id: str
+    document_id: str
+    document: str
+    collection: str
+    heading_path: str
+    text: str
+    start_char: int | None = None
+    end_char: int | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    explain: Explanation = field(default_factory=Explanation)
+
+    def to_dict(self, explain: bool = True) -> dict[str, Any]:
+        """A JSON-ready dict (the shape of `polaris search --json`)."""
+        out = asdict(self)
+        if not explain:
+            out.pop("explain")
+        return out
+
+
+@dataclass(frozen=True)
+class _Row:
+    document_id: str
+    document: str
+    collection: str
+    node_id: str
+    heading_path: str
+    text: str
+    start_char: int | None
+    end_char: int | None
+    metadata: dict[str, Any]
+    vector: np.ndarray | None
+
+
+def clamp_top_k(top_k: int | None, default: int) -> int:
+    """The 5ire limit rule: default when absent, clamped to 1..100."""
+    if top_k is None:
+        return default
+    if isinstance(top_k, bool) or not isinstance(top_k, int):
+        raise InputError(f"top_k must be an integer, got {top_k!r}.")
+    return max(1, min(100, top_k))
+
+
+class Searcher:
+    """Runs queries against one store with one query embedder and one config."""
+
+    def __init__(self, store: Store, embed_query: Callable[[str], np.ndarray] | None, config: PolarisConfig) -> None:
+        self.store = store
+        self.embed_query = embed_query
+        self.config = config
+
+    def search(
+        self,
+        query: str,
+        *,
+        top_k: int | None = None,
+        mode: str = "hybrid",
+        documents: Sequence[str] | None = None,
+        collections: Sequence[str] | None = None,
+        filters: Filter | None = None,
+        node_ids: Sequence[str] | None = None,
+        query_vector: np.ndarray | None = None,
+    ) -> list[Hit]:
+        """The best ``top_k`` chunks for ``query`` in ``mode`` within the scope given."""
+        if mode not in MODES:
+            raise InputError(f"mode must be one of {', '.join(MODES)}, got {mode!r}.")
+        if not isinstance(query, str):
+            raise InputError(f"the query must be a string, got {type(query).__name__}.")
+        query = query.strip()[:MAX_QUERY_CHARS]
+        k = clamp_top_k(top_k, self.config.top_k)
+        if not query and query_vector is None:
+            return []
+        with self.store._lock:
+            scope = resolve_scope(
+                self.store.conn, documents=documents, collections=collections, filters=filters, node_ids=node_ids
+            )
+            if scope.empty:
+                return []
+            self.store.conn.execute("BEGIN")  # one read snapshot for every stage
+            try:
+                return self._run(query, k, mode, scope, query_vector)
+            finally:
+                self.store.conn.execute("COMMIT")
+
+    def _run(self, query: str, k: int, mode: str, scope: Scope, qvec: np.ndarray | None) -> list[Hit]:
+        pool = min(k * self.config.mmr_candidate_multiplier, MAX_K)
+        vec_hits: list[tuple[int, float]] = []
+        bm_hits: list[tuple[int, float]] = []
+        if mode in ("hybrid", "vector"):
+            if qvec is None:
+                qvec = self._embed(query)
+            vec_hits = knn(self.store.conn, qvec, pool, scope)
+        if mode in ("hybrid", "bm25") and query:
+            bm_hits = bm25(self.store.conn, query, pool, scope)
+        if mode == "hybrid":
+            return self._hybrid(query, k, vec_hits, bm_hits)
+        return self._single(k, vec_hits if mode == "vector" else bm_hits, mode)
+
+    def _embed(self, query: str) -> np.ndarray:
+        if self.embed_query is None:
+            raise InputError("this searcher has no query embedder; use mode='bm25' or pass query_vector.")
+        return self.embed_query(query)
+
+    def _single(self, k: int, hits: list[tuple[int, float]], mode: str) -> list[Hit]:
+        """Vector-only or BM25-only: the retriever's own order and score, top = 1.0."""
+        hits = hits[:k]
+        rows = self._rows([h[0] for h in hits])
+        raw = [(1.0 - v) if mode == "vector" else v for _, v in hits]
+        scores = relative_to_top(raw)
+        out = []
+        for rank, ((cid, value), score) in enumerate(zip(hits, scores), start=1):
+            ex = Explanation(score=score)
+            if mode == "vector":
+                ex.vector_rank, ex.vector_distance = rank, value
+            else:
+                ex.bm25_rank, ex.bm25_score = rank, value
+            out.append(_hit(rank, score, cid, rows[cid], ex))
+        return out
+
+    def _hybrid(self, query: str, k: int, vec_hits: list, bm_hits: list) -> list[Hit]:
+        cfg = self.config
+        lists = {"vector": [h[0] for h in vec_hits], "bm25": [h[0] for h in bm_hits]}
+        rows = self._rows(lists["vector"] + lists["bm25"])
+        fused = [f for f in rrf({n: ids for n, ids in lists.items() if ids}, cfg.rrf_k) if f.id in rows]
+        if not fused:
+            return []
+        terms = boost_terms(query)
+        boosts = [heading_boost(terms, rows[f.id].heading_path, cfg.heading_boost) for f in fused]
+        relevance = normalise_relevance(np.array([f.score + b for f, b in zip(fused, boosts)]))
+        picks = mmr(relevance, self._matrix(rows, fused), k, cfg.mmr_lambda)
+        scores = relative_to_top([p.value for p in picks])
+        vec_info = dict(vec_hits)
+        bm_info = dict(bm_hits)
+        out = []
+        for rank, (pick, score) in enumerate(zip(picks, scores), start=1):
+            f = fused[pick.index]
+            ex = _explain(f, vec_info, bm_info, boosts[pick.index], float(relevance[pick.index]), pick.penalty, score)
+            out.append(_hit(rank, score, f.id, rows[f.id], ex))
+        return out
+
+    def _matrix(self, rows: dict[int, _Row], fused: list[Fused]) -> np.ndarray:
+        dim = next((r.vector.shape[0] for r in rows.values() if r.vector is not None), 1)
+        zero = np.zeros(dim, dtype=np.float32)
+        return np.stack([rows[f.id].vector if rows[f.id].vector is not None else zero for f in fused])
+
+    def _rows(self, ids: list[int]) -> dict[int, _Row]:
+        if not ids:
+            return {}
+        sql = (
+            "SELECT c.id, c.document_id, coalesce(d.path, d.id), d.collection, c.node_id, c.heading_path, c.text,"
+            " c.start_char, c.end_char, c.metadata, c.embedding"
+            " FROM chunks c JOIN documents d ON d.id = c.document_id"
+            " WHERE c.id IN (SELECT value FROM json_each(?))"
+        )
+        out = {}
+        for r in self.store.conn.execute(sql, (json.dumps(ids),)).fetchall():
+            vector = from_blob(r[10]) if r[10] is not None else None
+            out[r[0]] = _Row(r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], json.loads(r[9]), vector)
+        return out
+
+
+def _explain(f: Fused, vec: dict, bm: dict, boost: float, relevance: float, penalty: float, score: float) -> Explanation:
+    return Explanation(
+        vector_rank=f.ranks.get("vector"),
+        vector_distance=vec.get(f.id),
+        bm25_rank=f.ranks.get("bm25"),
+        bm25_score=bm.get(f.id),
+        rrf=f.score,
+        rrf_vector=f.contributions.get("vector"),
+        rrf_bm25=f.contributions.get("bm25"),
+        boost=boost,
+        relevance=relevance,
+        mmr_penalty=penalty,
+        score=score,
+    )
+
+
+def _hit(rank: int, score: float, chunk_id: int, row: _Row, ex: Explanation) -> Hit:
+    return Hit(
+        rank=rank, score=score, chunk_id=chunk_id, node_id=row.node_id, document_id=row.document_id,
+        document=row.document, collection=row.collection, heading_path=row.heading_path, text=row.text,
+        start_char=row.start_char, end_char=row.end_char, metadata=row.metadata, explain=ex,
+    )

@@ -1,0 +1,95 @@
+"""Search scope: which documents and chunks a query may return (5ire's scoping).
+
+Documents and collections are resolved to a set of document ids (a collection means
+its completed documents, joined with the documents named); metadata filters and node
+ids to a set of chunk ids. Both are applied inside the KNN and FTS queries.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from .filters import Filter, filter_sql
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Resolved scope; None means no restriction, an empty tuple means nothing."""
+
+    document_ids: tuple[str, ...] | None = None
+    chunk_ids: tuple[int, ...] | None = None
+
+    @property
+    def empty(self) -> bool:
+        """True when the scope can match nothing."""
+        return self.document_ids == () or self.chunk_ids == ()
+
+    def sql(self, id_column: str, doc_column: str | None) -> tuple[str, list[Any]]:
+        """``AND ...`` restricting ``id_column`` (a chunk id) to this scope."""
+        parts, args = [], []
+        if self.document_ids is not None:
+            if doc_column:
+                parts.append(f"{doc_column} IN (SELECT value FROM json_each(?))")
+            else:
+                parts.append(f"{id_column} IN (SELECT id FROM chunks WHERE document_id IN (SELECT value FROM json_each(?)))")
+            args.append(json.dumps(list(self.document_ids)))
+        if self.chunk_ids is not None:
+            parts.append(f"{id_column} IN (SELECT value FROM json_each(?))")
+            args.append(json.dumps(list(self.chunk_ids)))
+        return "".join(f" AND {p}" for p in parts), args
+
+
+def _unique(values: Sequence[str] | None) -> list[str]:
+    return list(dict.fromkeys(v for v in values or () if isinstance(v, str) and v))
+
+
+def resolve_documents(conn: Any, documents: Sequence[str] | None, collections: Sequence[str] | None) -> tuple[str, ...] | None:
+    """Document ids for the named documents (id or path) and completed docs of collections."""
+    if documents is None and collections is None:
+        return None
+    docs, cols = _unique(documents), _unique(collections)
+    found: dict[str, None] = {}
+    if docs:
+        rows = conn.execute(
+            "SELECT id FROM documents WHERE id IN (SELECT value FROM json_each(?))"
+            " OR path IN (SELECT value FROM json_each(?))",
+            (json.dumps(docs), json.dumps(docs)),
+        ).fetchall()
+        found.update((r[0], None) for r in rows)
+    if cols:
+        rows = conn.execute(
+            "SELECT id FROM documents WHERE status = 'completed' AND collection IN (SELECT value FROM json_each(?))",
+            (json.dumps(cols),),
+        ).fetchall()
+        found.update((r[0], None) for r in rows)
+    return tuple(found)
+
+
+def resolve_chunks(conn: Any, filters: Filter | None, node_ids: Sequence[str] | None) -> tuple[int, ...] | None:
+    """Chunk ids passing ``filters`` and in ``node_ids`` (an empty node_ids list means no filter)."""
+    where, args = [], []
+    if filters is not None:
+        sql, params = filter_sql(filters, "metadata")
+        where.append(f"({sql})")
+        args += params
+    if node_ids:
+        where.append("node_id IN (SELECT value FROM json_each(?))")
+        args.append(json.dumps(list(node_ids)))
+    if not where:
+        return None
+    rows = conn.execute(f"SELECT id FROM chunks WHERE {' AND '.join(where)}", args).fetchall()
+    return tuple(r[0] for r in rows)
+
+
+def resolve_scope(
+    conn: Any,
+    *,
+    documents: Sequence[str] | None = None,
+    collections: Sequence[str] | None = None,
+    filters: Filter | None = None,
+    node_ids: Sequence[str] | None = None,
+) -> Scope:
+    """The Scope for these restrictions."""
+    return Scope(resolve_documents(conn, documents, collections), resolve_chunks(conn, filters, node_ids))

@@ -1,0 +1,41 @@
+"""Query terms: the words of a user's query that carry meaning."""
+
+from __future__ import annotations
+
+import re
+
+WORD = re.compile(r"\w+", re.UNICODE)
+
+# Function words that say nothing about a topic (English); question words included.
+STOP_WORDS = frozenset(
+    """a about above after again against all am an and any are as at be because been before being
+    below between both but by can could did do does doing down during each few for from further had
+    has have having he her here hers herself him himself his how i if in into is it its itself just
+    me more most my myself no nor not now of off on once only or other our ours ourselves out over own
+    same she should so some such than that the their theirs them themselves then there these they
+    this those through to too under until up very was we were what when where which while who whom
+    why will with would you your yours yourself yourselves use using used get got also may might
+    must shall there's it's i'm can't don't doesn't""".split()
+)
+
+
+def words(text: str) -> list[str]:
+    """Lower-cased word tokens of ``text`` (letters, digits and underscores)."""
+    return [w.lower() for w in WORD.findall(text)]
+
+
+def content_terms(query: str, min_len: int = 1) -> list[str]:
+    """The query's distinct non-stop-words of at least ``min_len`` characters, in order."""
+    seen: dict[str, None] = {}
+    for w in words(query):
+        if len(w) >= min_len and w not in STOP_WORDS:
+            seen.setdefault(w, None)
+    return list(seen)
+
+
+def stem(word: str) -> str:
+    """A light suffix stripper so that 'sessions' meets 'session' (not a full stemmer)."""
+    for suffix in ("ations", "ation", "ings", "ing", "ies", "es", "ed", "s"):
+        if len(word) > len(suffix) + 2 and word.endswith(suffix):
+            return word[: -len(suffix)] + ("y" if suffix == "ies" else "")
+    return word
