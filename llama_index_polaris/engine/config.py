@@ -141,7 +141,7 @@ def _validated(values: Mapping[str, Any], source: str) -> dict[str, Any]:
         setting = SETTINGS_BY_NAME.get(key)
         if setting is None:
             close = difflib.get_close_matches(key, SETTINGS_BY_NAME, n=1)
-            hint = f"; did you mean '{close[0]}'?" if close else ""
+            hint = f"; did you mean '{close[0]}'?" if close else "."
             valid = ", ".join(SETTINGS_BY_NAME)
             raise ConfigError(f"{source}: unknown key '{key}'{hint} Valid keys: {valid}.")
         if value is None and setting.nullable:
@@ -191,8 +191,10 @@ def read_toml(path: Path) -> dict[str, Any]:
             data = tomllib.load(fh)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML ({exc}). Fix the file or remove it.") from exc
+    except UnicodeDecodeError as exc:  # tomllib decodes before parsing
+        raise ConfigError(f"{path}: not valid TOML (not UTF-8: {exc.reason} at byte {exc.start}).") from exc
     except OSError as exc:
-        raise ConfigError(f"{path}: cannot be read ({exc.strerror}).") from exc
+        raise ConfigError(f"{path}: cannot be read ({exc.strerror or exc}).") from exc
     if "polaris" in data and isinstance(data["polaris"], dict) and len(data) == 1:
         data = data["polaris"]  # a [polaris] table is accepted too
     return data
@@ -213,16 +215,17 @@ def load_config(
     """
     cfg = PolarisConfig(sources={s.name: "default" for s in SETTINGS})
     files: list[Path] = []
-    if use_user_config and user_config_path().is_file():
+    # exists(), not is_file(): a polaris.toml that cannot be read is an error, not absent
+    if use_user_config and user_config_path().exists():
         files.append(user_config_path())
     if config_file is not None:
         path = Path(config_file)
-        if not path.is_file():
+        if not path.exists():
             raise ConfigError(f"{path}: config file not found.")
         files.append(path)
     else:
         path = Path(project_root or ".") / "polaris.toml"
-        if path.is_file():
+        if path.exists():
             files.append(path)
     for path in files:
         cfg = cfg.merged(read_toml(path), str(path))

@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import threading
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
@@ -19,7 +20,8 @@ import numpy as np
 
 from . import db
 from .db.schema import get_meta, has_table, set_meta, transaction
-from .errors import DatabaseError, InputError, ModelMismatchError
+from .config import SETTINGS_BY_NAME
+from .errors import ConfigError, DatabaseError, InputError, ModelMismatchError
 
 STATUSES = ("pending", "processing", "completed", "failed")
 DEFAULT_COLLECTION = "default"
@@ -73,11 +75,11 @@ class ChunkRecord:
     document_id: str | None = None
     id: int | None = None
     embedding: np.ndarray | None = None
+    text_hash: str = ""  # hash of the text that was embedded; defaults to the text's
 
-    @property
-    def text_hash(self) -> str:
-        """sha256 of the text."""
-        return text_hash(self.text)
+    def __post_init__(self) -> None:
+        if not self.text_hash:
+            self.text_hash = text_hash(self.text)
 
 
 @dataclass(frozen=True)
@@ -99,9 +101,10 @@ def mismatch_message(recorded: ModelBinding, wanted: ModelBinding, path: str) ->
         what = f"a different build of {wanted.model_id} (ONNX sha256 {wanted.fingerprint[:12]}...)"
     else:
         return None
+    built = f"ONNX sha256 {recorded.fingerprint[:12]}..." if recorded.fingerprint else "ONNX sha256 unknown"
     return (
         f"{path} was built with {recorded.model_id} at {recorded.dim} dims"
-        f" (ONNX sha256 {recorded.fingerprint[:12] or 'unknown'}...), but {what} was asked for;"
+        f" ({built}), but {what} was asked for;"
         " vectors from two models cannot be compared. Re-index into a new file"
         f" (delete {path} or pass --db NEW.db), or use model_id = \"{recorded.model_id}\""
         f" with embedding_dim = {recorded.dim}."
@@ -109,24 +112,37 @@ def mismatch_message(recorded: ModelBinding, wanted: ModelBinding, path: str) ->
 
 
 class Store:
-    """Read and write polaris.db. Thread-safe; one writer at a time per file (SQLite's lock)."""
+    """Read and write polaris.db. Thread-safe; one writer at a time per file (SQLite's lock).
+
+    ``fts_tokenizer``: None keeps the tokenizer the file was built with (a new file gets
+    ``DEFAULT_FTS_TOKENIZER``); a different explicit value rebuilds ``chunks_fts``.
+    """
 
     def __init__(
         self,
         path: str | os.PathLike[str],
         *,
         readonly: bool = False,
-        fts_tokenizer: str = DEFAULT_FTS_TOKENIZER,
+        fts_tokenizer: str | None = None,
     ) -> None:
         self.path = str(path)
         self.readonly = readonly
         self._lock = threading.RLock()
+        if fts_tokenizer is not None:
+            problem = SETTINGS_BY_NAME["fts_tokenizer"].check(fts_tokenizer)
+            if problem:
+                raise ConfigError(f"'fts_tokenizer' {problem}, got {fts_tokenizer!r}.")
         self.conn = db.connect(path, readonly=readonly)
-        if readonly:
-            self._check_readable()
-        else:
-            db.migrate(self.conn, fts_tokenizer)
-            self._sync_fts_tokenizer(fts_tokenizer)
+        try:
+            if readonly:
+                self._check_readable()
+            else:
+                db.migrate(self.conn, fts_tokenizer or DEFAULT_FTS_TOKENIZER)
+                if fts_tokenizer is not None:
+                    self._sync_fts_tokenizer(fts_tokenizer)
+        except BaseException:
+            self.conn.close()
+            raise
 
     # -- lifecycle -------------------------------------------------------------
     def close(self) -> None:
@@ -145,6 +161,11 @@ class Store:
             raise DatabaseError(f"{self.path} is not a Polaris index (no Polaris tables). Build one with `polaris index PATH`.")
         if version > db.SCHEMA_VERSION:
             raise DatabaseError(f"{self.path} has schema version {version}, newer than this Polaris; upgrade Polaris.")
+        if version < db.SCHEMA_VERSION:
+            raise DatabaseError(
+                f"{self.path} has schema version {version}, older than this Polaris ({db.SCHEMA_VERSION});"
+                " open it once for writing (e.g. `polaris status`) to upgrade it."
+            )
 
     def _sync_fts_tokenizer(self, tokenizer: str) -> None:
         if get_meta(self.conn).get("fts_tokenizer", tokenizer) != tokenizer:
@@ -189,6 +210,7 @@ class Store:
         """Record ``wanted`` (and chunker ``settings``) on first use; refuse a different one."""
         self.check_model(wanted)
         with self._write():
+            self.check_model(wanted)  # again inside the lock: another process may have bound one
             if self.model is None:
                 set_meta(
                     self.conn,
@@ -210,11 +232,14 @@ class Store:
         vectors: np.ndarray | Sequence[np.ndarray] | None,
     ) -> None:
         """Add or replace ``doc`` and all its chunks and vectors, in one transaction."""
+        node_ids = [c.node_id for c in chunks]
+        if len(set(node_ids)) != len(node_ids):
+            dupes = sorted(n for n, k in Counter(node_ids).items() if k > 1)
+            raise InputError(f"document {doc.id!r}: duplicate node ids {', '.join(dupes[:5])}.")
         blobs = self._blobs(chunks, vectors)
         with self._write():
             self._upsert_document_row(doc)
             self.conn.execute("DELETE FROM chunks WHERE document_id = ?", (doc.id,))
-            node_ids = [c.node_id for c in chunks]
             self.conn.execute(
                 "DELETE FROM chunks WHERE node_id IN (SELECT value FROM json_each(?))", (json.dumps(node_ids),)
             )
@@ -230,6 +255,8 @@ class Store:
             return [None] * len(chunks)
         if len(vectors) != len(chunks):
             raise InputError(f"{len(chunks)} chunks but {len(vectors)} vectors.")
+        if len(chunks) == 0:
+            return []
         model = self.model
         if model is None:
             raise DatabaseError("no model is bound to this index yet; call bind_model first.")
@@ -377,7 +404,7 @@ class Store:
 
 CHUNK_COLUMNS = (
     "id, node_id, document_id, ordinal, heading_path, heading_level, text, start_char, end_char,"
-    " token_count, metadata"
+    " token_count, metadata, text_hash"
 )
 
 
@@ -402,7 +429,7 @@ def _chunk_from_row(r: Sequence[Any], with_embedding: bool) -> ChunkRecord:
     return ChunkRecord(
         id=r[0], node_id=r[1], document_id=r[2], ordinal=r[3], heading_path=r[4], heading_level=r[5],
         text=r[6], start_char=r[7], end_char=r[8], token_count=r[9], metadata=json.loads(r[10]),
-        embedding=from_blob(r[11]) if with_embedding and r[11] is not None else None,
+        text_hash=r[11], embedding=from_blob(r[12]) if with_embedding and r[12] is not None else None,
     )
 
 

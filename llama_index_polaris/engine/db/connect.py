@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
+import urllib.parse
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -69,16 +70,31 @@ def connect(path: str | os.PathLike[str], *, readonly: bool = False) -> Any:
         raise DatabaseError(f"{target}: no such index. Build one with `polaris index PATH`.")
     if not readonly and not target.parent.exists():
         raise DatabaseError(f"{target}: directory {target.parent} does not exist.")
-    uri = f"file:{target.resolve().as_posix()}?mode={'ro' if readonly else 'rwc'}"
+    # quote the path: '?', '#' and '%' in a directory name would otherwise end the URI path
+    path_part = urllib.parse.quote(target.resolve().as_posix(), safe="/")
+    uri = f"file:{path_part}?mode={'ro' if readonly else 'rwc'}"
     try:
         conn = sqlite.connect(
             uri, uri=True, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False
         )
     except sqlite.Error as exc:
         raise DatabaseError(f"{target}: cannot open ({exc}).") from exc
-    load_extensions(conn)
-    configure(conn, readonly=readonly)
+    try:
+        _check_is_database(conn, target, sqlite)
+        load_extensions(conn)
+        configure(conn, readonly=readonly)
+    except BaseException:
+        conn.close()
+        raise
     return conn
+
+
+def _check_is_database(conn: Any, target: Path, sqlite: ModuleType) -> None:
+    """Read the file header now, so a non-SQLite file is not blamed on the extensions."""
+    try:
+        conn.execute("PRAGMA schema_version").fetchone()
+    except sqlite.DatabaseError as exc:
+        raise DatabaseError(f"{target}: cannot be read as an SQLite database ({exc}).") from exc
 
 
 def configure(conn: Any, *, readonly: bool = False) -> None:

@@ -155,10 +155,24 @@ def migrate(conn: Any, fts_tokenizer: str) -> list[int]:
         with transaction(conn):
             if schema_version(conn) >= number:  # another process got there first
                 continue
+            if number == 1:
+                _refuse_foreign_tables(conn)
             step(conn, fts_tokenizer)
             conn.execute(f"PRAGMA user_version = {number}")
         applied.append(number)
     return applied
+
+
+def _refuse_foreign_tables(conn: Any) -> None:
+    """A file at version 0 with tables is someone else's database: do not write into it."""
+    names = [r[0] for r in conn.execute(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name"
+    )]
+    if names:
+        raise DatabaseError(
+            f"this SQLite file is not a Polaris index (it already has tables: {', '.join(names[:5])});"
+            " pass --db with a new file."
+        )
 
 
 class transaction:
@@ -172,7 +186,20 @@ class transaction:
         return self.conn
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        self.conn.execute("COMMIT" if exc_type is None else "ROLLBACK")
+        if exc_type is None:
+            try:
+                self.conn.execute("COMMIT")
+                return
+            except BaseException:
+                self._rollback()
+                raise
+        self._rollback()
+
+    def _rollback(self) -> None:
+        # SQLite may already have rolled back (SQLITE_FULL, an interrupt): a second
+        # ROLLBACK would raise and hide the original error.
+        if self.conn.in_transaction:
+            self.conn.execute("ROLLBACK")
 
 
 def get_meta(conn: Any) -> dict[str, str]:
