@@ -1,0 +1,180 @@
+"""The Embedder: one model, its prefixes and dimension, a lazily created thread-safe ONNX session."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING, Sequence
+
+import numpy as np
+
+from ..errors import ConfigError, ModelError
+from . import cache
+from .fingerprint import file_sha256
+from .pooling import finish
+from .registry import ModelSpec, get_model_spec
+from .runtime import Session, Tokenizers, clean_text, create_session, load_tokenizers, pad_batch, plan_batches
+
+if TYPE_CHECKING:
+    from ..config import PolarisConfig
+
+log = logging.getLogger(__name__)
+
+
+def resolve_dim(spec: ModelSpec, dim: int | None) -> int:
+    """The vector size to produce: the model's default, or a Matryoshka truncation."""
+    if dim is None:
+        return spec.default_dim
+    if dim == spec.native_dim:
+        return dim
+    if not spec.matryoshka:
+        raise ConfigError(
+            f"embedding_dim {dim}: model '{spec.id}' is not a Matryoshka model and only produces"
+            f" {spec.native_dim} dimensions; remove embedding_dim or set it to {spec.native_dim}."
+        )
+    if not 0 < dim < spec.native_dim:
+        raise ConfigError(f"embedding_dim {dim}: model '{spec.id}' supports 1 to {spec.native_dim} dimensions.")
+    return dim
+
+
+class Embedder:
+    """Embeds documents and queries with one model; the prefixes are applied here and nowhere else."""
+
+    def __init__(self, spec: ModelSpec, files: cache.ModelFiles, *, dim: int | None = None, threads: int | None = None, batch_size: int = 8):
+        if batch_size < 1:
+            raise ConfigError(f"embed_batch_size must be 1 or greater, got {batch_size}.")
+        self.spec = spec
+        self.model_id = spec.id
+        self.dim = resolve_dim(spec, dim)
+        self.files = files
+        self.threads = threads
+        self.batch_size = batch_size
+        self._lock = threading.Lock()
+        self._session: Session | None = None
+        self._tokenizers: Tokenizers | None = None
+        self._fingerprint: str | None = None
+
+    def __repr__(self) -> str:
+        return f"Embedder({self.model_id!r}, dim={self.dim}, source={self.files.source!r})"
+
+    @property
+    def fingerprint(self) -> str:
+        """sha256 of the ONNX file loaded (memoised on disk by path, size and mtime)."""
+        if self._fingerprint is None:
+            self._fingerprint = file_sha256(self.files.onnx)
+        return self._fingerprint
+
+    @property
+    def max_chunk_tokens(self) -> int:
+        """The largest chunk that fits the window after special tokens and the document prefix."""
+        tok = self._tokenizers_loaded()
+        prefix = len(tok.counter.encode(self.spec.doc_prefix, add_special_tokens=False).ids) if self.spec.doc_prefix else 0
+        return self.spec.window - tok.n_special - prefix
+
+    def count_tokens(self, text: str) -> int:
+        """Tokens in ``text`` by the model's tokenizer: no special tokens, no prefix, no truncation."""
+        return len(self._tokenizers_loaded().counter.encode(clean_text(text), add_special_tokens=False).ids)
+
+    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        """float32 (n, dim) unit vectors of ``texts`` with the document prefix."""
+        return self._embed(texts, self.spec.doc_prefix)
+
+    def embed_query(self, text: str) -> np.ndarray:
+        """float32 (dim,) unit vector of ``text`` with the query prefix."""
+        return self._embed([text], self.spec.query_prefix)[0]
+
+    def _embed(self, texts: Sequence[str], prefix: str) -> np.ndarray:
+        if isinstance(texts, str):
+            raise TypeError("embed_documents takes a sequence of texts, not one string")
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        if not texts:
+            return out
+        tok = self._tokenizers_loaded()
+        session = self._session_loaded()
+        encodings = tok.encoder.encode_batch([prefix + clean_text(t) for t in texts], add_special_tokens=True)
+        for text, enc in zip(texts, encodings):
+            if enc.overflowing:
+                log.debug("text of %d chars truncated to the %d-token window of %s", len(text), self.spec.window, self.model_id)
+        for index in plan_batches([len(e.ids) for e in encodings], self.batch_size):
+            feeds = pad_batch([encodings[i] for i in index], tok.pad_id)
+            hidden = session.session.run([session.output], {k: v for k, v in feeds.items() if k in session.inputs})[0]
+            out[index] = finish(
+                hidden, feeds["attention_mask"], pooling=self.spec.pooling, use_layer_norm=self.spec.layer_norm, dim=self.dim
+            )
+        return out
+
+    def _tokenizers_loaded(self) -> Tokenizers:
+        if self._tokenizers is None:
+            with self._lock:
+                if self._tokenizers is None:
+                    self._tokenizers = self._guarded(load_tokenizers, self.files.tokenizer, self.spec.window)
+        return self._tokenizers
+
+    def _session_loaded(self) -> Session:
+        if self._session is None:
+            with self._lock:
+                if self._session is None:
+                    self._session = self._guarded(create_session, self.files.onnx, self.threads)
+        return self._session
+
+    def _guarded(self, load, *args):
+        """Run a loader; a broken file from the cache is removed so the next run fetches it again."""
+        try:
+            return load(*args)
+        except ModelError as exc:
+            if self.files.source in ("cache", "download"):
+                cache.remove_cache_entry(self.spec)
+                raise ModelError(f"{exc}. The cached copy of '{self.model_id}' was removed; run again to download it afresh.") from exc
+            if self.files.source == "bundled" and self.spec.bundled is not None:
+                raise ModelError(f"{exc}. Reinstall the bundled model: {self.spec.bundled.install}") from exc
+            raise ModelError(f"{exc}. Replace the {self.files.source} file with a good copy of '{self.model_id}'.") from exc
+
+
+_EMBEDDERS: dict[tuple, Embedder] = {}
+_EMBEDDERS_LOCK = threading.Lock()
+
+
+def load_embedder(
+    model_id: str,
+    *,
+    dim: int | None = None,
+    model_dir: str | os.PathLike[str] | None = None,
+    threads: int | None = None,
+    batch_size: int = 8,
+) -> Embedder:
+    """The process-wide Embedder for these arguments (the same object for the same arguments).
+
+    Finds or downloads the files now; the ONNX session is created on the first embedding.
+    """
+    spec = get_model_spec(model_id)
+    key = (model_id, resolve_dim(spec, dim), str(Path(model_dir).resolve()) if model_dir else None, threads, batch_size)
+    with _EMBEDDERS_LOCK:
+        embedder = _EMBEDDERS.get(key)
+        if embedder is None:
+            files = cache.resolve(spec, model_dir)
+            embedder = _EMBEDDERS[key] = Embedder(spec, files, dim=dim, threads=threads, batch_size=batch_size)
+    return embedder
+
+
+def embedder_from_config(cfg: "PolarisConfig", model_id: str | None = None) -> Embedder:
+    """The Embedder the config asks for; ``model_id`` overrides the config's model.
+
+    ``embedding_dim`` and ``model_dir`` belong to the configured model and are ignored when
+    ``model_id`` names a different one.
+    """
+    own = model_id is None or model_id == cfg.model_id
+    return load_embedder(
+        model_id or cfg.model_id,
+        dim=cfg.embedding_dim if own else None,
+        model_dir=cfg.model_dir if own else None,
+        threads=cfg.intra_op_threads,
+        batch_size=cfg.embed_batch_size,
+    )
+
+
+def clear_embedders() -> None:
+    """Forget the process-wide Embedders (tests; after a model's files changed)."""
+    with _EMBEDDERS_LOCK:
+        _EMBEDDERS.clear()
