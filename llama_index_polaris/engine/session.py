@@ -1,0 +1,89 @@
+"""One index file with its config, store and (lazily) its embedder: what the CLI,
+the Datasette plugin and the LlamaIndex adapters open."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any, Sequence
+
+from .config import PolarisConfig, load_config
+from .errors import DatabaseError
+from .store import ModelBinding, Store
+
+
+def model_choice(config: PolarisConfig, recorded: ModelBinding | None) -> tuple[str, int | None]:
+    """The model to use: the database's unless the config names one explicitly."""
+    if recorded is not None and not config.model_explicit:
+        dim_explicit = config.sources.get("embedding_dim", "default") != "default"
+        return recorded.model_id, config.embedding_dim if dim_explicit else recorded.dim
+    return config.model_id, config.embedding_dim
+
+
+class PolarisIndex:
+    """A polaris.db opened with a validated config; the embedder loads on first use."""
+
+    def __init__(
+        self,
+        db_path: str | Path | None = None,
+        *,
+        config: PolarisConfig | None = None,
+        readonly: bool = False,
+    ) -> None:
+        self.config = config or load_config()
+        self.path = Path(db_path or self.config.db_path)
+        explicit = self.config.sources.get("fts_tokenizer", "default") != "default"
+        tokenizer = self.config.fts_tokenizer if explicit or not self.path.exists() else None
+        self.store = Store(self.path, readonly=readonly, fts_tokenizer=None if readonly else tokenizer)
+        self._embedder: Any = None
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        """Close the database."""
+        self.store.close()
+
+    def __enter__(self) -> "PolarisIndex":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    @property
+    def embedder(self) -> Any:
+        """The embedder for this index (the recorded model unless the config names another)."""
+        with self._lock:
+            if self._embedder is None:
+                from .embed import load_embedder
+
+                model_id, dim = model_choice(self.config, self.store.model)
+                embedder = load_embedder(
+                    model_id, dim=dim, model_dir=self.config.model_dir,
+                    threads=self.config.intra_op_threads, batch_size=self.config.embed_batch_size,
+                )
+                self.store.check_model(
+                    ModelBinding(embedder.model_id, embedder.dim, embedder.fingerprint)
+                )
+                self._embedder = embedder
+            return self._embedder
+
+    def searcher(self) -> Any:
+        """A Searcher over this index that embeds queries with its embedder."""
+        from .search.pipeline import Searcher
+
+        return Searcher(self.store, lambda q: self.embedder.embed_query(q), self.config)
+
+    def search(self, query: str, **kwargs: Any) -> list[Any]:
+        """Run the query pipeline (see ``Searcher.search``)."""
+        if self.store.model is None:
+            raise DatabaseError(f"{self.path} holds no index yet. Build one with `polaris index PATH`.")
+        return self.searcher().search(query, **kwargs)
+
+    def indexer(self, collection: str = "default", progress: Any = None) -> Any:
+        """An Indexer writing into this index."""
+        from .index import Indexer
+
+        return Indexer(self.store, self.embedder, self.config, collection=collection, progress=progress)
+
+    def index_paths(self, paths: Sequence[str | Path], collection: str = "default", progress: Any = None) -> Any:
+        """Index the files under ``paths`` incrementally; returns an IndexReport."""
+        return self.indexer(collection, progress).index_paths(paths)
