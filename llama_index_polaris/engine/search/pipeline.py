@@ -86,17 +86,19 @@ class _Row:
     vector: np.ndarray | None
 
 
-def clamp_top_k(top_k: int | None, default: int) -> int:
+def clamp_top_k(top_k: int | None, default: int, upper: int = 100) -> int:
     """The 5ire limit rule: default when absent, clamped to 1..100."""
     if top_k is None:
         return default
     if isinstance(top_k, bool) or not isinstance(top_k, int):
         raise InputError(f"top_k must be an integer, got {top_k!r}.")
-    return max(1, min(100, top_k))
+    return max(1, min(upper, top_k))
 
 
 class Searcher:
     """Runs queries against one store with one query embedder and one config."""
+
+    max_top_k = 100  # the 5ire clamp; evaluation raises it to rank deeper
 
     def __init__(self, store: Store, embed_query: Callable[[str], np.ndarray] | None, config: PolarisConfig) -> None:
         self.store = store
@@ -121,7 +123,7 @@ class Searcher:
         if not isinstance(query, str):
             raise InputError(f"the query must be a string, got {type(query).__name__}.")
         query = query.strip()[:MAX_QUERY_CHARS]
-        k = clamp_top_k(top_k, self.config.top_k)
+        k = clamp_top_k(top_k, self.config.top_k, self.max_top_k)
         if not query and query_vector is None:
             return []
         with self.store._lock:

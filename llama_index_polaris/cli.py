@@ -1,0 +1,283 @@
+"""The `polaris` command: index a docs folder, search it, and look at the index.
+
+It never imports llama_index: `polaris search` is what an agent runs dozens of times
+in a row, so start-up stays small.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+from typing import Any, Callable, Sequence
+
+from .engine.config import describe, load_config
+from .engine.errors import PolarisError
+
+EXIT_ERROR, EXIT_INTERRUPTED = 1, 130
+
+
+def _config(args: argparse.Namespace, **overrides: Any) -> Any:
+    return load_config(config_file=getattr(args, "config", None), db_path=args.db, **overrides)
+
+
+def _open(args: argparse.Namespace, *, readonly: bool, **overrides: Any) -> Any:
+    from .engine.session import PolarisIndex
+
+    cfg = _config(args, **overrides)
+    return PolarisIndex(cfg.db_path, config=cfg, readonly=readonly)
+
+
+# -- index ------------------------------------------------------------------------
+def cmd_index(args: argparse.Namespace) -> int:
+    """polaris index PATH... : incremental indexing."""
+    from .engine.sources import index_root
+
+    index_root(args.paths)  # a missing path is an error before anything is opened
+    with _open(args, readonly=False, model_id=args.model) as index:
+        bar = _progress_bar(args.quiet)
+        try:
+            report = index.index_paths(args.paths, collection=args.collection, progress=bar.update)
+        finally:
+            bar.close()
+    for path, reason in report.failed:
+        print(f"failed: {path}: {reason}", file=sys.stderr)
+    if args.json:
+        print(json.dumps({**vars(report), "failed": [list(f) for f in report.failed]}, indent=2))
+    else:
+        print(report.summary())
+    return 0
+
+
+class _progress_bar:
+    """A tqdm bar on a terminal; silent otherwise or with --quiet."""
+
+    def __init__(self, quiet: bool) -> None:
+        self.bars: dict[str, Any] = {}
+        self.enabled = not quiet and sys.stderr.isatty()
+
+    def update(self, stage: str, done: int, total: int) -> None:
+        if not self.enabled:
+            return
+        from tqdm import tqdm
+
+        bar = self.bars.get(stage)
+        if bar is None:
+            unit = "file" if stage == "documents" else "chunk"
+            bar = self.bars[stage] = tqdm(total=total, unit=unit, desc=stage, leave=False, file=sys.stderr)
+        bar.total = max(total, bar.total or 0)
+        bar.update(done - bar.n)
+
+    def close(self) -> None:
+        for bar in self.bars.values():
+            bar.close()
+
+
+# -- search -----------------------------------------------------------------------
+def cmd_search(args: argparse.Namespace) -> int:
+    """polaris search QUERY : hybrid search with optional explanation."""
+    with _open(args, readonly=True) as index:
+        hits = index.search(
+            args.query, top_k=args.k, mode=args.mode,
+            documents=args.document or None, collections=args.collection or None,
+        )
+    if args.json:
+        print(json.dumps([_hit_json(h, args.explain) for h in hits], indent=2, ensure_ascii=False))
+        return 0
+    if not hits:
+        print("no results", file=sys.stderr)
+        return 0
+    color = sys.stdout.isatty() and "NO_COLOR" not in os.environ
+    for hit in hits:
+        print(_hit_text(hit, args.query, color, args.explain))
+    return 0
+
+
+def _hit_json(hit: Any, explain: bool) -> dict[str, Any]:
+    out = {
+        "rank": hit.rank, "score": round(hit.score, 6), "node_id": hit.node_id, "document": hit.document,
+        "document_id": hit.document_id, "collection": hit.collection, "heading_path": hit.heading_path,
+        "start_char": hit.start_char, "end_char": hit.end_char, "text": hit.text,
+    }
+    if explain:
+        out["explain"] = {k: v for k, v in vars(hit.explain).items()}
+    return out
+
+
+def _hit_text(hit: Any, query: str, color: bool, explain: bool) -> str:
+    bold = (lambda s: f"\033[1m{s}\033[0m") if color else (lambda s: s)
+    where = f"{hit.document}" + (f"  ›  {hit.heading_path}" if hit.heading_path else "")
+    lines = [f"{hit.rank:>2}. {hit.score:.3f}  {bold(where)}", "    " + snippet(hit.text, query, color)]
+    if explain:
+        lines.append("    " + _explain_line(hit.explain))
+    return "\n".join(lines) + "\n"
+
+
+def _fmt(value: Any, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _explain_line(e: Any) -> str:
+    return (
+        f"vector #{_fmt(e.vector_rank, 'd')} dist {_fmt(e.vector_distance, '.4f')} | "
+        f"bm25 #{_fmt(e.bm25_rank, 'd')} score {_fmt(e.bm25_score, '.3f')} | "
+        f"rrf {_fmt(e.rrf, '.5f')} (v {_fmt(e.rrf_vector, '.5f')} + b {_fmt(e.rrf_bm25, '.5f')}) | "
+        f"boost {_fmt(e.boost, '.4f')} | mmr penalty {_fmt(e.mmr_penalty, '.4f')} | score {e.score:.3f}"
+    )
+
+
+def snippet(text: str, query: str, color: bool = False, width: int = 220) -> str:
+    """A one-line window of ``text`` around the first query term, terms highlighted."""
+    from .engine.search.terms import content_terms
+
+    flat = " ".join(text.split())
+    terms = [t for t in content_terms(query, 3)]
+    pattern = re.compile(r"\b(" + "|".join(re.escape(t) for t in terms) + r")\w*", re.I) if terms else None
+    first = pattern.search(flat) if pattern else None
+    start = max(0, (first.start() if first else 0) - width // 3)
+    if start:
+        start = flat.find(" ", start) + 1 or start
+    window = flat[start:start + width]
+    window = ("…" if start else "") + window + ("…" if start + width < len(flat) else "")
+    if pattern and color:
+        window = pattern.sub(lambda m: f"\033[1;33m{m.group(0)}\033[0m", window)
+    return window
+
+
+# -- status and models -------------------------------------------------------------
+def cmd_status(args: argparse.Namespace) -> int:
+    """polaris status : what the index holds and the effective config."""
+    cfg = _config(args)
+    from .engine.db.schema import schema_version
+    from .engine.session import PolarisIndex
+
+    with PolarisIndex(cfg.db_path, config=cfg, readonly=True) as index:
+        store = index.store
+        model, counts = store.model, store.counts()
+        status = {
+            "db_path": str(index.path), "model_id": model.model_id if model else None,
+            "embedding_dim": model.dim if model else None, "model_fingerprint": model.fingerprint if model else None,
+            "documents": counts["documents"], "chunks": counts["chunks"], "collections": counts["collections"],
+            "schema_version": schema_version(store.conn), "size_bytes": store.size_bytes(),
+            "config": {k: {"value": v, "source": s} for k, v, s in describe(cfg)},
+        }
+    if args.json:
+        print(json.dumps(status, indent=2))
+        return 0
+    print(_status_text(status))
+    return 0
+
+
+def _status_text(s: dict[str, Any]) -> str:
+    lines = [
+        f"index      {s['db_path']} ({s['size_bytes'] / 1e6:.1f} MB, schema v{s['schema_version']})",
+        f"model      {s['model_id']} ({s['embedding_dim']} dims)",
+        f"documents  {s['documents']}    chunks {s['chunks']}",
+    ]
+    for name, statuses in s["collections"].items():
+        lines.append(f"  {name}: " + ", ".join(f"{n} {st}" for st, n in statuses.items()))
+    lines.append("config (value, from)")
+    lines += [f"  {k:<26} {c['value']!r:<42} {c['source']}" for k, c in s["config"].items()]
+    return "\n".join(lines)
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    """polaris models : the embedding models, and which are available offline."""
+    from .engine.embed import list_models, model_status
+
+    cfg = _config(args)
+    rows = []
+    for spec in list_models():
+        st = model_status(spec)
+        rows.append({"id": spec.id, "dim": spec.default_dim, "native_dim": spec.native_dim,
+                     "size_mb": spec.size_mb, "default": spec.id == cfg.model_id, **st})
+    if args.json:
+        print(json.dumps(rows, indent=2, default=str))
+        return 0
+    for r in rows:
+        mark = "*" if r["default"] else " "
+        where = r.get("path") or ""
+        print(f"{mark} {r['id']:<24} {r['dim']:>5} dims  ~{r['size_mb']:>4} MB  {r.get('status', '?'):<9} {where}")
+    print("\n* = model_id in effect for new indexes")
+    return 0
+
+
+# -- parser -----------------------------------------------------------------------
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--db", metavar="FILE", help="index file (default: db_path from polaris.toml, else ./polaris.db)")
+    p.add_argument("--config", metavar="FILE", help="polaris.toml to use instead of ./polaris.toml")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser for every subcommand."""
+    parser = argparse.ArgumentParser(prog="polaris", description="Local-first hybrid search over Markdown docs.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("index", help="index Markdown and text files (incremental)")
+    p.add_argument("paths", nargs="+", metavar="PATH")
+    p.add_argument("--collection", default="default")
+    p.add_argument("--model", metavar="ID", help="embedding model (see `polaris models`)")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+    p.add_argument("--json", action="store_true")
+    _common(p)
+    p.set_defaults(func=cmd_index)
+
+    p = sub.add_parser("search", help="search the index")
+    p.add_argument("query")
+    p.add_argument("-k", type=int, default=None, help="number of hits (1-100; default top_k)")
+    p.add_argument("--mode", choices=("hybrid", "vector", "bm25"), default="hybrid")
+    p.add_argument("--collection", action="append", metavar="NAME")
+    p.add_argument("--document", action="append", metavar="PATH")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--explain", action="store_true", help="per-stage figures for each hit")
+    _common(p)
+    p.set_defaults(func=cmd_search)
+
+    p = sub.add_parser("status", help="what the index holds, and the effective config")
+    p.add_argument("--json", action="store_true")
+    _common(p)
+    p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("models", help="embedding models and where their files are")
+    p.add_argument("--json", action="store_true")
+    _common(p)
+    p.set_defaults(func=cmd_models)
+
+    for register in EXTRA_COMMANDS:
+        register(sub, _common)
+    return parser
+
+
+EXTRA_COMMANDS: list[Callable[[Any, Callable[[argparse.ArgumentParser], None]], None]] = []
+
+
+def _register_eval(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> None:
+    try:
+        from .engine import evaluate
+    except ImportError:  # not built yet
+        return
+    evaluate.register_cli(sub, common)
+
+
+EXTRA_COMMANDS.append(_register_eval)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `polaris` console script."""
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except PolarisError as exc:
+        print(f"polaris: error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        print("polaris: interrupted; finished documents are saved, run the same command to resume.", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
