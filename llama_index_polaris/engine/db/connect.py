@@ -10,6 +10,7 @@ from types import ModuleType
 from typing import Any
 
 from ..errors import DatabaseError, ExtensionError
+from .schema import refuse_foreign_tables, schema_version
 
 BUSY_TIMEOUT_MS = 10_000
 INSTALL_HINT = (
@@ -81,6 +82,8 @@ def connect(path: str | os.PathLike[str], *, readonly: bool = False) -> Any:
         raise DatabaseError(f"{target}: cannot open ({exc}).") from exc
     try:
         _check_is_database(conn, target, sqlite)
+        if not readonly and schema_version(conn) == 0:
+            refuse_foreign_tables(conn, str(target))  # before WAL mode rewrites its header
         load_extensions(conn)
         configure(conn, readonly=readonly)
     except BaseException:

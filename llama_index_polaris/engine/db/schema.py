@@ -156,21 +156,21 @@ def migrate(conn: Any, fts_tokenizer: str) -> list[int]:
             if schema_version(conn) >= number:  # another process got there first
                 continue
             if number == 1:
-                _refuse_foreign_tables(conn)
+                refuse_foreign_tables(conn)
             step(conn, fts_tokenizer)
             conn.execute(f"PRAGMA user_version = {number}")
         applied.append(number)
     return applied
 
 
-def _refuse_foreign_tables(conn: Any) -> None:
+def refuse_foreign_tables(conn: Any, where: str = "this SQLite file") -> None:
     """A file at version 0 with tables is someone else's database: do not write into it."""
     names = [r[0] for r in conn.execute(
         "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name"
     )]
     if names:
         raise DatabaseError(
-            f"this SQLite file is not a Polaris index (it already has tables: {', '.join(names[:5])});"
+            f"{where} is not a Polaris index (it already has tables: {', '.join(names[:5])});"
             " pass --db with a new file."
         )
 

@@ -1,0 +1,39 @@
+"""Helpers shared by the tests (plain functions; the fixtures are in conftest.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from llama_index_polaris.engine.store import ChunkRecord, ModelBinding
+
+REPO = Path(__file__).resolve().parents[1]
+FAKE_FINGERPRINT = "f" * 64
+
+
+def unit_vectors(n: int, dim: int, seed: int = 0) -> np.ndarray:
+    """``n`` deterministic L2-normalised float32 vectors of size ``dim``."""
+    rng = np.random.default_rng(seed)
+    v = rng.standard_normal((n, dim)).astype("<f4")
+    return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+def make_chunks(doc_id: str, n: int, word: str = "chunk") -> list[ChunkRecord]:
+    """``n`` chunks whose node ids and texts are unique and searchable by ``word``."""
+    return [
+        ChunkRecord(
+            node_id=f"{doc_id}:{i}",
+            text=f"{word} number {i} of {doc_id}",
+            ordinal=i,
+            heading_path=f"{doc_id} > part {i}",
+            start_char=i * 100,
+            end_char=i * 100 + 50,
+        )
+        for i in range(n)
+    ]
+
+
+def fake_binding(dim: int = 4, model_id: str | None = None) -> ModelBinding:
+    """A model binding for a model that does not exist: only its name and size matter."""
+    return ModelBinding(model_id or f"fake-{dim}", dim, FAKE_FINGERPRINT, "doc: ", "query: ")
