@@ -97,6 +97,8 @@ def fetch(
             if exc.code not in (408, 416, 429) and exc.code < 500:
                 raise ModelDownloadError(f"{url} answered HTTP {exc.code}") from exc
             problem: Exception = exc
+        except urllib.error.URLError as exc:  # no connection at all: retrying will not help
+            raise ModelDownloadError(f"cannot reach {url}: {_reason(exc)}") from exc
         except (OSError, http.client.HTTPException) as exc:
             problem = exc
         log.info("download of %s interrupted (%s); attempt %d of %d", url, problem, attempt, attempts)
