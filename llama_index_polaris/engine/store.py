@@ -22,6 +22,7 @@ from . import db
 from .db.schema import get_meta, has_table, set_meta, transaction
 from .config import SETTINGS_BY_NAME
 from .errors import ConfigError, DatabaseError, InputError, ModelMismatchError
+from .search.filters import Filter, filter_sql
 
 STATUSES = ("pending", "processing", "completed", "failed")
 DEFAULT_COLLECTION = "default"
@@ -250,6 +251,36 @@ class Store:
                 [_chunk_row(doc.id, c, b) for c, b in zip(chunks, blobs)],
             )
 
+    def upsert_chunks(
+        self,
+        doc: DocumentRecord,
+        chunks: Sequence[ChunkRecord],
+        vectors: np.ndarray | Sequence[np.ndarray] | None,
+    ) -> None:
+        """Add or replace ``chunks`` by node id under ``doc``, in one transaction.
+
+        Unlike ``upsert_document`` the document's other chunks stay, and an existing
+        document row is left as it is (``doc`` is inserted only when absent). A node id
+        already stored under another document moves to this one.
+        """
+        node_ids = [c.node_id for c in chunks]
+        if len(set(node_ids)) != len(node_ids):
+            dupes = sorted(n for n, k in Counter(node_ids).items() if k > 1)
+            raise InputError(f"document {doc.id!r}: duplicate node ids {', '.join(dupes[:5])}.")
+        blobs = self._blobs(chunks, vectors)
+        with self._write():
+            if self.conn.execute("SELECT 1 FROM documents WHERE id = ?", (doc.id,)).fetchone() is None:
+                self._upsert_document_row(doc)
+            self.conn.execute(
+                "DELETE FROM chunks WHERE node_id IN (SELECT value FROM json_each(?))", (json.dumps(node_ids),)
+            )
+            self.conn.executemany(
+                """INSERT INTO chunks (node_id, document_id, ordinal, heading_path, heading_level, text,
+                       start_char, end_char, token_count, text_hash, metadata, embedding)
+                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+                [_chunk_row(doc.id, c, b) for c, b in zip(chunks, blobs)],
+            )
+
     def _blobs(self, chunks: Sequence[ChunkRecord], vectors: Any) -> list[bytes | None]:
         if vectors is None:
             return [None] * len(chunks)
@@ -312,6 +343,14 @@ class Store:
             )
             return cur.rowcount
 
+    def delete_chunks(self, *, node_ids: Sequence[str] | None = None, filters: Filter | None = None) -> int:
+        """Remove the chunks in ``node_ids`` that pass ``filters`` (either may be None, not both)."""
+        if node_ids is None and filters is None:
+            raise InputError("delete_chunks needs node_ids or filters; use clear() to remove everything.")
+        where, args = _chunk_where(node_ids, None, None, filters)
+        with self._write():
+            return self.conn.execute(f"DELETE FROM chunks {where}", args).rowcount
+
     def clear(self) -> None:
         """Remove every document and chunk; the model binding stays."""
         with self._write():
@@ -347,10 +386,11 @@ class Store:
         node_ids: Sequence[str] | None = None,
         ids: Sequence[int] | None = None,
         document_id: str | None = None,
+        filters: Filter | None = None,
         with_embedding: bool = False,
     ) -> list[ChunkRecord]:
-        """Chunks by node id, by rowid or by document (in document order)."""
-        where, args = _chunk_where(node_ids, ids, document_id)
+        """Chunks by node id, rowid, document and metadata filters (all that are given), in document order."""
+        where, args = _chunk_where(node_ids, ids, document_id, filters)
         columns = CHUNK_COLUMNS + (", embedding" if with_embedding else "")
         with self._lock:
             rows = self.conn.execute(
@@ -408,14 +448,23 @@ CHUNK_COLUMNS = (
 )
 
 
-def _chunk_where(node_ids: Any, ids: Any, document_id: Any) -> tuple[str, tuple]:
+def _chunk_where(node_ids: Any, ids: Any, document_id: Any, filters: Filter | None = None) -> tuple[str, tuple]:
+    parts: list[str] = []
+    args: list[Any] = []
     if node_ids is not None:
-        return "WHERE node_id IN (SELECT value FROM json_each(?))", (json.dumps(list(node_ids)),)
+        parts.append("node_id IN (SELECT value FROM json_each(?))")
+        args.append(json.dumps(list(node_ids)))
     if ids is not None:
-        return "WHERE id IN (SELECT value FROM json_each(?))", (json.dumps([int(i) for i in ids]),)
+        parts.append("id IN (SELECT value FROM json_each(?))")
+        args.append(json.dumps([int(i) for i in ids]))
     if document_id is not None:
-        return "WHERE document_id = ?", (document_id,)
-    return "", ()
+        parts.append("document_id = ?")
+        args.append(document_id)
+    if filters is not None:
+        sql, params = filter_sql(filters, "metadata")
+        parts.append(f"({sql})")
+        args += params
+    return ("WHERE " + " AND ".join(parts) if parts else ""), tuple(args)
 
 
 def _chunk_row(document_id: str, c: ChunkRecord, blob: bytes | None) -> tuple:

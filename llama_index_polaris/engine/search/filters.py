@@ -1,13 +1,22 @@
 """Metadata filters as SQL over ``chunks.metadata``: every value bound, nothing interpolated.
 
-The operators and the meaning of NOT follow LlamaIndex core (NOT = none of the
-filters match; a missing key satisfies only ``!=`` and ``nin``), but this module
-knows nothing of LlamaIndex: the adapter translates its types into these.
+The operators and the meaning of NOT follow LlamaIndex core's ``build_metadata_filter_fn``
+(NOT = none of the filters match; a missing key or a JSON null satisfies only ``!=``,
+``nin`` and ``is_empty``), but this module knows nothing of LlamaIndex: the adapter
+translates its types into these. Every condition is a strict 0/1 (never SQL NULL), so
+NOT over a missing key means what it means in Python.
+
+Where core raises TypeError (ordering a string against a number, ``text_match`` on a
+number, ``contains`` of a number in a string) a condition here is simply false. As in
+core, ``contains``, ``any`` and ``all`` test list membership on a list value and
+substring on a string value. ``text_match_insensitive`` folds ASCII case only (SQLite's
+``lower``).
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from typing import Any, Union
 
@@ -71,46 +80,110 @@ def _path(key: str) -> str:
     return '$."' + key.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+def _is_number(v: Any) -> bool:
+    """A number SQLite can bind and JSON can carry: no NaN, no infinity, int within 64 bits."""
+    if isinstance(v, int):
+        return -(2**63) <= v < 2**63
+    return isinstance(v, float) and math.isfinite(v)
+
+
 def _check_value(c: Condition) -> None:
     if c.op not in OPERATORS:
         raise InputError(f"unknown filter operator {c.op!r}; use one of {', '.join(OPERATORS)}.")
     v = c.value
-    if c.op in LIST_OPS and not isinstance(v, (list, tuple)):
-        raise InputError(f"filter '{c.key} {c.op}' needs a list of values, got {type(v).__name__}.")
-    if c.op in LIST_OPS and any(isinstance(x, (list, tuple, dict)) for x in v):
-        raise InputError(f"filter '{c.key} {c.op}' takes a flat list of strings or numbers.")
-    if c.op in SCALAR_OPS + ("contains",) and not isinstance(v, (str, int, float)):
-        raise InputError(f"filter '{c.key} {c.op}' needs a string or number, got {type(v).__name__}.")
-    if c.op in TEXT_OPS and not isinstance(v, str):
-        raise InputError(f"filter '{c.key} {c.op}' needs a string, got {type(v).__name__}.")
+    if c.op in LIST_OPS:
+        if not isinstance(v, (list, tuple)):
+            raise InputError(f"filter '{c.key} {c.op}' needs a list of values, got {type(v).__name__}.")
+        if not all(isinstance(x, str) or _is_number(x) for x in v):
+            raise InputError(f"filter '{c.key} {c.op}' takes a flat list of strings or finite numbers.")
+    elif c.op in TEXT_OPS:
+        if not isinstance(v, str):
+            raise InputError(f"filter '{c.key} {c.op}' needs a string, got {type(v).__name__}.")
+    elif c.op != "is_empty" and not (isinstance(v, str) or _is_number(v)):
+        hint = " (use 'is_empty' to test for a missing value)" if v is None else ""
+        raise InputError(f"filter '{c.key} {c.op}' needs a string or finite number, got {v!r}{hint}.")
+
+
+# SQL types (json_type) a scalar filter value can equal or be ordered against.
+NUMBER_TYPES = "('integer', 'real', 'true', 'false')"
+TEXT_TYPES = "('text')"
 
 
 def _condition_sql(c: Condition, column: str) -> tuple[str, list[Any]]:
     _check_value(c)
-    p, v = _path(c.key), c.value
-    value = f"json_extract({column}, ?)"
-    elements = f"json_each({column}, ?)"
-    is_array = f"json_type({column}, ?) = 'array'"
-    if c.op in ("==", ">", "<", ">=", "<="):
-        return f"{value} {'=' if c.op == '==' else c.op} ?", [p, v]
-    if c.op == "!=":
-        return f"({value} IS NULL OR {value} != ?)", [p, p, v]
-    if c.op == "in":
-        return f"{value} IN (SELECT value FROM json_each(?))", [p, json.dumps(list(v))]
-    if c.op == "nin":
-        return f"({value} IS NULL OR {value} NOT IN (SELECT value FROM json_each(?)))", [p, p, json.dumps(list(v))]
-    if c.op == "any":
-        return (f"({is_array} AND EXISTS (SELECT 1 FROM {elements} e"
-                " WHERE e.value IN (SELECT value FROM json_each(?))))", [p, p, json.dumps(list(v))])
-    if c.op == "all":
-        return (f"({is_array} AND NOT EXISTS (SELECT 1 FROM json_each(?) w"
-                f" WHERE w.value NOT IN (SELECT e.value FROM {elements} e)))", [p, json.dumps(list(v)), p])
-    if c.op == "contains":
-        return (f"(CASE WHEN {is_array} THEN EXISTS (SELECT 1 FROM {elements} e WHERE e.value = ?)"
-                f" ELSE instr({value}, ?) > 0 END)", [p, p, v, p, str(v)])
-    if c.op == "text_match":
-        return f"instr({value}, ?) > 0", [p, v]
-    if c.op == "text_match_insensitive":
-        return f"instr(lower({value}), lower(?)) > 0", [p, v]
-    return (f"({value} IS NULL OR {value} = '' OR ({is_array} AND json_array_length({column}, ?) = 0))",
-            [p, p, p, p])
+    sql, params = _OPS[c.op](c.value, _path(c.key), column)
+    return f"coalesce(({sql}), 0)", params
+
+
+def _compare(op: str) -> Any:
+    def build(v: Any, p: str, col: str) -> tuple[str, list[Any]]:
+        types = TEXT_TYPES if isinstance(v, str) else NUMBER_TYPES
+        return f"json_type({col}, ?) IN {types} AND json_extract({col}, ?) {op} ?", [p, p, v]
+    return build
+
+
+def _ne(v: Any, p: str, col: str) -> tuple[str, list[Any]]:
+    sql, params = _compare("=")(v, p, col)
+    return f"NOT coalesce(({sql}), 0)", params
+
+
+def _in(v: Any, p: str, col: str) -> tuple[str, list[Any]]:
+    return (f"json_type({col}, ?) NOT IN ('array', 'object')"
+            f" AND json_extract({col}, ?) IN (SELECT value FROM json_each(?))", [p, p, json.dumps(list(v))])
+
+
+def _nin(v: Any, p: str, col: str) -> tuple[str, list[Any]]:
+    sql, params = _in(v, p, col)
+    return f"NOT coalesce(({sql}), 0)", params
+
+
+def _member(item: str, item_is_text: str, p: str, col: str) -> tuple[str, list[Any]]:
+    """``item in metadata[key]``: membership in a list, substring of a string (SQL ``item``)."""
+    return (
+        f"CASE json_type({col}, ?)"
+        f" WHEN 'array' THEN EXISTS (SELECT 1 FROM json_each({col}, ?) e"
+        f"  WHERE e.type NOT IN ('array', 'object') AND e.value = {item})"
+        f" WHEN 'text' THEN {item_is_text} AND instr(json_extract({col}, ?), {item}) > 0"
+        " ELSE 0 END",
+        [p, p, p],
+    )
+
+
+def _contains(v: Any, p: str, col: str) -> tuple[str, list[Any]]:
+    sql, params = _member("?", "?", p, col)
+    # parameters in textual order: type path, array path, value, is-text flag, text path, value
+    return sql, [params[0], params[1], v, int(isinstance(v, str)), params[2], v]
+
+
+def _any(v: Any, p: str, col: str) -> tuple[str, list[Any]]:
+    sql, params = _member("w.value", "w.type = 'text'", p, col)
+    return f"EXISTS (SELECT 1 FROM json_each(?) w WHERE {sql})", [json.dumps(list(v)), *params]
+
+
+def _all(v: Any, p: str, col: str) -> tuple[str, list[Any]]:
+    sql, params = _member("w.value", "w.type = 'text'", p, col)
+    present = f"json_type({col}, ?) NOT IN ('null')"
+    return (f"{present} AND NOT EXISTS (SELECT 1 FROM json_each(?) w WHERE NOT ({sql}))",
+            [p, json.dumps(list(v)), *params])
+
+
+def _text_match(v: Any, p: str, col: str) -> tuple[str, list[Any]]:
+    return f"json_type({col}, ?) = 'text' AND instr(json_extract({col}, ?), ?) > 0", [p, p, v]
+
+
+def _text_match_insensitive(v: Any, p: str, col: str) -> tuple[str, list[Any]]:
+    return f"json_type({col}, ?) = 'text' AND instr(lower(json_extract({col}, ?)), lower(?)) > 0", [p, p, v]
+
+
+def _is_empty(v: Any, p: str, col: str) -> tuple[str, list[Any]]:
+    return (f"CASE coalesce(json_type({col}, ?), 'null') WHEN 'null' THEN 1"
+            f" WHEN 'text' THEN json_extract({col}, ?) = ''"
+            f" WHEN 'array' THEN json_array_length({col}, ?) = 0 ELSE 0 END", [p, p, p])
+
+
+_OPS = {
+    "==": _compare("="), "!=": _ne, ">": _compare(">"), "<": _compare("<"), ">=": _compare(">="),
+    "<=": _compare("<="), "in": _in, "nin": _nin, "any": _any, "all": _all, "contains": _contains,
+    "text_match": _text_match, "text_match_insensitive": _text_match_insensitive, "is_empty": _is_empty,
+}
+assert set(_OPS) == set(OPERATORS)

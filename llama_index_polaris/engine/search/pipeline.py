@@ -116,46 +116,94 @@ class Searcher:
         filters: Filter | None = None,
         node_ids: Sequence[str] | None = None,
         query_vector: np.ndarray | None = None,
+        mmr_lambda: float | None = None,
     ) -> list[Hit]:
-        """The best ``top_k`` chunks for ``query`` in ``mode`` within the scope given."""
+        """The best ``top_k`` chunks for ``query`` in ``mode`` within the scope given.
+
+        ``mmr_lambda`` overrides the configured MMR trade-off for this query; in
+        ``vector`` mode giving it re-ranks the vector candidate pool by MMR with the
+        cosine similarity as relevance (without it, vector mode is plain KNN).
+        ``query_vector`` skips the query embedding (it must have the index's dim).
+        """
         if mode not in MODES:
             raise InputError(f"mode must be one of {', '.join(MODES)}, got {mode!r}.")
         if not isinstance(query, str):
             raise InputError(f"the query must be a string, got {type(query).__name__}.")
+        lam = _check_lambda(self.config.mmr_lambda if mmr_lambda is None else mmr_lambda)
         query = query.strip()[:MAX_QUERY_CHARS]
         k = clamp_top_k(top_k, self.config.top_k, self.max_top_k)
+        if query_vector is not None:
+            query_vector = self._check_vector(query_vector)
         if not query and query_vector is None:
             return []
         with self.store._lock:
             scope = resolve_scope(
                 self.store.conn, documents=documents, collections=collections, filters=filters, node_ids=node_ids
             )
-            if scope.empty:
-                return []
+        if scope.empty:
+            return []
+        if mode != "bm25" and query_vector is None and self.store.model is not None:
+            query_vector = self._check_vector(self._embed(query))  # outside the lock: other threads may read
+        with self.store._lock:
             self.store.conn.execute("BEGIN")  # one read snapshot for every stage
             try:
-                return self._run(query, k, mode, scope, query_vector)
+                return self._run(query, k, mode, scope, query_vector, lam if mode == "hybrid" else mmr_lambda)
             finally:
                 self.store.conn.execute("COMMIT")
 
-    def _run(self, query: str, k: int, mode: str, scope: Scope, qvec: np.ndarray | None) -> list[Hit]:
+    def _run(self, query: str, k: int, mode: str, scope: Scope, qvec: np.ndarray | None,
+             lam: float | None) -> list[Hit]:
         pool = min(k * self.config.mmr_candidate_multiplier, MAX_K)
         vec_hits: list[tuple[int, float]] = []
         bm_hits: list[tuple[int, float]] = []
-        if mode in ("hybrid", "vector"):
-            if qvec is None:
-                qvec = self._embed(query)
+        if mode in ("hybrid", "vector") and qvec is not None:  # None: no vectors in this index yet
             vec_hits = knn(self.store.conn, qvec, pool, scope)
         if mode in ("hybrid", "bm25") and query:
             bm_hits = bm25(self.store.conn, query, pool, scope)
         if mode == "hybrid":
-            return self._hybrid(query, k, vec_hits, bm_hits)
+            return self._hybrid(query, k, vec_hits, bm_hits, lam)
+        if mode == "vector" and lam is not None:
+            return self._vector_mmr(k, vec_hits, lam)
         return self._single(k, vec_hits if mode == "vector" else bm_hits, mode)
 
     def _embed(self, query: str) -> np.ndarray:
         if self.embed_query is None:
             raise InputError("this searcher has no query embedder; use mode='bm25' or pass query_vector.")
         return self.embed_query(query)
+
+    def _check_vector(self, vector: Any) -> np.ndarray:
+        """The query vector as float32, refused clearly when its size is not the index's."""
+        try:
+            arr = np.asarray(vector, dtype=np.float32).reshape(-1)
+        except (TypeError, ValueError) as exc:
+            raise InputError(f"the query vector must be a list of numbers ({exc}).") from None
+        model = self.store.model
+        if model is not None and arr.shape[0] != model.dim:
+            raise InputError(
+                f"the query vector has {arr.shape[0]} dims but {self.store.path} holds {model.dim}-dim"
+                f" vectors of {model.model_id}; embed the query with that model."
+            )
+        if not np.all(np.isfinite(arr)):
+            raise InputError("the query vector contains NaN or infinite values.")
+        return arr
+
+    def _vector_mmr(self, k: int, vec_hits: list[tuple[int, float]], lam: float) -> list[Hit]:
+        """MMR over the vector candidates; relevance is the cosine similarity itself."""
+        rows = self._rows([h[0] for h in vec_hits])
+        vec_hits = [h for h in vec_hits if h[0] in rows]
+        if not vec_hits:
+            return []
+        relevance = np.array([1.0 - d for _, d in vec_hits])
+        ids = [cid for cid, _ in vec_hits]
+        picks = mmr(relevance, self._matrix(rows, ids), k, lam)
+        scores = relative_to_top([p.value for p in picks])
+        out = []
+        for rank, (pick, score) in enumerate(zip(picks, scores), start=1):
+            cid, distance = vec_hits[pick.index]
+            ex = Explanation(vector_rank=pick.index + 1, vector_distance=distance,
+                             relevance=float(relevance[pick.index]), mmr_penalty=pick.penalty, score=score)
+            out.append(_hit(rank, score, cid, rows[cid], ex))
+        return out
 
     def _single(self, k: int, hits: list[tuple[int, float]], mode: str) -> list[Hit]:
         """Vector-only or BM25-only: the retriever's own order and score, top = 1.0."""
@@ -173,7 +221,7 @@ class Searcher:
             out.append(_hit(rank, score, cid, rows[cid], ex))
         return out
 
-    def _hybrid(self, query: str, k: int, vec_hits: list, bm_hits: list) -> list[Hit]:
+    def _hybrid(self, query: str, k: int, vec_hits: list, bm_hits: list, lam: float) -> list[Hit]:
         cfg = self.config
         lists = {"vector": [h[0] for h in vec_hits], "bm25": [h[0] for h in bm_hits]}
         rows = self._rows(lists["vector"] + lists["bm25"])
@@ -183,7 +231,7 @@ class Searcher:
         terms = boost_terms(query)
         boosts = [heading_boost(terms, rows[f.id].heading_path, cfg.heading_boost) for f in fused]
         relevance = normalise_relevance(np.array([f.score + b for f, b in zip(fused, boosts)]))
-        picks = mmr(relevance, self._matrix(rows, fused), k, cfg.mmr_lambda)
+        picks = mmr(relevance, self._matrix(rows, [f.id for f in fused]), k, lam)
         scores = relative_to_top([p.value for p in picks])
         vec_info = dict(vec_hits)
         bm_info = dict(bm_hits)
@@ -194,10 +242,11 @@ class Searcher:
             out.append(_hit(rank, score, f.id, rows[f.id], ex))
         return out
 
-    def _matrix(self, rows: dict[int, _Row], fused: list[Fused]) -> np.ndarray:
+    def _matrix(self, rows: dict[int, _Row], ids: list[int]) -> np.ndarray:
+        """The candidates' stored vectors, row by row (zeros for a chunk without one)."""
         dim = next((r.vector.shape[0] for r in rows.values() if r.vector is not None), 1)
         zero = np.zeros(dim, dtype=np.float32)
-        return np.stack([rows[f.id].vector if rows[f.id].vector is not None else zero for f in fused])
+        return np.stack([rows[i].vector if rows[i].vector is not None else zero for i in ids])
 
     def _rows(self, ids: list[int]) -> dict[int, _Row]:
         if not ids:
@@ -213,6 +262,12 @@ class Searcher:
             vector = from_blob(r[10]) if r[10] is not None else None
             out[r[0]] = _Row(r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], json.loads(r[9]), vector)
         return out
+
+
+def _check_lambda(lam: Any) -> float:
+    if isinstance(lam, bool) or not isinstance(lam, (int, float)) or not 0.0 <= lam <= 1.0:
+        raise InputError(f"mmr_lambda must be a number between 0.0 and 1.0, got {lam!r}.")
+    return float(lam)
 
 
 def _explain(f: Fused, vec: dict, bm: dict, boost: float, relevance: float, penalty: float, score: float) -> Explanation:

@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from ..errors import InputError
 from .filters import Filter, filter_sql
 
 
@@ -41,15 +42,23 @@ class Scope:
         return "".join(f" AND {p}" for p in parts), args
 
 
-def _unique(values: Sequence[str] | None) -> list[str]:
-    return list(dict.fromkeys(v for v in values or () if isinstance(v, str) and v))
+def _unique(values: Sequence[str] | None, what: str) -> list[str]:
+    """Distinct non-empty ids; a bare string or a non-string item is refused, not guessed at."""
+    if values is None:
+        return []
+    if isinstance(values, (str, bytes)) or not isinstance(values, (list, tuple, set, frozenset)):
+        raise InputError(f"{what} must be a list of strings, got {type(values).__name__} {values!r:.60}.")
+    bad = [v for v in values if not isinstance(v, str)]
+    if bad:
+        raise InputError(f"{what} must be a list of strings; {bad[0]!r} is a {type(bad[0]).__name__}.")
+    return list(dict.fromkeys(v for v in values if v))
 
 
 def resolve_documents(conn: Any, documents: Sequence[str] | None, collections: Sequence[str] | None) -> tuple[str, ...] | None:
     """Document ids for the named documents (id or path) and completed docs of collections."""
     if documents is None and collections is None:
         return None
-    docs, cols = _unique(documents), _unique(collections)
+    docs, cols = _unique(documents, "documents"), _unique(collections, "collections")
     found: dict[str, None] = {}
     if docs:
         rows = conn.execute(
@@ -75,6 +84,7 @@ def resolve_chunks(conn: Any, filters: Filter | None, node_ids: Sequence[str] | 
         where.append(f"({sql})")
         args += params
     if node_ids:
+        node_ids = _unique(node_ids, "node_ids")
         where.append("node_id IN (SELECT value FROM json_each(?))")
         args.append(json.dumps(list(node_ids)))
     if not where:
