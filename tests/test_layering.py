@@ -1,0 +1,177 @@
+"""The engine never imports llama_index or datasette; adapters and plugins load on first use."""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from polaris_testing import REPO
+
+PACKAGE = REPO / "llama_index_polaris"
+ENGINE = PACKAGE / "engine"
+FRAMEWORKS = ("llama_index", "datasette")
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def engine_modules() -> list[str]:
+    """Every module under engine/, found on disk (so namespace directories count too)."""
+    return sorted(module_name(p) for p in ENGINE.rglob("*.py"))
+
+
+def is_framework(name: str) -> bool:
+    return any(name == f or name.startswith(f + ".") for f in FRAMEWORKS)
+
+
+def framework_imports(path: Path) -> list[str]:
+    """Imports of llama_index/datasette in ``path``: import statements and import_module("...")."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            found += [f"{path.name}:{node.lineno} import {a.name}" for a in node.names if is_framework(a.name)]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and is_framework(node.module or ""):
+            found.append(f"{path.name}:{node.lineno} from {node.module}")
+        elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
+            func = node.func
+            called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            arg = node.args[0].value
+            if called in ("import_module", "__import__") and isinstance(arg, str) and is_framework(arg):
+                found.append(f"{path.name}:{node.lineno} {called}({arg!r})")
+    return found
+
+
+def test_the_static_check_recognises_framework_imports(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        "import os\nimport llama_index_polaris.engine\nimport llama_index.core\n"
+        "from datasette import hookimpl\nfrom .llama_index import x\n"
+        "import importlib\nimportlib.import_module('datasette.app')\n"
+    )
+    assert framework_imports(sample) == [
+        "sample.py:3 import llama_index.core",
+        "sample.py:4 from datasette",
+        "sample.py:7 import_module('datasette.app')",
+    ]
+
+
+def test_no_engine_file_imports_a_framework() -> None:
+    files = sorted(ENGINE.rglob("*.py"))
+    assert len(files) >= 8  # config, errors, hookspecs, plugins, store, db/...
+    offenders = [hit for path in files for hit in framework_imports(path)]
+    assert offenders == []
+
+
+IMPORT_ALL = """
+import importlib, json, sys
+names = json.loads(sys.argv[1])
+import llama_index_polaris, llama_index_polaris.engine
+after_package = sorted(m for m in sys.modules if m.split(".")[0] in ("llama_index", "datasette"))
+failed = {}
+for name in names:
+    try:
+        importlib.import_module(name)
+    except Exception as exc:
+        failed[name] = f"{type(exc).__name__}: {exc}"
+from llama_index_polaris.engine.plugins import plugin_manager
+print(json.dumps({
+    "after_package": after_package,
+    "frameworks": sorted(m for m in sys.modules if m.split(".")[0] in ("llama_index", "datasette")),
+    "failed": failed,
+    "plugins_built": plugin_manager.cache_info().currsize,
+    "imported": [n for n in names if n in sys.modules],
+}))
+"""
+
+
+def run_script(run_python: Callable[..., subprocess.CompletedProcess], script: str, *args: str) -> dict:
+    code = "import sys; sys.argv[1:] = " + repr(list(args)) + "\n" + script
+    result = run_python(code)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_importing_every_engine_module_imports_no_framework(
+    run_python: Callable[..., subprocess.CompletedProcess]
+) -> None:
+    names = engine_modules()
+    assert "llama_index_polaris.engine.store" in names and "llama_index_polaris.engine.db.schema" in names
+    got = run_script(run_python, IMPORT_ALL, json.dumps(names))
+    assert got["failed"] == {}
+    assert got["imported"] == names
+    assert got["after_package"] == []
+    assert got["frameworks"] == []
+    assert got["plugins_built"] == 0  # importing is not loading plugins
+
+
+LAZY_ADAPTERS = """
+import importlib.util, json, sys
+import llama_index_polaris as lip
+report = {"dir": dir(lip), "before": "llama_index" in sys.modules, "adapters": {}}
+for name, module in lip._ADAPTERS.items():
+    if importlib.util.find_spec(module) is None:
+        continue
+    value = getattr(lip, name)
+    report["adapters"][name] = [value.__name__, value.__module__, "llama_index" in sys.modules]
+try:
+    lip.NoSuchThing
+except AttributeError as exc:
+    report["missing"] = str(exc)
+print(json.dumps(report))
+"""
+
+
+def test_adapters_are_imported_on_first_use(run_python: Callable[..., subprocess.CompletedProcess]) -> None:
+    got = run_script(run_python, LAZY_ADAPTERS)
+    assert got["before"] is False
+    assert {"PolarisNodeParser", "PolarisEmbedding", "PolarisVectorStore", "PolarisRetriever"} <= set(got["dir"])
+    assert got["missing"] == "module 'llama_index_polaris' has no attribute 'NoSuchThing'"
+    if not got["adapters"]:
+        pytest.skip("no adapter module exists yet")
+    for name, (cls_name, module, framework_loaded) in got["adapters"].items():
+        assert cls_name == name
+        assert module.startswith("llama_index_polaris.")
+        assert framework_loaded  # an adapter is the place where llama_index comes in
+
+
+PLUGINS = """
+import json, sys
+import llama_index_polaris.engine
+from llama_index_polaris.engine import plugins
+built_before = plugins.plugin_manager.cache_info().currsize
+loaded_before = [m for m in plugins.DEFAULT_PLUGINS if m in sys.modules]
+pm = plugins.plugin_manager()
+print(json.dumps({
+    "built_before": built_before,
+    "loaded_before": loaded_before,
+    "registered": sorted(n for n, _ in pm.list_name_plugin()),
+    "hooks": sorted(h for h in dir(pm.hook) if h.startswith("register_")),
+    "same": pm is plugins.plugin_manager(),
+}))
+"""
+
+
+def test_plugins_load_on_first_use(run_python: Callable[..., subprocess.CompletedProcess]) -> None:
+    got = run_script(run_python, PLUGINS)
+    assert got["built_before"] == 0
+    assert got["loaded_before"] == []
+    assert got["hooks"] == ["register_chunkers", "register_embedding_models"]
+    assert set(got["registered"]) >= {"llama_index_polaris.engine.embed.registry",
+                                      "llama_index_polaris.engine.chunk"}
+    assert got["same"] is True
+
+
+def test_hookspecs_are_documented() -> None:
+    from llama_index_polaris.engine import hookspecs
+
+    hooks = [n for n in dir(hookspecs) if n.startswith("register_")]
+    assert hooks and all(getattr(hookspecs, n).__doc__ for n in hooks)

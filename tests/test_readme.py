@@ -1,0 +1,49 @@
+"""README.md gives the test command; .ci/run runs exactly that command."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from polaris_testing import REPO
+
+README = REPO / "README.md"
+CI = REPO / ".ci" / "run"
+
+
+def readme_test_command() -> str:
+    section = re.search(r"^## Tests\s*$(.*?)(?=^## |\Z)", README.read_text(encoding="utf-8"), re.M | re.S)
+    assert section, "README.md has no '## Tests' section"
+    block = re.search(r"^```[^\n]*\n(.*?)^```", section.group(1), re.M | re.S)
+    assert block, "the Tests section has no fenced command"
+    lines = block.group(1).strip().splitlines()
+    assert len(lines) == 1, "the test command must be one line a newcomer can paste"
+    return lines[0]
+
+
+def test_the_readme_command_creates_a_venv_installs_the_test_extra_and_runs_pytest() -> None:
+    command = readme_test_command()
+    assert command.startswith("python3 -m venv ")
+    assert "pip install -e '.[test]'" in command
+    assert "-m pytest" in command
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_ci_runs_exactly_the_readme_command() -> None:
+    assert os.access(CI, os.X_OK), ".ci/run must be executable"
+    assert CI.read_text().startswith("#!/usr/bin/env bash\n")
+    assert "set -euo pipefail" in CI.read_text()
+    subprocess.run(["bash", "-n", str(CI)], check=True)
+    printed = subprocess.run([str(CI), "--print-test-command"], capture_output=True, text=True, check=True)
+    assert printed.stdout == readme_test_command() + "\n"
+
+
+def test_the_readme_claims_no_command_that_does_not_exist() -> None:
+    text = README.read_text(encoding="utf-8")
+    assert "## Quickstart" in text
+    assert (REPO / "llama_index_polaris" / "engine" / "config.py").is_file()  # named as the settings table
+    assert "`SETTINGS`" in text
