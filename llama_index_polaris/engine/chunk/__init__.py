@@ -1,0 +1,97 @@
+"""Structure-aware chunking: Markdown by its headings, plain text by paragraphs.
+
+A section (heading + content up to the next heading) within the token budget stays
+whole; over budget it is cut at block, then sentence, then word boundaries, never inside
+a word, and a fenced code block only between lines (each piece re-fenced). Pieces under
+the floor join a neighbour; ``overlap_chars`` of the previous chunk of the same section
+lead into the next. Offsets are exact character offsets of the text given (front
+matter included). Chunkers are registered through the ``register_chunkers`` hook and
+chosen by file extension; each takes ``(text, settings, *, title=None)``.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Callable
+
+from ..errors import InputError
+from ..hookspecs import hookimpl
+from .assemble import chunk_sections
+from .frontmatter import split_front_matter
+from .markdown import heading_text, markdown_sections
+from .plain import chunk_text
+from .spans import ChunkedDocument, ChunkSettings, ChunkSpan
+from .tokens import TokenCounter, heuristic_tokens
+
+__all__ = [
+    "ChunkSettings",
+    "ChunkSpan",
+    "ChunkedDocument",
+    "TokenCounter",
+    "chunk_document",
+    "chunk_markdown",
+    "chunk_text",
+    "chunkers",
+    "decode_source",
+    "heading_text",
+    "heuristic_tokens",
+]
+
+Chunker = Callable[..., ChunkedDocument]
+FALLBACK = "*"
+
+
+def chunk_markdown(text: str, settings: ChunkSettings = ChunkSettings(), *, title: str | None = None) -> ChunkedDocument:
+    """Chunk Markdown; ``title`` (or the front matter's) heads the text before the first heading."""
+    metadata, body_start = split_front_matter(text)
+    matter_title = metadata.get("title") if isinstance(metadata.get("title"), str) else None
+    preamble = title or matter_title
+    sections, h1 = markdown_sections(text, body_start, (preamble,) if preamble else ())
+    chunks = chunk_sections(text, sections, settings)
+    return ChunkedDocument(chunks, metadata, h1 or matter_title or title)
+
+
+def chunk_document(
+    text: str, settings: ChunkSettings, *, path: str | None = None, title: str | None = None
+) -> ChunkedDocument:
+    """Chunk with the chunker registered for ``path``'s extension (Markdown when no path)."""
+    table = chunkers()
+    suffix = Path(path).suffix.lower() if path else ".md"
+    return table.get(suffix, table[FALLBACK])(text, settings, title=title)
+
+
+@functools.lru_cache(maxsize=1)
+def chunkers() -> dict[str, Chunker]:
+    """Extension -> chunker from every ``register_chunkers`` hook; plugins override built-ins."""
+    from ..plugins import plugin_manager
+
+    table: dict[str, Chunker] = {}
+
+    def register(extensions: tuple[str, ...], chunker: Chunker) -> None:
+        for extension in extensions:
+            table.setdefault(extension.lower(), chunker)
+
+    plugin_manager().hook.register_chunkers(register=register)
+    return table
+
+
+def decode_source(data: bytes, *, name: str = "input") -> str:
+    """UTF-8 text of a file's bytes (BOM dropped); binary or invalid UTF-8 raises ``InputError``."""
+    if b"\x00" in data[:8192]:
+        raise InputError(f"{name}: looks like a binary file (NUL bytes); Polaris indexes UTF-8 text.")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise InputError(
+            f"{name}: not valid UTF-8 (byte 0x{data[exc.start]:02x} at offset {exc.start}). "
+            "Convert it (e.g. `iconv -f latin1 -t utf-8`) or exclude it from the index."
+        ) from exc
+
+
+@hookimpl
+def register_chunkers(register):
+    """Polaris's own chunkers: Markdown, plain text, and plain text for anything else."""
+    register((".md", ".markdown", ".mdx"), chunk_markdown)
+    register((".txt", ".text"), chunk_text)
+    register((FALLBACK,), chunk_text)

@@ -1,0 +1,61 @@
+"""The chunker's public values: settings in, spans and documents out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ..config import PolarisConfig
+
+
+@dataclass(frozen=True)
+class ChunkSpan:
+    """One chunk: its text and where it came from in the original source."""
+
+    text: str
+    start: int
+    end: int
+    heading_path: tuple[str, ...]
+    heading_level: int
+    token_count: int
+    oversize: bool = False
+
+    @property
+    def heading_path_str(self) -> str:
+        """The heading path joined with " > " ("Guide > Authentication")."""
+        return " > ".join(self.heading_path)
+
+
+@dataclass(frozen=True)
+class ChunkedDocument:
+    """A document's chunks, its front matter and its title."""
+
+    chunks: list[ChunkSpan]
+    metadata: dict[str, Any] = field(default_factory=dict)
+    title: str | None = None
+
+
+@dataclass(frozen=True)
+class ChunkSettings:
+    """Chunk budget, overlap and floor; ``count_tokens`` is the embedding model's tokenizer.
+
+    Without ``count_tokens`` the budget is estimated as ``ceil(len(text) / 4)``: right for
+    English prose, but code and non-Latin text have more tokens per character, so such
+    chunks can exceed the model's window and be truncated by the embedder. Pass a
+    ``TokenCounter`` (exact, batched, fast on long sections) or any ``str -> int``.
+    """
+
+    max_tokens: int = 450
+    overlap_chars: int = 200
+    min_chars: int = 50
+    count_tokens: Callable[[str], int] | None = None
+
+    @classmethod
+    def from_config(cls, cfg: PolarisConfig, count_tokens: Callable[[str], int] | None = None) -> "ChunkSettings":
+        """Settings from the merged Polaris config (``max_chunk_tokens`` and friends)."""
+        return cls(
+            max_tokens=cfg.max_chunk_tokens,
+            overlap_chars=cfg.chunk_overlap_chars,
+            min_chars=cfg.min_chunk_chars,
+            count_tokens=count_tokens,
+        )

@@ -1,0 +1,142 @@
+"""PolarisNodeParser: LlamaIndex's NodeParser over ``engine.chunk`` (no chunking logic here)."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import uuid
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+from llama_index.core.bridge.pydantic import Field
+from llama_index.core.node_parser import NodeParser
+from llama_index.core.node_parser.node_utils import default_id_func
+from llama_index.core.schema import BaseNode, Document, MetadataMode, NodeRelationship, TextNode
+from llama_index.core.utils import get_tqdm_iterable
+
+from .engine.chunk import ChunkedDocument, ChunkSettings, chunk_document
+from .engine.config import PolarisConfig, load_config
+
+logger = logging.getLogger(__name__)
+NODE_NAMESPACE = uuid.UUID("6f1d3c55-2b4e-5d0a-9c3e-8a7b1f0e4d21")
+STRUCTURAL_KEYS = ("heading_level", "chunk_index")
+
+
+def chunk_node_id(ref_doc_id: str, index: int, text: str) -> str:
+    """Deterministic node id: same document, position and text give the same id (upserts)."""
+    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return str(uuid.uuid5(NODE_NAMESPACE, f"{ref_doc_id}\n{index}\n{digest}"))
+
+
+class PolarisNodeParser(NodeParser):
+    """Structure-aware Markdown chunks as TextNodes with heading paths and exact offsets.
+
+    Arguments left out come from the merged ``polaris.toml`` config. ``embed_heading_path``
+    (default True) puts ``heading_path`` into the embedded text (LlamaIndex
+    ``MetadataMode.EMBED``); the LLM always sees it. ``root_dir`` makes absolute
+    ``file_path`` metadata relative to the indexed root.
+    """
+
+    max_chunk_tokens: int = Field(description="Chunk budget in the embedding model's tokens.")
+    chunk_overlap_chars: int = Field(description="Characters carried from the previous chunk of a section.")
+    min_chunk_chars: int = Field(description="Pieces shorter than this join a neighbour.")
+    count_tokens: Optional[Callable[[str], int]] = Field(
+        default=None, exclude=True, description="The embedding model's token counter; None: len/4."
+    )
+    embed_heading_path: bool = Field(default=True, description="Embed 'heading_path: A > B' with the text.")
+    root_dir: Optional[str] = Field(default=None, description="Root that file_path is made relative to.")
+
+    def __init__(
+        self,
+        *,
+        max_chunk_tokens: int | None = None,
+        chunk_overlap_chars: int | None = None,
+        min_chunk_chars: int | None = None,
+        config: PolarisConfig | None = None,
+        **kwargs: Any,
+    ) -> None:
+        cfg = (config or load_config()).replace(
+            max_chunk_tokens=max_chunk_tokens,
+            chunk_overlap_chars=chunk_overlap_chars,
+            min_chunk_chars=min_chunk_chars,
+        )
+        super().__init__(
+            max_chunk_tokens=cfg.max_chunk_tokens,
+            chunk_overlap_chars=cfg.chunk_overlap_chars,
+            min_chunk_chars=cfg.min_chunk_chars,
+            **kwargs,
+        )
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "PolarisNodeParser"
+
+    @property
+    def settings(self) -> ChunkSettings:
+        """The engine settings this parser chunks with."""
+        return ChunkSettings(self.max_chunk_tokens, self.chunk_overlap_chars, self.min_chunk_chars, self.count_tokens)
+
+    def _parse_nodes(self, nodes: Sequence[BaseNode], show_progress: bool = False, **kwargs: Any) -> List[BaseNode]:
+        out: List[BaseNode] = []
+        for node in get_tqdm_iterable(nodes, show_progress, "Chunking"):
+            out.extend(self._chunk_nodes(node))
+        return out
+
+    def _postprocess_parsed_nodes(self, nodes: List[BaseNode], parent_doc_map: Dict[str, Document]) -> List[BaseNode]:
+        # The base class re-finds each chunk with str.find and re-merges metadata; offsets,
+        # metadata and relationships are already exact here (re-fenced code would not be found).
+        return nodes
+
+    def _chunk_nodes(self, node: BaseNode) -> List[TextNode]:
+        text = node.get_content(metadata_mode=MetadataMode.NONE)
+        path = node.metadata.get("file_path") or node.metadata.get("file_name")
+        title = node.metadata.get("title") or (os.path.basename(path) if path else None)
+        doc = chunk_document(text, self.settings, path=path, title=title)
+        source = node.as_related_node_info()
+        chunks = [self._text_node(node, doc, i, source) for i in range(len(doc.chunks))]
+        if self.include_prev_next_rel:
+            for prev, nxt in zip(chunks, chunks[1:]):
+                prev.relationships[NodeRelationship.NEXT] = nxt.as_related_node_info()
+                nxt.relationships[NodeRelationship.PREVIOUS] = prev.as_related_node_info()
+        return chunks
+
+    def _text_node(self, node: BaseNode, doc: ChunkedDocument, i: int, source: Any) -> TextNode:
+        chunk = doc.chunks[i]
+        if chunk.oversize:
+            logger.warning("chunk %d of %s is %d tokens, over the %d budget", i, node.node_id, chunk.token_count, self.max_chunk_tokens)
+        custom_ids = self.id_func is not default_id_func
+        return TextNode(
+            id_=self.id_func(i, node) if custom_ids else chunk_node_id(node.node_id, i, chunk.text),
+            text=chunk.text,
+            start_char_idx=chunk.start,
+            end_char_idx=chunk.end,
+            metadata=self._metadata(node, doc, i),
+            excluded_embed_metadata_keys=self._excluded(node.excluded_embed_metadata_keys, doc, embed=True),
+            excluded_llm_metadata_keys=self._excluded(node.excluded_llm_metadata_keys, doc, embed=False),
+            metadata_separator=node.metadata_separator,
+            metadata_template=node.metadata_template,
+            text_template=node.text_template,
+            relationships={NodeRelationship.SOURCE: source},
+        )
+
+    def _metadata(self, node: BaseNode, doc: ChunkedDocument, i: int) -> dict[str, Any]:
+        chunk = doc.chunks[i]
+        inherited = {**node.metadata, **doc.metadata} if self.include_metadata else {}
+        meta = {**inherited, "heading_path": chunk.heading_path_str, "heading_level": chunk.heading_level, "chunk_index": i}
+        file_path = node.metadata.get("file_path")
+        if file_path:
+            meta["file_path"] = self._relative(str(file_path))
+        return meta
+
+    def _excluded(self, inherited: list[str], doc: ChunkedDocument, *, embed: bool) -> list[str]:
+        keys = [*inherited, *STRUCTURAL_KEYS]
+        if embed:
+            keys += ["file_path", *doc.metadata]
+            keys += [] if self.embed_heading_path else ["heading_path"]
+        return list(dict.fromkeys(keys))
+
+    def _relative(self, file_path: str) -> str:
+        if not self.root_dir or not os.path.isabs(file_path):
+            return file_path
+        relative = os.path.relpath(file_path, self.root_dir)
+        return file_path if relative.startswith("..") else relative
