@@ -1,0 +1,101 @@
+"""PolarisRetriever: a LlamaIndex retriever running the engine's query pipeline.
+
+Hybrid by default (vector KNN + BM25, RRF, heading boost, MMR, top score 1.0). Each
+result is a ``PolarisNodeWithScore``: a ``NodeWithScore`` whose ``explain`` field holds
+the engine's ``Explanation`` for that hit (vector rank and distance, BM25 rank and
+score, each list's RRF contribution, boost, MMR penalty, final score), computed in the
+same pass that ranked it. ``node.metadata`` carries only the chunk's own metadata, so
+nothing Polaris-specific reaches the LLM prompt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, List, Optional, Sequence
+
+from llama_index.core.base.base_retriever import BaseRetriever
+from llama_index.core.callbacks import CallbackManager
+from llama_index.core.schema import NodeWithScore, QueryBundle
+from llama_index.core.vector_stores.types import MetadataFilters
+
+from .engine.errors import InputError, ModelError
+from .engine.search.pipeline import MODES, Explanation
+from .vector_store import UNKNOWN_MODEL, PolarisVectorStore, hit_to_node, to_engine_filter
+
+
+class PolarisNodeWithScore(NodeWithScore):
+    """A ``NodeWithScore`` with the engine's per-stage explanation of its score."""
+
+    explain: Optional[Explanation] = None
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "PolarisNodeWithScore"
+
+
+class PolarisRetriever(BaseRetriever):
+    """Retrieve from a ``PolarisVectorStore`` with the Polaris pipeline.
+
+    ``PolarisRetriever(vector_store=store, embed_model=embed, similarity_top_k=10,
+    mode="hybrid", documents=None, collections=None, filters=None)``. ``documents``
+    (ids or paths) and ``collections`` (their completed documents) scope the search as in
+    5ire: an empty list scopes to nothing. ``filters`` are LlamaIndex ``MetadataFilters``.
+    Left out: the store is opened at the config's ``db_path``, ``similarity_top_k`` is the
+    config's ``top_k``, and queries are embedded with the model the database records
+    (the engine's embedder), so ``embed_model`` is needed only to embed elsewhere.
+    """
+
+    def __init__(
+        self,
+        vector_store: Optional[PolarisVectorStore] = None,
+        embed_model: Any = None,
+        similarity_top_k: Optional[int] = None,
+        mode: str = "hybrid",
+        documents: Optional[Sequence[str]] = None,
+        collections: Optional[Sequence[str]] = None,
+        filters: Optional[MetadataFilters] = None,
+        mmr_lambda: Optional[float] = None,
+        callback_manager: Optional[CallbackManager] = None,
+        **kwargs: Any,
+    ) -> None:
+        if mode not in MODES:
+            raise InputError(f"mode must be one of {', '.join(MODES)}, got {mode!r}.")
+        self.vector_store = vector_store if vector_store is not None else PolarisVectorStore()
+        cfg = self.vector_store.config
+        self.embed_model = embed_model
+        self.similarity_top_k = cfg.top_k if similarity_top_k is None else similarity_top_k
+        self.mode = mode
+        self.documents = documents
+        self.collections = collections
+        self.filters = filters
+        self.mmr_lambda = mmr_lambda
+        self._engine_filters = to_engine_filter(filters)  # fails now on a filter of the wrong type
+        super().__init__(callback_manager=callback_manager, **kwargs)
+
+    def _embed_query(self, query: str) -> Any:
+        if self.embed_model is not None:
+            return self.embed_model.get_query_embedding(query)
+        recorded = self.vector_store.client.model
+        if recorded is not None and recorded.model_id == UNKNOWN_MODEL:
+            raise ModelError(
+                f"{self.vector_store.db_path} does not record which model made its vectors;"
+                " pass embed_model= (the model the nodes were embedded with)."
+            )
+        return self.vector_store.index.embedder.embed_query(query)
+
+    def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+        hits = self.vector_store.search(
+            query_bundle.query_str,
+            embed_query=self._embed_query,
+            top_k=self.similarity_top_k,
+            mode=self.mode,
+            documents=self.documents,
+            collections=self.collections,
+            filters=self._engine_filters,
+            query_vector=None if self.mode == "bm25" else query_bundle.embedding,
+            mmr_lambda=self.mmr_lambda,
+        )
+        return [PolarisNodeWithScore(node=hit_to_node(h), score=h.score, explain=h.explain) for h in hits]
+
+    async def _aretrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+        return await asyncio.to_thread(self._retrieve, query_bundle)
