@@ -1,0 +1,120 @@
+"""The engine objects behind the plugin, created once per process and only when first needed.
+
+Datasette opens many connections (one per thread per database); none of them builds
+anything heavy. A read-only ``Store`` and its ``Searcher`` exist once per database
+file, the ONNX embedder once per (model, dim) through ``load_embedder``'s own cache.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+from llama_index_polaris.engine.config import PolarisConfig, load_config
+from llama_index_polaris.engine.db.connect import INSTALL_HINT
+from llama_index_polaris.engine.errors import DatabaseError, ModelMismatchError
+from llama_index_polaris.engine.search.pipeline import Searcher
+from llama_index_polaris.engine.store import ModelBinding, Store, mismatch_message
+
+log = logging.getLogger(__name__)
+
+POLARIS_TABLES = frozenset({"polaris_meta", "documents", "chunks"})
+
+_LOCK = threading.Lock()
+_ENGINES: dict[tuple[str, int], "Engine"] = {}
+_warned_no_extensions = False
+
+
+class Engine:
+    """One Polaris database file: its read-only store, search config and searcher."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.store = Store(path, readonly=True)
+        self.config: PolarisConfig = load_config(Path(path).parent)
+        self.searcher = Searcher(self.store, self.embed_query, self.config)
+
+    def embedder(self) -> Any:
+        """The recorded model's embedder (loaded on first use, shared by the process)."""
+        from llama_index_polaris.engine.embed import load_embedder
+
+        model = self.store.model
+        if model is None:
+            raise DatabaseError(f"{self.path} has no model recorded yet: nothing has been indexed into it.")
+        embedder = load_embedder(model.model_id, dim=model.dim)
+        problem = mismatch_message(model, ModelBinding(embedder.model_id, embedder.dim, embedder.fingerprint), self.path)
+        if problem:
+            raise ModelMismatchError(problem)
+        return embedder
+
+    def embed_query(self, text: str) -> Any:
+        """The query vector for ``text`` from the database's own model."""
+        return self.embedder().embed_query(text)
+
+
+def engine_for(path: str) -> Engine:
+    """The Engine for the file at ``path``; a file replaced on disk gets a fresh one."""
+    real = os.path.realpath(path)
+    try:
+        key = (real, os.stat(real).st_ino)
+    except OSError as exc:
+        raise DatabaseError(f"{path}: cannot be read ({exc.strerror or exc}).") from exc
+    with _LOCK:
+        engine = _ENGINES.get(key)
+        if engine is None:
+            engine = _ENGINES[key] = Engine(real)
+        return engine
+
+
+def database_path(datasette: Any, database: str) -> str | None:
+    """The file behind a Datasette database name, or None (in-memory, unknown)."""
+    db = datasette.databases.get(database)
+    if db is None or db.is_memory or not db.path:
+        return None
+    return str(db.path)
+
+
+async def is_polaris(db: Any) -> bool:
+    """True when a Datasette database has the Polaris tables."""
+    if db.is_memory or not db.path:
+        return False
+    return POLARIS_TABLES <= set(await db.table_names())
+
+
+def load_sqlite_vec(conn: Any) -> bool:
+    """Load sqlite-vec into one of Datasette's connections; warn once if this SQLite cannot."""
+    global _warned_no_extensions
+    try:
+        import sqlite_vec
+
+        conn.enable_load_extension(True)
+        try:
+            sqlite_vec.load(conn)
+        finally:
+            conn.enable_load_extension(False)
+        return True
+    except Exception as exc:  # AttributeError without enable_load_extension; driver errors differ
+        if not _warned_no_extensions:
+            _warned_no_extensions = True
+            log.warning(
+                "datasette-polaris: sqlite-vec could not be loaded into Datasette's connections (%s)."
+                " Pages and SQL that need chunks_vec will fail; everything else works. %s",
+                exc, INSTALL_HINT,
+            )
+        return False
+
+
+def warm(paths: list[str]) -> None:
+    """Open the engine of each Polaris file and load its model now, so no query pays for it."""
+    for path in paths:
+        try:
+            engine = engine_for(path)
+        except DatabaseError:  # not a Polaris index: nothing to warm
+            continue
+        try:
+            engine.embed_query("warm up")
+        except Exception as exc:  # a broken index must not stop Datasette starting
+            log.warning("datasette-polaris: could not load the model for %s: %s", path, exc)

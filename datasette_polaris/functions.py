@@ -1,0 +1,92 @@
+"""SQL functions registered on every Datasette connection.
+
+    polaris_embed(text)                 -> float32 blob of the query vector (for vec0 MATCH)
+    polaris_search(query[, k[, opts]])  -> JSON array of hybrid hits with their explanation
+
+``opts`` is a JSON object with any of ``mode`` ("hybrid", "vector", "bm25"),
+``collections`` and ``documents`` (lists of names). Both functions use the model
+recorded in the database they run on. A failure raises, so SQLite reports a SQL error
+and no row pretends to be data. Python's sqlite3 fixes the text of that error ("user-
+defined function raised exception"); the reason is written to Datasette's log.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any, Callable
+
+from llama_index_polaris.engine.errors import DatabaseError, InputError, PolarisError
+from llama_index_polaris.engine.store import to_blob
+
+from .engines import database_path, engine_for
+
+log = logging.getLogger(__name__)
+
+
+class PolarisFunctionError(Exception):
+    """Raised inside a SQL function; its message names the function and the reason."""
+
+
+def register(conn: Any, database: str, datasette: Any) -> None:
+    """Create the functions on ``conn``, bound to the file behind ``database``."""
+    path = database_path(datasette, database)
+
+    def embed(text: Any) -> bytes:
+        if not isinstance(text, str):
+            raise InputError(f"polaris_embed(text) needs text, got {_type(text)}.")
+        return to_blob(_engine(path, database).embed_query(text))
+
+    def search(query: Any, k: Any = None, options: Any = None) -> str:
+        if not isinstance(query, str):
+            raise InputError(f"polaris_search(query, k) needs a text query, got {_type(query)}.")
+        if k is not None and not isinstance(k, int):
+            raise InputError(f"polaris_search: k must be an integer, got {_type(k)}.")
+        hits = _engine(path, database).searcher.search(query, top_k=k, **_options(options))
+        return json.dumps([h.to_dict() for h in hits], ensure_ascii=False)
+
+    conn.create_function("polaris_embed", 1, _reported("polaris_embed", embed), deterministic=True)
+    for n in (1, 2, 3):
+        conn.create_function("polaris_search", n, _reported("polaris_search", search))
+
+
+def _engine(path: str | None, database: str) -> Any:
+    if path is None:
+        raise DatabaseError(f"database {database!r} is not a file, so it holds no Polaris index.")
+    return engine_for(path)
+
+
+def _options(raw: Any) -> dict[str, Any]:
+    if raw is None:
+        return {}
+    try:
+        opts = json.loads(raw) if isinstance(raw, str) else None
+    except ValueError:
+        opts = None
+    if not isinstance(opts, dict):
+        raise InputError("polaris_search: options must be a JSON object, e.g. '{\"mode\": \"bm25\"}'.")
+    unknown = set(opts) - {"mode", "collections", "documents"}
+    if unknown:
+        raise InputError(f"polaris_search: unknown options {', '.join(sorted(unknown))}; use mode, collections, documents.")
+    return opts
+
+
+def _type(value: Any) -> str:
+    return "NULL" if value is None else type(value).__name__
+
+
+def _reported(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Wrap ``fn`` so a failure is logged with its reason and re-raised as one error type."""
+
+    def call(*args: Any) -> Any:
+        try:
+            return fn(*args)
+        except PolarisError as exc:
+            log.error("%s: %s", name, exc)
+            raise PolarisFunctionError(f"{name}: {exc}") from None
+        except Exception as exc:
+            log.exception("%s failed", name)
+            raise PolarisFunctionError(f"{name}: {exc}") from exc
+
+    call.__name__ = name
+    return call
