@@ -9,7 +9,6 @@ import sqlite3
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Callable
 
@@ -20,7 +19,7 @@ from llama_index_polaris.engine import db
 from llama_index_polaris.engine.db import SCHEMA_VERSION, sqlite_module
 from llama_index_polaris.engine.errors import DatabaseError
 from llama_index_polaris.engine.store import DocumentRecord, Store, to_blob
-from polaris_testing import REPO, make_chunks, unit_vectors
+from polaris_testing import REPO, fake_binding, make_chunks, unit_vectors
 
 # -- schema ---------------------------------------------------------------------------
 
@@ -130,8 +129,6 @@ def test_migrated_from_version_1(db_path: Path, open_store: Callable[..., Store]
     assert {r[0] for r in heading_hits} == {10, 11}
     store.conn.execute("INSERT INTO chunks_fts (chunks_fts, rank) VALUES ('integrity-check', 1)")
     # binding a model backfills the vector table from the old blobs
-    from polaris_testing import fake_binding
-
     store.bind_model(fake_binding(4))
     rows = store.conn.execute(
         "SELECT rowid FROM chunks_vec WHERE embedding MATCH ? AND k = 2 ORDER BY distance", (to_blob(vectors[1]),)
@@ -222,9 +219,8 @@ def test_a_writer_killed_mid_replace_leaves_the_previous_version(
     make_store: Callable[..., Store], open_store: Callable[..., Store], db_path: Path, tmp_path: Path
 ) -> None:
     make_store(dim=4, docs={"doc": 40, "other": 5}).close()
-    before = {
-        (c.node_id, c.text) for c in Store(db_path, readonly=True).get_chunks(document_id="doc")
-    }
+    with Store(db_path, readonly=True) as reader:
+        before = {(c.node_id, c.text) for c in reader.get_chunks(document_id="doc")}
     script = tmp_path / "writer.py"
     script.write_text(CRASH_WRITER)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -292,8 +288,8 @@ def read_snapshot(store: Store) -> tuple[int, int, int]:
     return chunks, vecs, fts
 
 
-def test_readers_query_while_a_writer_writes(make_store: Callable[..., Store], open_store: Callable[..., Store],
-                                             db_path: Path, tmp_path: Path) -> None:
+def test_readers_query_while_a_writer_writes(make_store: Callable[..., Store], db_path: Path,
+                                             tmp_path: Path) -> None:
     make_store(dim=4, docs={}).close()
     script = tmp_path / "wal_writer.py"
     script.write_text(WAL_WRITER)
