@@ -15,6 +15,7 @@ from llama_index_polaris.engine.embed import load_embedder
 from llama_index_polaris.engine.store import ChunkRecord, DocumentRecord, ModelBinding, Store
 
 MODEL = "all-minilm-l6-v2"
+OVERLAP = 20
 XSS_SCRIPT = "<script>alert('xss-script')</script>"
 XSS_IMG = '<img src=x onerror="alert(\'xss-img\')">'
 XSS_LINK = "[click me](javascript:alert('xss-link'))"
@@ -46,14 +47,15 @@ def build_polaris_db(path: Path) -> Path:
     with Store(path) as store:
         store.bind_model(ModelBinding(embedder.model_id, embedder.dim, embedder.fingerprint))
         for doc_id, collection, specs in CORPUS:
-            chunks, offset = [], 0
+            chunks, end, prev = [], 0, ""
             for ordinal, (heading, text, tokens) in enumerate(specs):
-                start = max(0, offset - 20) if ordinal else 0  # 20 characters shared with the previous chunk
+                shared = prev[-OVERLAP:]  # the chunker carries the previous chunk's tail across
+                text, start = shared + text, end - len(shared)
                 chunks.append(ChunkRecord(
                     node_id=f"{doc_id}#{ordinal}", text=text, ordinal=ordinal, heading_path=heading,
                     start_char=start, end_char=start + len(text), token_count=tokens,
                 ))
-                offset = start + len(text)
+                end, prev = start + len(text), text
             vectors = embedder.embed_documents([c.text for c in chunks])
             doc = DocumentRecord(id=doc_id, path=doc_id, name=Path(doc_id).name, collection=collection)
             store.upsert_document(doc, chunks, vectors)
