@@ -69,6 +69,12 @@ def engine_for(path: str) -> Engine:
         return engine
 
 
+def open_engines() -> list[str]:
+    """The files this process has opened an Engine for (for tests and diagnostics)."""
+    with _LOCK:
+        return [path for path, _ in _ENGINES]
+
+
 def database_path(datasette: Any, database: str) -> str | None:
     """The file behind a Datasette database name, or None (in-memory, unknown)."""
     db = datasette.databases.get(database)

@@ -7,22 +7,19 @@
 ``collections`` and ``documents`` (lists of names). Both functions use the model
 recorded in the database they run on. A failure raises, so SQLite reports a SQL error
 and no row pretends to be data. Python's sqlite3 fixes the text of that error ("user-
-defined function raised exception"); the reason is written to Datasette's log.
+defined function raised exception"); the reason, this error's message, is printed to
+Datasette's stderr with the traceback (Datasette turns on ``enable_callback_tracebacks``).
 """
 
 from __future__ import annotations
 
 import json
-import logging
 from typing import Any, Callable
 
 from llama_index_polaris.engine.errors import DatabaseError, InputError, PolarisError
 from llama_index_polaris.engine.store import to_blob
 
 from .engines import database_path, engine_for
-
-log = logging.getLogger(__name__)
-
 
 class PolarisFunctionError(Exception):
     """Raised inside a SQL function; its message names the function and the reason."""
@@ -76,17 +73,15 @@ def _type(value: Any) -> str:
 
 
 def _reported(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Wrap ``fn`` so a failure is logged with its reason and re-raised as one error type."""
+    """Wrap ``fn`` so every failure is one error type whose message names the function."""
 
     def call(*args: Any) -> Any:
         try:
             return fn(*args)
-        except PolarisError as exc:
-            log.error("%s: %s", name, exc)
+        except PolarisError as exc:  # meant for users: the message is the whole story
             raise PolarisFunctionError(f"{name}: {exc}") from None
-        except Exception as exc:
-            log.exception("%s failed", name)
-            raise PolarisFunctionError(f"{name}: {exc}") from exc
+        except Exception as exc:  # a bug: keep the cause for the traceback
+            raise PolarisFunctionError(f"{name}: {type(exc).__name__}: {exc}") from exc
 
     call.__name__ = name
     return call

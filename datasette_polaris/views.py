@@ -58,7 +58,9 @@ async def document_page(datasette: Any, request: Any) -> Response:
     if not await is_polaris(datasette.databases[name]):
         raise NotFound(f"{name} is not a Polaris index")
     doc_id = request.args.get("id") or ""
-    engine = engine_for(datasette.databases[name].path)
+    engine = _engine_or_none(datasette.databases[name].path)
+    if engine is None:
+        raise NotFound(f"{name} cannot be opened as a Polaris index")
     q = request.args.get("q") or ""
     doc, chunks = await _in_thread(datasette, lambda: _document(engine, doc_id, q))
     if doc is None:
@@ -102,7 +104,11 @@ async def _database_page(datasette: Any, request: Any, name: str, names: list[st
     if not await is_polaris(db):
         context["not_polaris"] = True
         return await _render(datasette, request, "polaris.html", context)
-    engine = engine_for(db.path)
+    try:
+        engine = engine_for(db.path)
+    except PolarisError as exc:
+        context["open_error"] = str(exc)
+        return await _render(datasette, request, "polaris.html", context)
     form = parse_form(request.args, engine.config.top_k)
     overview = await _in_thread(datasette, lambda: _overview(engine))
     chunk_counts = dict((await db.execute("SELECT document_id, count(*) FROM chunks GROUP BY 1")).rows)
@@ -182,6 +188,13 @@ def _document(engine: Engine, doc_id: str, q: str) -> tuple[Any, list[dict[str, 
             "overlap_next": after, "parts": render.segments(c.text, before, after, q),
         })
     return doc, rows
+
+
+def _engine_or_none(path: str) -> Engine | None:
+    try:
+        return engine_for(path)
+    except PolarisError:
+        return None
 
 
 def _token_counter(engine: Engine) -> Callable[[str], int] | None:

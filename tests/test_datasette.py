@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
+import threading
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
 from datasette.app import Datasette
 
+from datasette_polaris import engines
 from llama_index_polaris.engine.embed import load_embedder
 from llama_index_polaris.engine.store import ChunkRecord, DocumentRecord, ModelBinding, Store
 
@@ -201,12 +203,19 @@ async def test_polaris_embed_drives_a_vec0_knn_query(ds: Datasette) -> None:
     assert size == [{"n": 384 * 4}]
 
 
-async def test_function_errors_are_sql_errors(ds: Datasette) -> None:
-    r = await ds.client.get("/plain.json", params={"sql": "select polaris_search('dogs', 3)", "_shape": "array"})
-    assert r.status_code == 400
-    assert r.json()["ok"] is False and r.json()["error"]
-    r = await ds.client.get("/polaris.json", params={"sql": "select polaris_search('x', 3, 'not json')"})
-    assert r.status_code == 400
+async def test_function_errors_are_sql_errors(ds: Datasette, capfd: pytest.CaptureFixture) -> None:
+    cases = [
+        ("plain", "select polaris_search('dogs', 3)", "is not a Polaris index"),
+        ("polaris", "select polaris_search('x', 3, 'not json')", "options must be a JSON object"),
+        ("polaris", "select polaris_search('x', 3, '{\"mode\": \"fuzzy\"}')", "mode must be one of"),
+        ("polaris", "select polaris_embed(42)", "polaris_embed(text) needs text, got int"),
+    ]
+    for database, sql, reason in cases:
+        r = await ds.client.get(f"/{database}.json", params={"sql": sql})
+        assert r.status_code == 400 and r.json()["ok"] is False  # an SQL error, not a row
+        assert r.json()["rows"] == []
+        # CPython's sqlite3 fixes the SQL error's text; the reason goes to Datasette's stderr
+        assert reason in capfd.readouterr().err
 
 
 async def test_chunk_view_lists_chunks_in_order(ds: Datasette) -> None:
@@ -285,3 +294,22 @@ async def test_query_with_html_is_escaped_in_the_results_header(ds: Datasette) -
     assert "&lt;script&gt;alert(" in header and "<script" not in header
     assert_inert(r.text)
     assert "<script>alert(" not in r.text.split("<title>")[1].split("</title>")[0]
+
+
+async def test_warm_opens_every_polaris_database_at_startup(tmp_path: Path, plain_db: Path) -> None:
+    fresh = build_polaris_db(tmp_path / "warm.db")
+    ds = Datasette([str(fresh), str(plain_db)], metadata={"plugins": {"polaris": {"warm": True}}})
+    await ds.invoke_startup()
+    for thread in threading.enumerate():
+        if thread.name == "polaris-warm":
+            thread.join(timeout=60)
+    assert str(fresh.resolve()) in engines.open_engines()
+    assert str(Path(plain_db).resolve()) not in engines.open_engines()
+
+
+async def test_polaris_database_with_nothing_indexed(tmp_path: Path) -> None:
+    Store(tmp_path / "empty.db").close()
+    ds = Datasette([str(tmp_path / "empty.db")])
+    r = await ds.client.get("/empty/-/polaris", params={"q": "anything"})
+    assert r.status_code == 200
+    assert "none recorded" in r.text and "0 results" in r.text and "No documents yet" in r.text
