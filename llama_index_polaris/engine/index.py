@@ -143,11 +143,11 @@ class Indexer:
             min_chars=config.min_chunk_chars,
             count_tokens=embedder.count_tokens,
         )
-        self.settings_key = json.dumps(
-            {"max_tokens": budget, "overlap_chars": config.chunk_overlap_chars,
-             "min_chars": config.min_chunk_chars, "heading_context": heading_context},
-            sort_keys=True,
-        )
+        self.chunker_settings = {
+            "max_tokens": budget, "overlap_chars": config.chunk_overlap_chars,
+            "min_chars": config.min_chunk_chars, "heading_context": heading_context,
+        }
+        self.settings_key = json.dumps(self.chunker_settings, sort_keys=True)  # as Store.bind_model records it
         store.check_model(self.binding)
 
     @property
@@ -186,7 +186,7 @@ class Indexer:
         start = time.perf_counter()
         report = IndexReport()
         self._settings_changed = self.store.meta.get("chunker", self.settings_key) != self.settings_key
-        self.store.bind_model(self.binding, chunker=self.settings_key)
+        self.store.bind_model(self.binding, **self.chunker_settings)
         existing = {d.id: d for d in self.store.documents()}
         pending: list[_Prepared] = []
         for i, doc in enumerate(docs, start=1):
