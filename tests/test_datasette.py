@@ -313,3 +313,16 @@ async def test_polaris_database_with_nothing_indexed(tmp_path: Path) -> None:
     r = await ds.client.get("/empty/-/polaris", params={"q": "anything"})
     assert r.status_code == 200
     assert "none recorded" in r.text and "0 results" in r.text and "No documents yet" in r.text
+
+
+def test_connection_that_cannot_load_extensions_warns_once(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setattr(engines, "_warned_no_extensions", False)
+    conn = sqlite3.connect(":memory:")  # this Python's stdlib sqlite3 may or may not load extensions
+    if hasattr(conn, "enable_load_extension"):
+        pytest.skip("this Python's stdlib sqlite3 can load extensions")
+    with caplog.at_level("WARNING", logger="datasette_polaris.engines"):
+        assert engines.load_sqlite_vec(conn) is False
+        assert engines.load_sqlite_vec(conn) is False
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 1 and "sqlite-vec could not be loaded" in warnings[0] and "pysqlite3-binary" in warnings[0]
+    assert conn.execute("select 1").fetchone() == (1,)  # the connection itself still works
