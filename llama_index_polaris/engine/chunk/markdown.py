@@ -21,6 +21,7 @@ _BLOCK_PARSER = MarkdownIt("commonmark").enable("table").disable("inline")
 _INLINE_PARSER = MarkdownIt("commonmark").enable("strikethrough")
 _NEWLINE = re.compile(r"\r\n|\r|\n")
 _ATTRIBUTES = re.compile(r"\s*\{:?\s*[#.][^{}]*\}\s*$")
+_MARKUP = re.compile(r"[`*_\[\]<>{}&!\\~]")
 _Node = tuple[int, list]  # (token index, child nodes)
 Offset = Callable[[int], int]
 
@@ -45,6 +46,8 @@ def markdown_sections(
 
 def heading_text(source: str) -> str:
     """A heading's text without inline markup, links or a trailing ``{ #anchor }`` tag."""
+    if not _MARKUP.search(source):
+        return " ".join(source.split())
     children = _INLINE_PARSER.parseInline(source)[0].children or []
     plain = "".join(_plain(token) for token in children)
     return " ".join(_ATTRIBUTES.sub("", plain).split())

