@@ -47,3 +47,27 @@ def test_the_readme_claims_no_command_that_does_not_exist() -> None:
     assert "## Quickstart" in text
     assert (REPO / "llama_index_polaris" / "engine" / "config.py").is_file()  # named as the settings table
     assert "`SETTINGS`" in text
+
+
+def fake_checkout(tmp_path, command: str):
+    (tmp_path / ".ci").mkdir()
+    shutil.copy2(CI, tmp_path / ".ci" / "run")
+    (tmp_path / "README.md").write_text(f"# X\n\n## Tests\n\n```\n{command}\n```\n\n## Other\n")
+    return tmp_path / ".ci" / "run"
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+@pytest.mark.parametrize(("exit_code", "expected"), [(0, 0), (1, 1), (5, 1)])
+def test_ci_passes_on_the_commands_exit_code_and_fails_when_no_tests_ran(tmp_path, exit_code, expected) -> None:
+    ci = fake_checkout(tmp_path, f"true && exit {exit_code}")
+    result = subprocess.run([str(ci)], capture_output=True, text=True)
+    assert result.returncode == expected, result.stderr
+    assert ("collected no tests" in result.stderr) == (exit_code == 5)
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_ci_refuses_a_readme_without_a_one_line_command(tmp_path) -> None:
+    ci = fake_checkout(tmp_path, "echo one\necho two")
+    result = subprocess.run([str(ci)], capture_output=True, text=True)
+    assert result.returncode == 2
+    assert "must give the test command as one line" in result.stderr
