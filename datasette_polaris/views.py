@@ -83,7 +83,8 @@ async def visible_polaris_databases(datasette: Any, actor: Any) -> list[str]:
     for name, db in datasette.databases.items():
         if not await is_polaris(db):
             continue
-        if await datasette.permission_allowed(actor, "view-database", name, default=True):
+        visible, _ = await datasette.check_visibility(actor, permissions=[("view-database", name), "view-instance"])
+        if visible:
             names.append(name)
     return names
 

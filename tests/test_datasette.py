@@ -261,6 +261,9 @@ async def test_denied_actor_cannot_search(polaris_db: Path, plain_db: Path) -> N
     assert (await ds.client.get("/polaris/-/polaris/document", params={"id": "docs/auth.md"})).status_code == 403
     r = await ds.client.get("/polaris.json", params={"sql": "select polaris_search('session', 3)"})
     assert r.status_code == 403
+    # the functions only ever search the database they run in: the allowed one has no index
+    r = await ds.client.get("/plain.json", params={"sql": "select polaris_search('session', 3)"})
+    assert r.status_code == 400 and "Expired" not in r.text
     r = await ds.client.get("/-/polaris", params={"q": "session"})
     assert r.status_code == 200 and "Expired sessions" not in text_of(r.text) and "No database served here" in r.text
     assert "Polaris search" not in (await ds.client.get("/")).text
