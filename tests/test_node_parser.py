@@ -1,0 +1,67 @@
+"""PolarisNodeParser: a thin LlamaIndex adapter over engine.chunk."""
+
+from __future__ import annotations
+
+from llama_index.core import Document
+from llama_index.core.schema import MetadataMode, NodeRelationship
+
+from llama_index_polaris.engine import load_config
+from llama_index_polaris.engine.chunk import ChunkSettings, chunk_markdown
+from llama_index_polaris.node_parser import PolarisNodeParser
+
+SOURCE = (
+    "---\ntitle: Sessions\nowner: auth-team\n---\n"
+    "# Guide\n\nHow sessions work. " + "Sessions expire after an hour of inactivity. " * 30 + "\n\n"
+    "## Expiry\n\n```python\nrefresh(token)\n```\n\nExpired sessions must log in again, with a new token.\n"
+)
+
+
+def parse(**kwargs):
+    doc = Document(text=SOURCE, id_="docs/sessions.md", metadata={"file_path": "/srv/docs/sessions.md"})
+    parser = PolarisNodeParser(config=load_config(use_user_config=False), max_chunk_tokens=120, **kwargs)
+    return parser, parser.get_nodes_from_documents([doc])
+
+
+def test_nodes_match_the_engine_chunks_with_exact_offsets():
+    parser, nodes = parse(root_dir="/srv")
+    chunks = chunk_markdown(SOURCE, ChunkSettings(120, 200, 50), title="sessions.md").chunks
+    assert [n.text for n in nodes] == [c.text for c in chunks]
+    for node, chunk in zip(nodes, chunks):
+        assert SOURCE[node.start_char_idx : node.end_char_idx] == chunk.text
+        assert node.metadata["heading_path"] == chunk.heading_path_str
+        assert node.metadata["heading_level"] == chunk.heading_level
+    assert [n.metadata["chunk_index"] for n in nodes] == list(range(len(nodes)))
+    assert nodes[-1].metadata["heading_path"] == "Guide > Expiry"
+    assert nodes[0].metadata["file_path"] == "docs/sessions.md"
+    assert nodes[0].metadata["owner"] == "auth-team" and nodes[0].metadata["title"] == "Sessions"
+
+
+def test_ids_are_deterministic_and_relationships_link_the_document():
+    _, first = parse()
+    _, again = parse()
+    assert [n.id_ for n in first] == [n.id_ for n in again]
+    assert len({n.id_ for n in first}) == len(first)
+    assert all(n.ref_doc_id == "docs/sessions.md" for n in first)
+    assert NodeRelationship.PREVIOUS not in first[0].relationships
+    for prev, nxt in zip(first, first[1:]):
+        assert prev.relationships[NodeRelationship.NEXT].node_id == nxt.id_
+        assert nxt.relationships[NodeRelationship.PREVIOUS].node_id == prev.id_
+
+
+def test_heading_path_in_embed_text_is_configurable():
+    _, nodes = parse()
+    embed = nodes[-1].get_content(MetadataMode.EMBED)
+    assert embed.startswith("heading_path: Guide > Expiry")
+    assert "chunk_index" not in embed and "owner" not in embed and "file_path" not in embed
+    assert "file_path: /srv/docs/sessions.md" in nodes[-1].get_content(MetadataMode.LLM)
+    _, plain = parse(embed_heading_path=False)
+    assert plain[-1].get_content(MetadataMode.EMBED) == plain[-1].text
+
+
+def test_defaults_come_from_polaris_toml(tmp_path, monkeypatch):
+    (tmp_path / "polaris.toml").write_text("max_chunk_tokens = 200\nmin_chunk_chars = 10\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "no-user-config"))
+    parser = PolarisNodeParser()
+    assert (parser.max_chunk_tokens, parser.chunk_overlap_chars, parser.min_chunk_chars) == (200, 200, 10)
+    assert PolarisNodeParser(max_chunk_tokens=300).max_chunk_tokens == 300
