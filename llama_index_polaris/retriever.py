@@ -20,7 +20,7 @@ from llama_index.core.vector_stores.types import MetadataFilters
 
 from .engine.errors import InputError, ModelError
 from .engine.search.pipeline import MODES, Explanation
-from .vector_store import UNKNOWN_MODEL, PolarisVectorStore, hit_to_node, to_engine_filter
+from .vector_store import UNKNOWN_MODEL, PolarisVectorStore, binding_of, hit_to_node, to_engine_filter
 
 
 class PolarisNodeWithScore(NodeWithScore):
@@ -62,6 +62,8 @@ class PolarisRetriever(BaseRetriever):
             raise InputError(f"mode must be one of {', '.join(MODES)}, got {mode!r}.")
         self.vector_store = vector_store if vector_store is not None else PolarisVectorStore()
         cfg = self.vector_store.config
+        if getattr(embed_model, "embedder", None) is not None:  # a PolarisEmbedding: same model as the index?
+            self.vector_store.client.check_model(binding_of(embed_model))
         self.embed_model = embed_model
         self.similarity_top_k = cfg.top_k if similarity_top_k is None else similarity_top_k
         self.mode = mode

@@ -143,7 +143,7 @@ class PolarisVectorStore(BasePydanticVectorStore):
     ) -> None:
         cfg = config if config is not None else load_config()
         path = str(db_path if db_path is not None else cfg.db_path)
-        binding = _binding_of(embed_model)
+        binding = binding_of(embed_model)
         if binding is not None and model_id is not None and model_id != binding.model_id:
             raise InputError(f"model_id {model_id!r} and embed_model ({binding.model_id}) disagree; pass one.")
         super().__init__(
@@ -324,7 +324,7 @@ class PolarisVectorStore(BasePydanticVectorStore):
         return await asyncio.to_thread(self.query, query, **kwargs)
 
 
-def _binding_of(embed_model: Any) -> Optional[ModelBinding]:
+def binding_of(embed_model: Any) -> Optional[ModelBinding]:
     """The model binding of a ``PolarisEmbedding`` (None when no embed_model is given)."""
     if embed_model is None:
         return None

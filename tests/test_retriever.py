@@ -171,3 +171,10 @@ def test_recorded_model_embeds_the_query_when_embed_model_is_left_out(db_path, p
         assert implicit[0].node.metadata["kind"] == "guide"
     finally:
         store.close()
+
+
+def test_a_polaris_embedding_of_another_model_is_refused(stores, polaris_embedding):
+    from llama_index_polaris.engine.errors import ModelMismatchError
+
+    with pytest.raises(ModelMismatchError, match="fake-bow"):
+        PolarisRetriever(vector_store=stores["docs"], embed_model=polaris_embedding)
