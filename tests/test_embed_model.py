@@ -140,3 +140,10 @@ def test_threads_share_one_session():
     assert len(sessions) == 1
     for r in results:
         np.testing.assert_allclose(r, want[0], atol=1e-5)
+
+
+def test_any_iterable_of_texts(minilm):
+    want = minilm.embed_documents(["alpha", "beta"])
+    np.testing.assert_allclose(minilm.embed_documents(("alpha", "beta")), want, atol=1e-6)
+    np.testing.assert_allclose(minilm.embed_documents(t for t in ["alpha", "beta"]), want, atol=1e-6)
+    np.testing.assert_allclose(minilm.embed_documents(np.array(["alpha", "beta"])), want, atol=1e-6)

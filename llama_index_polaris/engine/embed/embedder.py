@@ -6,7 +6,7 @@ import logging
 import os
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Iterable
 
 import numpy as np
 
@@ -77,7 +77,7 @@ class Embedder:
         """Tokens in ``text`` by the model's tokenizer: no special tokens, no prefix, no truncation."""
         return len(self._tokenizers_loaded().counter.encode(clean_text(text), add_special_tokens=False).ids)
 
-    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+    def embed_documents(self, texts: Iterable[str]) -> np.ndarray:
         """float32 (n, dim) unit vectors of ``texts`` with the document prefix."""
         return self._embed(texts, self.spec.doc_prefix)
 
@@ -85,9 +85,10 @@ class Embedder:
         """float32 (dim,) unit vector of ``text`` with the query prefix."""
         return self._embed([text], self.spec.query_prefix)[0]
 
-    def _embed(self, texts: Sequence[str], prefix: str) -> np.ndarray:
+    def _embed(self, texts: Iterable[str], prefix: str) -> np.ndarray:
         if isinstance(texts, str):
             raise TypeError("embed_documents takes a sequence of texts, not one string")
+        texts = list(texts)
         out = np.empty((len(texts), self.dim), dtype=np.float32)
         if not texts:
             return out
