@@ -39,7 +39,10 @@ def cmd_index(args: argparse.Namespace) -> int:
     with _open(args, readonly=False, model_id=args.model) as index:
         bar = _progress_bar(args.quiet)
         try:
-            report = index.index_paths(args.paths, collection=args.collection, progress=bar.update)
+            report = index.index_paths(
+                args.paths, collection=args.collection, progress=bar.update,
+                on_wait=lambda msg: print(f"polaris: {msg}", file=sys.stderr, flush=True),
+            )
         finally:
             bar.close()
     for path, reason in report.failed:

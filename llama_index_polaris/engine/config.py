@@ -83,6 +83,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("top_k", 10, int, "hits returned by default (1 to 100)", _top_k),
     Setting("db_path", "polaris.db", str, "the index file"),
     Setting("fts_tokenizer", "porter unicode61 remove_diacritics 2", str, "FTS5 tokenizer for BM25", _fts_tokenizer),
+    Setting("max_file_mb", 10, (int, float), "files larger than this are skipped (marked failed) when indexing", _positive),
     Setting("embed_batch_size", 8, int, "texts per ONNX batch", _positive),
     Setting("intra_op_threads", None, int, "ONNX threads (default: physical cores)", _threads, nullable=True),
 )
@@ -107,6 +108,7 @@ class PolarisConfig:
     top_k: int = 10
     db_path: str = "polaris.db"
     fts_tokenizer: str = "porter unicode61 remove_diacritics 2"
+    max_file_mb: float = 10
     embed_batch_size: int = 8
     intra_op_threads: int | None = None
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)

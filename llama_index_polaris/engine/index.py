@@ -25,7 +25,7 @@ from .ids import node_id_for
 from .sources import SourceFile, index_root, walk
 from .store import ChunkRecord, DocumentRecord, ModelBinding, Store, text_hash
 
-EMBED_BATCH_CHUNKS = 64  # chunks gathered across documents before one embedding call
+EMBED_BATCH_CHUNKS = 32  # chunks gathered across documents before one embedding call
 
 
 @dataclass
@@ -167,7 +167,15 @@ class Indexer:
         return report
 
     def _file_document(self, f: SourceFile, root: Path) -> SourceDocument:
+        limit = self.config.max_file_mb * 1e6
+
         def read() -> str:
+            size = f.path.stat().st_size
+            if size > limit:
+                raise InputError(
+                    f"{f.relpath}: too large ({size / 1e6:.1f} MB > max_file_mb {self.config.max_file_mb:g});"
+                    " raise max_file_mb in polaris.toml to index it."
+                )
             return decode_source(f.path.read_bytes(), f.relpath)
 
         meta = {"root": str(root)}

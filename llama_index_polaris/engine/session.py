@@ -53,9 +53,11 @@ class PolarisIndex:
         """The embedder for this index (the recorded model unless the config names another)."""
         with self._lock:
             if self._embedder is None:
-                from .embed import load_embedder
+                from .embed import get_model_spec, load_embedder, resolve_dim
 
                 model_id, dim = model_choice(self.config, self.store.model)
+                # refuse a mismatch before any model file is looked for or loaded
+                self.store.check_model(ModelBinding(model_id, resolve_dim(get_model_spec(model_id), dim)))
                 embedder = load_embedder(
                     model_id, dim=dim, model_dir=self.config.model_dir,
                     threads=self.config.intra_op_threads, batch_size=self.config.embed_batch_size,
@@ -84,6 +86,11 @@ class PolarisIndex:
 
         return Indexer(self.store, self.embedder, self.config, collection=collection, progress=progress)
 
-    def index_paths(self, paths: Sequence[str | Path], collection: str = "default", progress: Any = None) -> Any:
-        """Index the files under ``paths`` incrementally; returns an IndexReport."""
-        return self.indexer(collection, progress).index_paths(paths)
+    def index_paths(
+        self, paths: Sequence[str | Path], collection: str = "default", progress: Any = None, on_wait: Any = None
+    ) -> Any:
+        """Index the files under ``paths`` incrementally (one run per file at a time)."""
+        from .lock import index_lock
+
+        with index_lock(self.path, on_wait):
+            return self.indexer(collection, progress).index_paths(paths)

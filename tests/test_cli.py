@@ -1,0 +1,246 @@
+"""End-to-end tests of the `polaris` console script, in subprocesses, on the bundled model."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3 as _stdlib_sqlite3  # noqa: F401  (never used to open polaris.db: it cannot load vec0)
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from llama_index_polaris.engine.store import Store
+
+POLARIS = str(Path(sys.executable).with_name("polaris"))
+MODEL_TOML = 'model_id = "all-minilm-l6-v2"\n'
+
+
+def run(*args: str, cwd: Path, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess:
+    proc = subprocess.run([POLARIS, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "XDG_CONFIG_HOME": str(cwd / ".xdg")})
+    if check and proc.returncode != 0:
+        raise AssertionError(f"polaris {' '.join(args)} exited {proc.returncode}:\n{proc.stderr}")
+    return proc
+
+
+def index_json(cwd: Path, *paths: str) -> dict:
+    return json.loads(run("index", *paths, "--json", "--quiet", cwd=cwd).stdout)
+
+
+def write_docs(root: Path) -> None:
+    (root / "docs" / "auth").mkdir(parents=True)
+    (root / "docs" / "auth" / "tokens.md").write_text(
+        "# Tokens\n\n## Token lifetime\n\nAccess tokens are valid for fifteen minutes. When a request is"
+        " rejected with token_expired, the client exchanges its refresh token for a new pair.\n\n"
+        "## Revocation\n\nAdmins can revoke every refresh token of a user from the console.\n"
+    )
+    (root / "docs" / "config.md").write_text(
+        "# Configuration\n\n## Ranking keys\n\nThe fusion constant is `rrf_k`, default 60. Larger values"
+        " flatten the rank curve.\n\n## Storage keys\n\nThe index file is set by `db_path`.\n"
+    )
+    (root / "docs" / "deploy.md").write_text(
+        "# Deploys\n\nDeploys go out from the main branch after the checks pass. Roll back with the"
+        " previous image tag if error rates climb.\n"
+    )
+    (root / "polaris.toml").write_text(MODEL_TOML)
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    write_docs(tmp_path)
+    return tmp_path
+
+
+def counts(db: Path) -> tuple[int, int, int, int]:
+    with Store(db, readonly=True) as s:
+        c = s.conn
+        return (
+            c.execute("SELECT count(*) FROM documents").fetchone()[0],
+            c.execute("SELECT count(*) FROM chunks").fetchone()[0],
+            c.execute("SELECT count(*) FROM chunks_vec").fetchone()[0],
+            c.execute("SELECT count(*) FROM chunks_fts WHERE chunks_fts MATCH 'fusion OR tokens OR deploys OR revoke'").fetchone()[0],
+        )
+
+
+def test_index_search_reindex_edit_delete(project: Path) -> None:
+    first = index_json(project, "docs")
+    assert (first["added"], first["failed"]) == (3, [])
+    assert first["chunks_embedded"] == first["chunks"] > 0
+
+    hits = json.loads(run("search", "rrf_k", "--json", "--explain", "-k", "3", cwd=project).stdout)
+    assert hits[0]["document"] == "config.md"
+    assert hits[0]["heading_path"] == "Configuration > Ranking keys"
+    assert hits[0]["score"] == 1.0 and hits[0]["rank"] == 1
+    assert set(hits[0]["explain"]) >= {"vector_rank", "vector_distance", "bm25_rank", "bm25_score", "rrf", "boost", "mmr_penalty"}
+    assert [h["rank"] for h in hits] == list(range(1, len(hits) + 1))
+
+    again = index_json(project, "docs")
+    assert (again["unchanged"], again["chunks_embedded"], again["added"], again["updated"]) == (3, 0, 0, 0)
+
+    tokens = project / "docs" / "auth" / "tokens.md"
+    tokens.write_text(tokens.read_text().replace("from the console", "from the admin console"))
+    edited = index_json(project, "docs")
+    assert (edited["updated"], edited["unchanged"]) == (1, 2)
+    assert edited["chunks_embedded"] == 1  # only the changed section; the others reuse their vectors
+    assert edited["chunks_reused"] >= 1
+
+    (project / "docs" / "deploy.md").unlink()
+    removed = index_json(project, "docs")
+    assert removed["removed"] == 1
+    docs, chunks, vecs, _ = counts(project / "polaris.db")
+    assert docs == 2 and chunks == vecs
+    with Store(project / "polaris.db", readonly=True) as s:
+        assert s.conn.execute("SELECT count(*) FROM chunks_fts WHERE chunks_fts MATCH 'deploys'").fetchone()[0] == 0
+
+
+def test_search_output_for_people(project: Path) -> None:
+    index_json(project, "docs")
+    out = run("search", "when does an access token expire", "-k", "2", cwd=project).stdout
+    assert out.splitlines()[0].startswith(" 1. 1.000  auth/tokens.md  ›  Tokens > Token lifetime")
+    status = json.loads(run("status", "--json", cwd=project).stdout)
+    assert status["model_id"] == "all-minilm-l6-v2" and status["embedding_dim"] == 384
+    assert (status["documents"], status["schema_version"]) == (3, 2)
+    assert status["config"]["model_id"]["source"].endswith("polaris.toml")
+
+
+def test_scoped_search(project: Path) -> None:
+    index_json(project, "docs")
+    hits = json.loads(run("search", "tokens", "--json", "--document", "config.md", cwd=project).stdout)
+    assert hits and {h["document"] for h in hits} == {"config.md"}
+    none = json.loads(run("search", "tokens", "--json", "--collection", "nope", cwd=project).stdout)
+    assert none == []
+
+
+def _many_files(root: Path, n: int) -> None:
+    docs = root / "many"
+    docs.mkdir()
+    for i in range(n):
+        (docs / f"note{i:03d}.md").write_text(f"# Note {i}\n\nThis note number {i} records decision {i * 7} of the team.\n")
+    (root / "polaris.toml").write_text(MODEL_TOML)
+
+
+def _completed(db: Path) -> int:
+    if not db.exists():
+        return 0
+    try:
+        with Store(db, readonly=True) as s:
+            return s.conn.execute("SELECT count(*) FROM documents WHERE status = 'completed'").fetchone()[0]
+    except Exception:
+        return 0
+
+
+def _interrupt_and_resume(root: Path, sig: int) -> None:
+    _many_files(root, 70)
+    db = root / "polaris.db"
+    proc = subprocess.Popen([POLARIS, "index", "many", "--quiet"], cwd=root, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "XDG_CONFIG_HOME": str(root / ".xdg")})
+    deadline = time.time() + 240
+    while _completed(db) == 0 and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    assert proc.poll() is None, "the run finished before it could be interrupted"
+    proc.send_signal(sig)
+    proc.wait(timeout=60)
+    if sig == signal.SIGINT:
+        assert proc.returncode == 130 and "run the same command to resume" in proc.stderr.read()
+    done = _completed(db)
+    assert 0 < done < 70
+    with Store(db, readonly=True) as s:  # every committed document is whole, nothing half-written
+        c = s.conn
+        rows = c.execute("SELECT d.status, count(c.id) FROM documents d LEFT JOIN chunks c ON c.document_id = d.id GROUP BY d.id").fetchall()
+        assert all(n == 1 for status, n in rows if status == "completed")
+        assert all(n == 0 for status, n in rows if status != "completed")
+        assert c.execute("SELECT count(*) FROM chunks").fetchone()[0] == c.execute("SELECT count(*) FROM chunks_vec").fetchone()[0]
+    with Store(db) as s:  # FTS5's integrity-check is a write statement
+        s.conn.execute("INSERT INTO chunks_fts(chunks_fts) VALUES ('integrity-check')")
+    resumed = index_json(root, "many")
+    assert resumed["unchanged"] == done
+    assert resumed["added"] + resumed["updated"] == 70 - done
+    assert _completed(db) == 70
+
+
+def test_sigint_mid_run_then_resume(tmp_path: Path) -> None:
+    _interrupt_and_resume(tmp_path, signal.SIGINT)
+
+
+def test_sigkill_mid_run_then_resume(tmp_path: Path) -> None:
+    _interrupt_and_resume(tmp_path, signal.SIGKILL)
+
+
+def test_two_index_runs_and_a_search_meanwhile(tmp_path: Path) -> None:
+    _many_files(tmp_path, 100)
+    env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path / ".xdg")}
+    a = subprocess.Popen([POLARIS, "index", "many", "--quiet"], cwd=tmp_path, stderr=subprocess.PIPE, text=True, env=env)
+    db = tmp_path / "polaris.db"
+    while _completed(db) == 0 and a.poll() is None:
+        time.sleep(0.05)
+    b = subprocess.Popen([POLARIS, "index", "many", "--quiet"], cwd=tmp_path, stderr=subprocess.PIPE, text=True, env=env)
+    hits = json.loads(run("search", "decision", "--json", "--mode", "bm25", cwd=tmp_path).stdout)
+    assert hits, "a search during an index run answers from the committed state"
+    assert a.wait(timeout=240) == 0 and b.wait(timeout=240) == 0
+    assert "holds" in b.stderr.read()  # the second run said it was waiting
+    assert _completed(db) == 100
+    docs, chunks, vecs, _ = counts(db)
+    assert (docs, chunks, vecs) == (100, 100, 100)
+
+
+def test_bad_inputs_are_clear_and_lose_nothing(tmp_path: Path) -> None:
+    write_docs(tmp_path)
+    docs = tmp_path / "docs"
+    (docs / "latin1.md").write_bytes("# Caf\xe9\n\nna\xefve text\n".encode("latin-1"))
+    (docs / "binary.md").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00binary")
+    (docs / "big.md").write_bytes(b"# Big\n\n" + b"word " * (11 * 10**6 // 5))
+    locked = docs / "locked.md"
+    locked.write_text("# Locked\n\nsecret\n")
+    locked.chmod(0)
+    os.symlink(docs, docs / "loop")  # a symlinked directory is not followed
+    (tmp_path / "empty").mkdir()
+    try:
+        report = index_json(tmp_path, "docs")
+    finally:
+        locked.chmod(0o644)
+    failed = dict(report["failed"])
+    assert "not UTF-8" in failed["latin1.md"] and "iconv" in failed["latin1.md"]
+    assert "binary" in failed["binary.md"]
+    assert "too large" in failed["big.md"] and "max_file_mb" in failed["big.md"]
+    if os.geteuid() != 0:  # root reads anything
+        assert "permission" in failed["locked.md"]
+    assert report["added"] >= 3
+
+    missing = run("index", "no/such/dir", cwd=tmp_path, check=False)
+    assert missing.returncode == 1 and "no/such/dir: no such file or directory" in missing.stderr
+    empty = json.loads(run("index", "empty", "--json", "--quiet", "--db", "empty.db", cwd=tmp_path).stdout)
+    assert empty["added"] == 0 and empty["failed"] == []
+
+
+def test_other_model_and_bad_config_refused_before_work(project: Path) -> None:
+    index_json(project, "docs")
+    before = (project / "polaris.db").read_bytes()
+    other = run("index", "docs", "--model", "nomic-embed-text-v1.5", cwd=project, check=False)
+    assert other.returncode == 1
+    # refused (wrong model) or unavailable offline: either way nothing changed
+    assert "all-minilm-l6-v2" in other.stderr
+    (project / "polaris.toml").write_text('model_id = "all-minilm-l6-v2"\nmmr_lamda = 0.5\n')
+    bad = run("search", "tokens", cwd=project, check=False)
+    assert bad.returncode == 1
+    assert "polaris.toml: unknown key 'mmr_lamda'; did you mean 'mmr_lambda'?" in bad.stderr
+    (project / "polaris.toml").write_text("model_id = [unclosed\n")
+    broken = run("status", cwd=project, check=False)
+    assert broken.returncode == 1 and "polaris.toml: not valid TOML" in broken.stderr
+    assert (project / "polaris.db").read_bytes() == before
+
+
+def test_search_does_not_import_llama_index(project: Path) -> None:
+    index_json(project, "docs")
+    code = (
+        "import sys; from llama_index_polaris.cli import main; main(['search', 'tokens', '--json']);"
+        "bad = [m for m in sys.modules if m.startswith(('llama_index.', 'datasette'))] + "
+        "[m for m in sys.modules if m == 'llama_index'];"
+        "sys.stderr.write(repr(bad)); sys.exit(1 if bad else 0)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=project, capture_output=True, text=True,
+                          env={**os.environ, "XDG_CONFIG_HOME": str(project / ".xdg")})
+    assert proc.returncode == 0, proc.stderr
