@@ -33,9 +33,9 @@ def markdown_sections(
     tokens = _BLOCK_PARSER.parse(text[body_start:])
     offset = _line_offsets(text, body_start)
     roots = _tree(tokens)
-    if not roots:
-        blank = not text[body_start:].strip()
-        return ([] if blank else [Section(body_start, len(text), preamble_path, 0, (Block(body_start, len(text)),))]), None
+    if not roots:  # blank, or nothing but link reference definitions
+        whole = Section(body_start, len(text), preamble_path, 0, (Block(body_start, len(text)),))
+        return ([whole] if text[body_start:].strip() else []), None
     starts = [body_start] + [offset(tokens[i].map[0]) for i, _ in roots[1:]]
     extents = zip(starts, starts[1:] + [len(text)])
     blocks = [_block(tokens, node, ext, offset, text) for node, ext in zip(roots, extents)]
