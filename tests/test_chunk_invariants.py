@@ -114,14 +114,17 @@ def check(source: str, cfg: ChunkSettings, *, title: str | None = None, check_fe
 
 def refenced(text: str, core: str) -> bool:
     """``text`` is ``core`` with an opening fence line before it and/or a closing one after."""
-    i = text.find(core)
-    prefix, suffix = text[:i], text[i + len(core) :]
     is_fence = lambda line: line.strip().lstrip(">-*+ ").startswith(("```", "~~~"))  # noqa: E731
-    return i >= 0 and (not prefix or prefix.endswith("\n") and is_fence(prefix)) and (not suffix or is_fence(suffix))
+    for i in (i for i in range(len(text) - len(core) + 1) if text.startswith(core, i)):
+        prefix, suffix = text[:i], text[i + len(core) :]
+        if (not prefix or prefix.endswith("\n") and is_fence(prefix)) and (not suffix or is_fence(suffix)):
+            return True
+    return False
 
 
 def unsplittable(c) -> bool:
-    content = [line for line in c.text.strip().splitlines() if not line.strip().lstrip(">-*+ ").startswith(("```", "~~~"))]
+    lines = [line.strip().lstrip(">-*+ ") for line in c.text.splitlines()]
+    content = [line for line in lines if line and not line.startswith(("```", "~~~"))]
     return len(c.text.split()) <= 2 or len(content) <= 1
 
 

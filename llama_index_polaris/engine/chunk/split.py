@@ -142,8 +142,11 @@ def _split_fence(budget: Budget, block: Block, section: int, lead: int | None) -
     opener, closer = fence.open_line + "\n", "\n" + fence.close_line
     room = replace(budget, limit=max(1, budget.limit - budget.count(opener) - budget.count(closer)))
 
+    body = budget.source[fence.body_start : fence.body_end]
+    first, last = fence.body_start + len(body) - len(body.lstrip()), fence.body_start + len(body.rstrip())
+
     def inside(source: str, lo: int, hi: int) -> Iterator[int]:
-        return (c for c in LINES(source, lo, hi) if fence.body_start < c < fence.body_end)
+        return (c for c in LINES(source, lo, hi) if first < c < last)  # every piece keeps some code
 
     start = block.start if lead is None else lead
     pieces = cut(room, start, block.end, [inside], section, block.start)
