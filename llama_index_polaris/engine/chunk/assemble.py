@@ -57,7 +57,10 @@ def _absorb(budget: Budget, pieces: list[Piece], small, backward: bool) -> list[
 
 
 def overlap_start(budget: Budget, pieces: list[Piece], i: int, fences: list[tuple[int, int]], chars: int) -> int:
-    """Where piece ``i`` starts once up to ``chars`` of its section predecessor are carried in."""
+    """Where piece ``i`` starts once up to ``chars`` of its section predecessor are carried in.
+
+    The overlap is a proper tail of the previous piece: a piece never repeats its predecessor whole.
+    """
     p = pieces[i]
     prev = pieces[i - 1] if i else None
     if not prev or not chars or p.prefix or prev.suffix or prev.section != p.section:
@@ -65,7 +68,7 @@ def overlap_start(budget: Budget, pieces: list[Piece], i: int, fences: list[tupl
     lo = max(prev.start, p.start - chars, _end_of_fence_before(fences, p.start))
     extra = budget.count(p.suffix) if p.suffix else 0
     for find in (SENTENCES, WORDS):
-        own = [lo] if lo == prev.start or (find is WORDS and budget.source[lo - 1].isspace()) else []
+        own = [lo] if find is WORDS and lo > prev.start and budget.source[lo - 1].isspace() else []
         candidates = own + list(find(budget.source, lo, p.start))
         k = _first_fitting(budget, candidates, p.end, extra)
         if k is not None:

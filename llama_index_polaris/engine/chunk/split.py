@@ -80,7 +80,9 @@ def pack(budget: Budget, blocks: tuple[Block, ...], section: int, lead: int | No
             pieces += [Piece(*acc, section)] if acc else []
             acc = (block.start, block.end)
         else:
-            pieces += split_block(budget, block, section, acc[0] if acc else None)
+            carry = acc is not None and budget.fits(*acc)  # an oversize remainder is not carried
+            pieces += [Piece(*acc, section)] if acc and not carry else []
+            pieces += split_block(budget, block, section, acc[0] if carry else None)
             last = pieces[-1] if pieces else None
             acc = (pieces.pop().start, last.end) if last and not (last.prefix or last.suffix) else None
     return pieces + ([Piece(*acc, section)] if acc else [])
