@@ -147,3 +147,11 @@ def test_any_iterable_of_texts(minilm):
     np.testing.assert_allclose(minilm.embed_documents(("alpha", "beta")), want, atol=1e-6)
     np.testing.assert_allclose(minilm.embed_documents(t for t in ["alpha", "beta"]), want, atol=1e-6)
     np.testing.assert_allclose(minilm.embed_documents(np.array(["alpha", "beta"])), want, atol=1e-6)
+
+
+def test_embedders_of_one_model_share_one_session():
+    a = load_embedder("all-minilm-l6-v2", batch_size=3)
+    b = load_embedder("all-minilm-l6-v2", batch_size=5)
+    a.embed_query("x")
+    b.embed_query("x")
+    assert a is not b and a._session is b._session and a._tokenizers is b._tokenizers

@@ -110,14 +110,14 @@ class Embedder:
         if self._tokenizers is None:
             with self._lock:
                 if self._tokenizers is None:
-                    self._tokenizers = self._guarded(load_tokenizers, self.files.tokenizer, self.spec.window)
+                    self._tokenizers = self._guarded(_shared, load_tokenizers, self.files.tokenizer, self.spec.window)
         return self._tokenizers
 
     def _session_loaded(self) -> Session:
         if self._session is None:
             with self._lock:
                 if self._session is None:
-                    self._session = self._guarded(create_session, self.files.onnx, self.threads)
+                    self._session = self._guarded(_shared, create_session, self.files.onnx, self.threads)
         return self._session
 
     def _guarded(self, load, *args):
@@ -135,6 +135,21 @@ class Embedder:
 
 _EMBEDDERS: dict[tuple, Embedder] = {}
 _EMBEDDERS_LOCK = threading.Lock()
+_LOADED: dict[tuple, object] = {}  # sessions and tokenizers, shared by Embedders of one file
+_LOADED_LOCK = threading.Lock()
+
+
+def _shared(load, path: Path, setting):
+    """``load(path, setting)`` once per process for the same file (path, size, mtime) and setting."""
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        raise ModelError(f"cannot read {path}: {exc.strerror}") from exc
+    key = (load.__name__, os.path.realpath(path), st.st_size, st.st_mtime_ns, setting)
+    with _LOADED_LOCK:
+        if key not in _LOADED:
+            _LOADED[key] = load(path, setting)
+        return _LOADED[key]
 
 
 def load_embedder(
@@ -176,6 +191,7 @@ def embedder_from_config(cfg: "PolarisConfig", model_id: str | None = None) -> E
 
 
 def clear_embedders() -> None:
-    """Forget the process-wide Embedders (tests; after a model's files changed)."""
-    with _EMBEDDERS_LOCK:
+    """Forget the process-wide Embedders, sessions and tokenizers (tests; files replaced)."""
+    with _EMBEDDERS_LOCK, _LOADED_LOCK:
         _EMBEDDERS.clear()
+        _LOADED.clear()
