@@ -94,14 +94,19 @@ def decode_source(data: bytes, name: str) -> str:
     return text
 
 
-def embed_input(span: ChunkSpan, heading_context: bool = True) -> str:
+def embed_input(span: ChunkSpan, count_tokens: Callable[[str], int] | None = None, window: int = 0) -> str:
     """The text embedded for a chunk: its parent headings, then its own text.
 
     The chunk's own heading is already in its text; the parents ("Guide > Auth") tell
-    the model where the section sits.
+    the model where the section sits. With ``count_tokens``, the outermost parents are
+    dropped until context and chunk fit in ``window`` tokens together, so nothing is
+    silently truncated by the embedder.
     """
-    parents = span.heading_path[:-1] if span.heading_level else span.heading_path
-    if not heading_context or not parents:
+    parents = list(span.heading_path[:-1] if span.heading_level else span.heading_path)
+    room = window - span.token_count
+    while parents and count_tokens is not None and count_tokens(" > ".join(parents)) > room:
+        parents.pop(0)
+    if not parents:
         return span.text
     return " > ".join(parents) + "\n\n" + span.text
 
@@ -136,7 +141,8 @@ class Indexer:
         self.collection = collection
         self.progress = progress or (lambda stage, done, total: None)
         self.heading_context = heading_context
-        budget = chunk_budget(config, embedder.max_chunk_tokens)
+        self.window = embedder.max_chunk_tokens
+        budget = chunk_budget(config, self.window)
         self.settings = ChunkSettings(
             max_tokens=budget,
             overlap_chars=config.chunk_overlap_chars,
@@ -252,7 +258,7 @@ class Indexer:
             base["file_path"] = doc.path
         records, inputs = [], []
         for i, span in enumerate(chunked.chunks):
-            embedded = embed_input(span, self.heading_context)
+            embedded = embed_input(span, self.embedder.count_tokens, self.window) if self.heading_context else span.text
             meta = {**base, "heading_path": span.heading_path_str, "heading_level": span.heading_level,
                     "chunk_index": i}
             records.append(ChunkRecord(
