@@ -22,5 +22,5 @@ def register_chunkers(register):
     """Call ``register(extensions, chunker)`` for each file type you can chunk.
 
     ``extensions`` is a tuple such as ``(".md", ".markdown")``; ``chunker`` is a callable
-    ``chunker(text, *, settings) -> ChunkedDocument`` (see ``engine.chunk``).
+    ``chunker(text, settings, *, title=None) -> ChunkedDocument`` (see ``engine.chunk``).
     """
