@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from llama_index_polaris.engine.search.mmr import mmr, normalise_relevance
+from llama_index_polaris.engine.search.mmr import mmr, mmr_scores, normalise_relevance
 
 
 def unit(*xs: float) -> np.ndarray:
@@ -90,3 +90,8 @@ def test_mmr_invariants(pool):
     assert all(p.penalty >= 0 for p in picks)
     for p in picks:  # the value is what the explanation says it is
         assert p.value == pytest.approx(lam * rel[p.index] - p.penalty)
+    scores = mmr_scores(picks, lam)  # what users see: top 1.0, never negative, never rising
+    if picks and picks[0].value + (1 - lam) > 0:
+        assert scores[0] == pytest.approx(1.0)
+    assert all(-1e-9 <= s <= 1 + 1e-9 for s in scores)
+    assert all(b <= a + 1e-9 for a, b in zip(scores, scores[1:]))

@@ -51,7 +51,8 @@ def test_hybrid_explanations_are_the_scores(store):
     assert hits[0].score == 1.0 and hits[0].node_id == "auth#0"
     vecs, q = vectors(store), embed(QUERY)
     lam = cfg.mmr_lambda
-    first = lam * hits[0].explain.relevance - hits[0].explain.mmr_penalty
+    shift = 1 - lam  # scores are MMR values shifted by the largest possible penalty, over the first
+    first = lam * hits[0].explain.relevance - hits[0].explain.mmr_penalty + shift
     for h in hits:
         ex = h.explain
         assert ex.score == h.score
@@ -65,7 +66,8 @@ def test_hybrid_explanations_are_the_scores(store):
         if ex.bm25_score is not None:
             assert ex.bm25_score > 0
         assert 0 <= ex.relevance <= 1 and ex.mmr_penalty >= 0
-        assert h.score == pytest.approx((lam * ex.relevance - ex.mmr_penalty) / first)
+        assert h.score == pytest.approx((lam * ex.relevance - ex.mmr_penalty + shift) / first)
+        assert 0 <= h.score <= 1
     assert hits[0].explain.relevance == pytest.approx(1.0)
     assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
 

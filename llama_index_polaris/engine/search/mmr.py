@@ -49,3 +49,11 @@ def mmr(relevance: np.ndarray, vectors: np.ndarray, k: int, lam: float) -> list[
         available[best] = False
         max_sim = np.maximum(max_sim, vecs @ vecs[best])
     return picks
+
+
+def mmr_scores(picks: list[MMRPick], lam: float) -> list[float]:
+    """Final scores in [0, 1], top 1.0: marginal values shifted by the largest possible
+    penalty ``1 - lam`` (so none is negative), then divided by the first."""
+    shifted = [max(p.value + (1.0 - lam), 0.0) for p in picks]  # max: float32 rounding only
+    top = shifted[0] if shifted else 0.0
+    return [v / top if top > 0 else 0.0 for v in shifted]

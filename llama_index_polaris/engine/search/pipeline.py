@@ -20,7 +20,7 @@ from .boost import boost_terms, heading_boost
 from .bm25 import bm25
 from .filters import Filter
 from .fuse import Fused, rrf
-from .mmr import mmr, normalise_relevance
+from .mmr import mmr, mmr_scores, normalise_relevance
 from .normalise import relative_to_top
 from .scope import Scope, resolve_scope
 from .vector import MAX_K, knn
@@ -196,7 +196,7 @@ class Searcher:
         relevance = np.array([1.0 - d for _, d in vec_hits])
         ids = [cid for cid, _ in vec_hits]
         picks = mmr(relevance, self._matrix(rows, ids), k, lam)
-        scores = relative_to_top([p.value for p in picks])
+        scores = mmr_scores(picks, lam)
         out = []
         for rank, (pick, score) in enumerate(zip(picks, scores), start=1):
             cid, distance = vec_hits[pick.index]
@@ -232,7 +232,7 @@ class Searcher:
         boosts = [heading_boost(terms, rows[f.id].heading_path, cfg.heading_boost) for f in fused]
         relevance = normalise_relevance(np.array([f.score + b for f, b in zip(fused, boosts)]))
         picks = mmr(relevance, self._matrix(rows, [f.id for f in fused]), k, lam)
-        scores = relative_to_top([p.value for p in picks])
+        scores = mmr_scores(picks, lam)
         vec_info = dict(vec_hits)
         bm_info = dict(bm_hits)
         out = []
