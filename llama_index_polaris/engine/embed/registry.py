@@ -176,7 +176,14 @@ def list_models() -> list[ModelSpec]:
 
 
 def get_model_spec(model_id: str) -> ModelSpec:
-    """The spec registered for ``model_id``; ModelError listing the valid ids if unknown."""
+    """The spec registered for ``model_id``; ModelError listing the valid ids if unknown.
+
+    Built-in ids are answered without loading plugins (a cold `polaris search` stays
+    fast), so a plugin cannot redefine a built-in id; it registers its own ids.
+    """
+    for spec in BUILTIN_MODELS:
+        if spec.id == model_id:
+            return spec
     models = list_models()
     for spec in models:
         if spec.id == model_id:
