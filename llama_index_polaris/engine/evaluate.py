@@ -197,11 +197,12 @@ def cmd_eval(args: Any) -> int:
     index, report = build_eval_index(beir, config)
     modes = ("vector", "bm25", "hybrid") if args.mode == "all" else (args.mode,)
     with index:
+        model_id = index.store.model.model_id
         results = run_modes(index, beir, modes)
     if args.json:
         print(json.dumps({m: {k: round(v, 4) for k, v in r.items()} for m, r in results.items()}, indent=2))
         return 0
-    print(f"{beir.path.name} ({args.split}, {len(beir.qrels)} queries), model {index.store.model.model_id};"
+    print(f"{beir.path.name} ({args.split}, {len(beir.qrels)} queries), model {model_id};"
           f" index: {report.summary()}", file=sys.stderr)
     print(f"| mode | {' | '.join(METRICS)} | ms/query |")
     print("|---" * (len(METRICS) + 2) + "|")
