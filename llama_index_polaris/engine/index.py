@@ -22,6 +22,7 @@ from .chunk import ChunkSettings, ChunkSpan, chunk_document
 from .config import PolarisConfig
 from .errors import ConfigError, InputError
 from .ids import node_id_for
+from .lock import index_lock
 from .sources import SourceFile, index_root, walk
 from .store import ChunkRecord, DocumentRecord, ModelBinding, Store, text_hash
 
@@ -136,11 +137,13 @@ class Indexer:
         collection: str = "default",
         progress: Progress | None = None,
         heading_context: bool = True,
+        on_wait: Callable[[str], None] | None = None,
     ) -> None:
         self.store, self.embedder, self.config = store, embedder, config
         self.collection = collection
         self.progress = progress or (lambda stage, done, total: None)
         self.heading_context = heading_context
+        self.on_wait = on_wait
         self.window = embedder.max_chunk_tokens
         budget = chunk_budget(config, self.window)
         self.settings = ChunkSettings(
@@ -166,10 +169,11 @@ class Indexer:
     def index_paths(self, paths: Sequence[str | Path]) -> IndexReport:
         """Index the Markdown and text files under ``paths``; remove files that are gone."""
         root = index_root(paths)
-        files = list(walk(paths, root))
-        docs = (self._file_document(f, root) for f in files)
-        report = self.index_documents(docs, total=len(files))
-        report.removed += self._remove_missing(root, {f.relpath for f in files})
+        with index_lock(self.store.path, self.on_wait):
+            files = list(walk(paths, root))
+            docs = (self._file_document(f, root) for f in files)
+            report = self._index(docs, len(files))
+            report.removed += self._remove_missing(root, {f.relpath for f in files})
         return report
 
     def _file_document(self, f: SourceFile, root: Path) -> SourceDocument:
@@ -196,7 +200,14 @@ class Indexer:
 
     # -- documents ----------------------------------------------------------------
     def index_documents(self, docs: Iterable[SourceDocument], total: int | None = None) -> IndexReport:
-        """Index ``docs``: skip unchanged ones, embed only new chunk texts, commit each."""
+        """Index ``docs``: skip unchanged ones, embed only new chunk texts, commit each.
+
+        One indexing run per database at a time: a second one waits (``on_wait`` says so).
+        """
+        with index_lock(self.store.path, self.on_wait):
+            return self._index(docs, total)
+
+    def _index(self, docs: Iterable[SourceDocument], total: int | None) -> IndexReport:
         start = time.perf_counter()
         report = IndexReport()
         self._settings_changed = self.store.meta.get("chunker", self.settings_key) != self.settings_key

@@ -80,17 +80,16 @@ class PolarisIndex:
             raise DatabaseError(f"{self.path} holds no index yet. Build one with `polaris index PATH`.")
         return self.searcher().search(query, **kwargs)
 
-    def indexer(self, collection: str = "default", progress: Any = None) -> Any:
+    def indexer(self, collection: str = "default", progress: Any = None, on_wait: Any = None) -> Any:
         """An Indexer writing into this index."""
         from .index import Indexer
 
-        return Indexer(self.store, self.embedder, self.config, collection=collection, progress=progress)
+        return Indexer(
+            self.store, self.embedder, self.config, collection=collection, progress=progress, on_wait=on_wait
+        )
 
     def index_paths(
         self, paths: Sequence[str | Path], collection: str = "default", progress: Any = None, on_wait: Any = None
     ) -> Any:
         """Index the files under ``paths`` incrementally (one run per file at a time)."""
-        from .lock import index_lock
-
-        with index_lock(self.path, on_wait):
-            return self.indexer(collection, progress).index_paths(paths)
+        return self.indexer(collection, progress, on_wait).index_paths(paths)
