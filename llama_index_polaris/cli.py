@@ -27,7 +27,7 @@ def _open(args: argparse.Namespace, *, readonly: bool, **overrides: Any) -> Any:
     from .engine.session import PolarisIndex
 
     cfg = _config(args, **overrides)
-    return PolarisIndex(cfg.db_path, config=cfg, readonly=readonly)
+    return PolarisIndex(cfg.db_path, config=cfg, readonly=readonly, fast_start=readonly)
 
 
 # -- index ------------------------------------------------------------------------

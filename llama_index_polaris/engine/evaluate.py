@@ -20,6 +20,7 @@ from .errors import InputError
 
 METRICS = ("ndcg@10", "recall@10", "recall@100", "mrr@10")
 DEPTH = 100
+CHUNKS_PER_DOC = 3  # chunks fetched per document wanted, so the top 100 documents are all there
 
 
 # -- metrics (pure) ------------------------------------------------------------------
@@ -160,14 +161,14 @@ def build_eval_index(beir: BeirSet, config: Any, progress: Any = None) -> Any:
 def run_modes(index: Any, beir: BeirSet, modes: Sequence[str], depth: int = DEPTH) -> dict[str, dict[str, float]]:
     """Score each mode over the split's queries; also reports query time."""
     searcher = index.searcher()
-    searcher.max_top_k = depth
+    searcher.max_top_k = CHUNKS_PER_DOC * depth
     results = {}
     queries = {q: beir.queries[q] for q in beir.qrels if q in beir.queries}
     for mode in modes:
         run, start = {}, time.perf_counter()
         for qid, text in queries.items():
-            hits = searcher.search(text, top_k=depth, mode=mode)
-            run[qid] = documents_in_order(h.document_id for h in hits)
+            hits = searcher.search(text, top_k=CHUNKS_PER_DOC * depth, mode=mode)
+            run[qid] = documents_in_order(h.document_id for h in hits)[:depth]
         elapsed = time.perf_counter() - start
         results[mode] = {**score_run(run, beir.qrels), "queries": len(queries),
                          "ms_per_query": 1000 * elapsed / max(len(queries), 1)}

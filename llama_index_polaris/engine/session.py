@@ -21,7 +21,10 @@ def model_choice(config: PolarisConfig, recorded: ModelBinding | None) -> tuple[
 
 
 class PolarisIndex:
-    """A polaris.db opened with a validated config; the embedder loads on first use."""
+    """A polaris.db opened with a validated config; the embedder loads on first use.
+
+    ``fast_start`` is for processes that run one query and exit (`polaris search`).
+    """
 
     def __init__(
         self,
@@ -29,6 +32,7 @@ class PolarisIndex:
         *,
         config: PolarisConfig | None = None,
         readonly: bool = False,
+        fast_start: bool = False,
     ) -> None:
         self.config = config or load_config()
         self.path = Path(db_path or self.config.db_path)
@@ -36,6 +40,7 @@ class PolarisIndex:
         tokenizer = self.config.fts_tokenizer if explicit or not self.path.exists() else None
         self.store = Store(self.path, readonly=readonly, fts_tokenizer=None if readonly else tokenizer)
         self._embedder: Any = None
+        self.fast_start = fast_start  # a short-lived process: skip ONNX graph optimisation
         self._lock = threading.Lock()
 
     def close(self) -> None:
@@ -61,6 +66,7 @@ class PolarisIndex:
                 embedder = load_embedder(
                     model_id, dim=dim, model_dir=self.config.model_dir,
                     threads=self.config.intra_op_threads, batch_size=self.config.embed_batch_size,
+                    fast_start=self.fast_start,
                 )
                 self.store.check_model(
                     ModelBinding(embedder.model_id, embedder.dim, embedder.fingerprint)
