@@ -40,7 +40,8 @@ class PolarisIndex:
         tokenizer = self.config.fts_tokenizer if explicit or not self.path.exists() else None
         self.store = Store(self.path, readonly=readonly, fts_tokenizer=None if readonly else tokenizer)
         self._embedder: Any = None
-        self.fast_start = fast_start  # a short-lived process: skip ONNX graph optimisation
+        self.fast_start = fast_start  # a one-shot process: no ONNX graph optimisation, no vector cache
+        self._vector_cache: Any = None
         self._lock = threading.Lock()
 
     def close(self) -> None:
@@ -77,8 +78,11 @@ class PolarisIndex:
     def searcher(self) -> Any:
         """A Searcher over this index that embeds queries with its embedder."""
         from .search.pipeline import Searcher
+        from .search.vector_cache import VectorCache
 
-        return Searcher(self.store, lambda q: self.embedder.embed_query(q), self.config)
+        if self._vector_cache is None and not self.fast_start:
+            self._vector_cache = VectorCache(self.store)
+        return Searcher(self.store, lambda q: self.embedder.embed_query(q), self.config, self._vector_cache)
 
     def search(self, query: str, **kwargs: Any) -> list[Any]:
         """Run the query pipeline (see ``Searcher.search``)."""

@@ -24,6 +24,7 @@ from .mmr import mmr, mmr_scores, normalise_relevance
 from .normalise import relative_to_top
 from .scope import Scope, resolve_scope
 from .vector import MAX_K, knn
+from .vector_cache import VectorCache
 
 MODES = ("hybrid", "vector", "bm25")
 MAX_QUERY_CHARS = 10_000
@@ -100,10 +101,17 @@ class Searcher:
 
     max_top_k = 100  # the 5ire clamp; evaluation raises it to rank deeper
 
-    def __init__(self, store: Store, embed_query: Callable[[str], np.ndarray] | None, config: PolarisConfig) -> None:
+    def __init__(
+        self,
+        store: Store,
+        embed_query: Callable[[str], np.ndarray] | None,
+        config: PolarisConfig,
+        vector_cache: VectorCache | None = None,
+    ) -> None:
         self.store = store
         self.embed_query = embed_query
         self.config = config
+        self.vector_cache = vector_cache  # exact KNN from RAM for long-lived processes
 
     def search(
         self,
@@ -157,7 +165,7 @@ class Searcher:
         vec_hits: list[tuple[int, float]] = []
         bm_hits: list[tuple[int, float]] = []
         if mode in ("hybrid", "vector") and qvec is not None:  # None: no vectors in this index yet
-            vec_hits = knn(self.store.conn, qvec, pool, scope)
+            vec_hits = self._knn(qvec, pool, scope)
         if mode in ("hybrid", "bm25") and query:
             bm_hits = bm25(self.store.conn, query, pool, scope)
         if mode == "hybrid":
@@ -165,6 +173,11 @@ class Searcher:
         if mode == "vector" and lam is not None:
             return self._vector_mmr(k, vec_hits, lam)
         return self._single(k, vec_hits if mode == "vector" else bm_hits, mode)
+
+    def _knn(self, qvec: np.ndarray, k: int, scope: Scope) -> list[tuple[int, float]]:
+        if self.vector_cache is not None and self.vector_cache.refresh():
+            return self.vector_cache.knn(qvec, k, scope)
+        return knn(self.store.conn, qvec, k, scope)
 
     def _embed(self, query: str) -> np.ndarray:
         if self.embed_query is None:

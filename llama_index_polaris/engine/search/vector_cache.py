@@ -1,0 +1,92 @@
+"""Exact KNN from RAM for long-lived processes: every chunk vector in one float32 matrix.
+
+sqlite-vec's vec0 scans its chunks on every query; at 100k x 384 that measured 130 ms
+here against 27 ms for a numpy matrix product over the same vectors. A process that
+serves many queries (a notebook, a retriever, Datasette) loads the matrix once (0.7 s
+and 154 MB at 100k x 384) and answers exactly what vec0 would, faster. It reloads when
+the database changed (``PRAGMA data_version`` or this connection's own writes).
+One-shot processes (`polaris search`) keep using vec0, which needs no load.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+
+from .scope import Scope
+
+MIN_CHUNKS = 20_000  # below this vec0 is as fast as the matrix (16 ms at 10k) and needs no RAM
+
+
+def unit_rows(matrix: np.ndarray) -> np.ndarray:
+    """Rows scaled to unit length (zero rows stay zero): cosine becomes a dot product."""
+    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+    return np.divide(matrix, norms, out=np.zeros_like(matrix), where=norms > 0)
+
+
+class VectorCache:
+    """The chunk vectors of one store, in RAM, with the document of each row."""
+
+    def __init__(self, store: Any, min_chunks: int = MIN_CHUNKS) -> None:
+        self.store = store
+        self.min_chunks = min_chunks
+        self._lock = threading.Lock()
+        self._version: tuple[int, int] | None = None
+        self.ids = np.zeros(0, dtype=np.int64)
+        self.docs = np.zeros(0, dtype=np.int64)
+        self.doc_codes = {}
+        self.matrix = np.zeros((0, 0), dtype=np.float32)
+        self.active = False
+
+    def _current_version(self) -> tuple[int, int]:
+        conn = self.store.conn
+        return conn.execute("PRAGMA data_version").fetchone()[0], conn.total_changes
+
+    def refresh(self) -> bool:
+        """Reload if the database changed; True when the cache should answer KNN."""
+        with self._lock:
+            version = self._current_version()
+            if version != self._version:
+                self._load()
+                self._version = self._current_version()
+            return self.active
+
+    def _load(self) -> None:
+        count = self.store.conn.execute("SELECT count(*) FROM chunks WHERE embedding IS NOT NULL").fetchone()[0]
+        self.active = count >= self.min_chunks
+        if not self.active:
+            self.matrix = np.zeros((0, 0), dtype=np.float32)
+            return
+        rows = self.store.conn.execute(
+            "SELECT id, document_id, embedding FROM chunks WHERE embedding IS NOT NULL ORDER BY id"
+        ).fetchall()
+        self.ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+        self.doc_codes: dict[str, int] = {}
+        self.docs = np.fromiter((self.doc_codes.setdefault(r[1], len(self.doc_codes)) for r in rows),
+                                dtype=np.int64, count=len(rows))
+        self.matrix = unit_rows(np.frombuffer(b"".join(r[2] for r in rows), dtype="<f4").reshape(len(rows), -1))
+
+    def knn(self, query: np.ndarray, k: int, scope: Scope = Scope()) -> list[tuple[int, float]]:
+        """The ``k`` nearest chunks in ``scope``: (chunk id, cosine distance), nearest first."""
+        rows = self._rows(scope)
+        if rows is not None and len(rows) == 0 or k <= 0:
+            return []
+        matrix = self.matrix if rows is None else self.matrix[rows]
+        ids = self.ids if rows is None else self.ids[rows]
+        sims = matrix @ unit_rows(np.asarray(query, dtype=np.float32).reshape(1, -1))[0]
+        k = min(k, len(sims))
+        top = np.argpartition(-sims, k - 1)[:k]
+        top = top[np.lexsort((ids[top], -sims[top]))]  # best first; ties by id, deterministic
+        return [(int(ids[i]), float(1.0 - sims[i])) for i in top]
+
+    def _rows(self, scope: Scope) -> np.ndarray | None:
+        mask = None
+        if scope.document_ids is not None:
+            codes = [self.doc_codes[d] for d in scope.document_ids if d in self.doc_codes]
+            mask = np.isin(self.docs, np.array(codes, dtype=np.int64))
+        if scope.chunk_ids is not None:
+            chunk_mask = np.isin(self.ids, np.fromiter(scope.chunk_ids, dtype=np.int64))
+            mask = chunk_mask if mask is None else mask & chunk_mask
+        return None if mask is None else np.flatnonzero(mask)
