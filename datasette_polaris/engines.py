@@ -17,6 +17,7 @@ from llama_index_polaris.engine.config import PolarisConfig, load_config
 from llama_index_polaris.engine.db.connect import INSTALL_HINT
 from llama_index_polaris.engine.errors import DatabaseError, ModelMismatchError
 from llama_index_polaris.engine.search.pipeline import Searcher
+from llama_index_polaris.engine.search.vector_cache import VectorCache
 from llama_index_polaris.engine.store import ModelBinding, Store, mismatch_message
 
 log = logging.getLogger(__name__)
@@ -35,7 +36,7 @@ class Engine:
         self.path = path
         self.store = Store(path, readonly=True)
         self.config: PolarisConfig = load_config(Path(path).parent)
-        self.searcher = Searcher(self.store, self.embed_query, self.config)
+        self.searcher = Searcher(self.store, self.embed_query, self.config, VectorCache(self.store))
 
     def embedder(self) -> Any:
         """The recorded model's embedder (loaded on first use, shared by the process)."""

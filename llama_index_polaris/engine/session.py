@@ -78,11 +78,18 @@ class PolarisIndex:
     def searcher(self) -> Any:
         """A Searcher over this index that embeds queries with its embedder."""
         from .search.pipeline import Searcher
+
+        return Searcher(self.store, lambda q: self.embedder.embed_query(q), self.config, self.vector_cache)
+
+    @property
+    def vector_cache(self) -> Any:
+        """The in-RAM vector matrix for exact KNN (None for one-shot processes)."""
         from .search.vector_cache import VectorCache
 
-        if self._vector_cache is None and not self.fast_start:
-            self._vector_cache = VectorCache(self.store)
-        return Searcher(self.store, lambda q: self.embedder.embed_query(q), self.config, self._vector_cache)
+        with self._lock:
+            if self._vector_cache is None and not self.fast_start:
+                self._vector_cache = VectorCache(self.store)
+            return self._vector_cache
 
     def search(self, query: str, **kwargs: Any) -> list[Any]:
         """Run the query pipeline (see ``Searcher.search``)."""
