@@ -173,18 +173,37 @@ def test_sigkill_mid_run_then_resume(tmp_path: Path) -> None:
 def test_two_index_runs_and_a_search_meanwhile(tmp_path: Path) -> None:
     _many_files(tmp_path, 100)
     env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path / ".xdg")}
-    a = subprocess.Popen([POLARIS, "index", "many", "--quiet"], cwd=tmp_path, stderr=subprocess.PIPE, text=True, env=env)
+    cmd = [POLARIS, "index", "many", "--quiet", "--json"]
+    a = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    b = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     db = tmp_path / "polaris.db"
-    while _completed(db) == 0 and a.poll() is None:
-        time.sleep(0.05)
-    b = subprocess.Popen([POLARIS, "index", "many", "--quiet"], cwd=tmp_path, stderr=subprocess.PIPE, text=True, env=env)
+    while _completed(db) == 0 and a.poll() is None and b.poll() is None:
+        time.sleep(0.02)
     hits = json.loads(run("search", "decision", "--json", "--mode", "bm25", cwd=tmp_path).stdout)
     assert hits, "a search during an index run answers from the committed state"
-    assert a.wait(timeout=240) == 0 and b.wait(timeout=240) == 0
-    assert "holds" in b.stderr.read()  # the second run said it was waiting
-    assert _completed(db) == 100
+    reports = [json.loads(p.communicate(timeout=240)[0]) for p in (a, b)]
+    assert a.returncode == 0 and b.returncode == 0
+    # one run embedded everything, the other found it done: nothing was embedded twice
+    assert sum(r["chunks_embedded"] for r in reports) == 100
+    assert sorted(r["unchanged"] for r in reports) == [0, 100]
     docs, chunks, vecs, _ = counts(db)
     assert (docs, chunks, vecs) == (100, 100, 100)
+
+
+def test_a_second_run_says_it_waits_for_the_first(tmp_path: Path) -> None:
+    from llama_index_polaris.engine.lock import index_lock
+
+    _many_files(tmp_path, 3)
+    env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path / ".xdg")}
+    with index_lock(tmp_path / "polaris.db"):  # this test process is "the first run"
+        b = subprocess.Popen([POLARIS, "index", "many", "--quiet"], cwd=tmp_path, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env=env)
+        line = b.stderr.readline()
+        assert f"(pid {os.getpid()}) holds" in line and "waiting" in line
+        time.sleep(0.5)
+        assert b.poll() is None and _completed(tmp_path / "polaris.db") == 0
+    out, _ = b.communicate(timeout=240)
+    assert b.returncode == 0 and "3 added" in out
 
 
 def test_bad_inputs_are_clear_and_lose_nothing(tmp_path: Path) -> None:

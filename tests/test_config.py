@@ -41,11 +41,13 @@ def config_error(root: Path, toml: str) -> str:
     return message
 
 
-def test_defaults_are_the_specs(project: Path) -> None:
+def test_defaults_are_the_specs_except_where_measured(project: Path) -> None:
     cfg = load_config(project)
     assert (cfg.max_chunk_tokens, cfg.chunk_overlap_chars, cfg.min_chunk_chars) == (450, 200, 50)
-    assert (cfg.model_id, cfg.rrf_k, cfg.heading_boost) == ("nomic-embed-text-v1.5", 60, 0.05)
-    assert (cfg.mmr_lambda, cfg.mmr_candidate_multiplier, cfg.top_k) == (0.7, 3, 10)
+    assert (cfg.model_id, cfg.heading_boost, cfg.mmr_candidate_multiplier, cfg.top_k) == (
+        "nomic-embed-text-v1.5", 0.05, 3, 10)
+    # measured on SciFact train and anthropic_docs (docs/search.md): the spec says 60 and 0.7
+    assert (cfg.rrf_k, cfg.mmr_lambda) == (20, 1.0)
     assert cfg.db_path == "polaris.db"
     assert set(cfg.sources.values()) == {"default"}
     assert not cfg.model_explicit

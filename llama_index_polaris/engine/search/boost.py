@@ -1,6 +1,15 @@
-"""Heading boost: query terms found in a chunk's heading path add a small bonus."""
+"""Heading boost: query terms found in a chunk's heading path add a small bonus.
+
+The bonus is added on the normalised scale (fused scores divided by the best, so the
+top candidate reads 1.0), not to raw RRF scores: with two lists and rrf_k = 60 a raw
+fused score is at most 2/61 = 0.033, so the spec's 0.05 added raw outranked a chunk
+that both lists put first (measured: SciFact nDCG@10 0.725 -> 0.649). On the
+normalised scale 0.05 is the tiebreaker the spec intends, whatever rrf_k is.
+"""
 
 from __future__ import annotations
+
+import numpy as np
 
 from .terms import content_terms, stem, words
 
@@ -23,3 +32,11 @@ def heading_match(terms: list[str], heading_path: str) -> float:
 def heading_boost(terms: list[str], heading_path: str, weight: float) -> float:
     """The additive bonus: ``weight * matched_fraction``."""
     return weight * heading_match(terms, heading_path) if weight else 0.0
+
+
+def boosted_relevance(fused: np.ndarray, boosts: np.ndarray) -> np.ndarray:
+    """Fused scores over the best one, plus each boost, rescaled so the best is 1.0."""
+    top = fused.max(initial=0.0)
+    relevance = (fused / top if top > 0 else np.zeros_like(fused)) + boosts
+    best = relevance.max(initial=0.0)
+    return relevance / best if best > 0 else relevance

@@ -20,6 +20,7 @@ from .boost import boost_terms, heading_boost
 from .bm25 import bm25
 from .filters import Filter
 from .fuse import Fused, rrf
+from .boost import boosted_relevance
 from .mmr import mmr, mmr_scores, normalise_relevance
 from .normalise import relative_to_top
 from .scope import Scope, resolve_scope
@@ -243,7 +244,7 @@ class Searcher:
             return []
         terms = boost_terms(query)
         boosts = [heading_boost(terms, rows[f.id].heading_path, cfg.heading_boost) for f in fused]
-        relevance = normalise_relevance(np.array([f.score + b for f, b in zip(fused, boosts)]))
+        relevance = boosted_relevance(np.array([f.score for f in fused]), np.array(boosts))
         picks = mmr(relevance, self._matrix(rows, [f.id for f in fused]), k, lam)
         scores = mmr_scores(picks, lam)
         vec_info = dict(vec_hits)
