@@ -1,0 +1,556 @@
+"""Speed: vector KNN (sqlite-vec vec0) against numpy brute force on the same vectors, FTS5
+BM25 over real text, the full hybrid pipeline, indexing throughput and peak memory.
+
+    python benchmarks/speed.py [EVAL_DIR] [--sizes 10000,100000,1000000] [--dims 384,512]
+                               [--hybrid-sizes 10000,100000] [--queries 50] [--skip-index]
+
+Vectors are synthetic but clustered (unit vectors around 2,000 random centres), so
+nearest neighbours mean something and quantisation recall is not trivially bad; they
+are built once per (size, dim) into ``benchmarks/out/`` (``vectors-N-D.npy`` and a
+``vec-N-D.db`` holding the engine's vec0 table, a bit-quantised vec0 table and the
+float32 blobs) and reused by later runs. FTS5 text is real: SciFact sentences
+recombined into chunks (read at run time from EVAL_DIR, never stored in the repo).
+
+Prototypes measured here, not in the engine:
+- ``bit`` : sqlite-vec ``bit[D]`` column (sign bits), hamming KNN over an over-fetched
+  pool, then exact float re-scoring of that pool; recall@10 against exact search.
+- ``numpy cache`` : the whole float matrix held in process (loaded once from SQLite),
+  KNN as one matrix-vector product: what the numpy floor costs inside Polaris.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+# sqlite-vec answers a query on one thread; give numpy one BLAS thread too (a multi-threaded
+# OpenBLAS spinning on a shared 2-core machine took 20 ms for a 2,000 x 384 product).
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import DEFAULT_EVAL, REPO, machine, machine_line, out_dir, pcts, save_json, table  # noqa: E402
+
+from llama_index_polaris.engine.db.connect import connect  # noqa: E402
+
+MODEL = "all-minilm-l6-v2"
+N_CENTRES = 2000
+POOL = 30  # top_k 10 x mmr_candidate_multiplier 3: what the pipeline asks each retriever for
+
+
+# -- synthetic vectors -------------------------------------------------------------------
+def _unit(x: np.ndarray) -> np.ndarray:
+    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+
+
+def centres(dim: int) -> np.ndarray:
+    return _unit(np.random.default_rng(1234 + dim).standard_normal((N_CENTRES, dim)))
+
+
+def sample(n: int, dim: int, seed: int, spread: float = 0.08) -> np.ndarray:
+    """Unit vectors near random centres (noise per coordinate ``spread``)."""
+    rng = np.random.default_rng(seed)
+    c = centres(dim)
+    return _unit(c[rng.integers(0, N_CENTRES, n)] + spread * rng.standard_normal((n, dim)).astype(np.float32))
+
+
+def vectors_file(n: int, dim: int) -> Path:
+    path = out_dir() / f"vectors-{n}-{dim}.npy"
+    if not path.exists():
+        tmp = path.with_suffix(".tmp.npy")
+        arr = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32, shape=(n, dim))
+        step = 100_000
+        for i in range(0, n, step):
+            arr[i:i + step] = sample(min(step, n - i), dim, seed=i // step + 7 * dim)
+        arr.flush()
+        del arr
+        tmp.rename(path)
+    return path
+
+
+def queries(n: int, dim: int) -> np.ndarray:
+    return sample(n, dim, seed=999_999 + dim)
+
+
+# -- vec0 databases ----------------------------------------------------------------------
+def vec_db(n: int, dim: int, vecs: np.ndarray) -> tuple[Path, float]:
+    """vec0 (float, cosine, the engine's shape), vec0 bit[dim], and float blobs; built once."""
+    path = out_dir() / f"vec-{n}-{dim}.db"
+    if path.exists():
+        return path, 0.0
+    tmp = path.with_suffix(".tmp.db")
+    tmp.unlink(missing_ok=True)
+    t = time.perf_counter()
+    conn = connect(tmp)
+    conn.execute("PRAGMA journal_mode=OFF")
+    conn.execute("PRAGMA synchronous=OFF")
+    conn.execute(f"CREATE VIRTUAL TABLE vf USING vec0(embedding float[{dim}] distance_metric=cosine, document_id text)")
+    conn.execute(f"CREATE VIRTUAL TABLE vb USING vec0(embedding bit[{dim}])")
+    conn.execute("CREATE TABLE blobs (id INTEGER PRIMARY KEY, embedding BLOB NOT NULL)")
+    step = 20_000
+    for i in range(0, n, step):
+        block = np.ascontiguousarray(vecs[i:i + step], dtype="<f4")
+        rows = [(i + j + 1, block[j].tobytes(), f"doc{(i + j) // 10}") for j in range(len(block))]
+        conn.execute("BEGIN")
+        conn.executemany("INSERT INTO vf (rowid, embedding, document_id) VALUES (?, ?, ?)", rows)
+        conn.executemany("INSERT INTO vb (rowid, embedding) VALUES (?, vec_quantize_binary(?))",
+                         [(r[0], r[1]) for r in rows])
+        conn.executemany("INSERT INTO blobs (id, embedding) VALUES (?, ?)", [(r[0], r[1]) for r in rows])
+        conn.execute("COMMIT")
+    conn.close()
+    tmp.rename(path)
+    return path, time.perf_counter() - t
+
+
+def exact_topk(mat: np.ndarray, q: np.ndarray, k: int) -> np.ndarray:
+    """Ids (1-based, as the rowids) of the k best cosine scores; mat rows are unit vectors."""
+    s = mat @ q
+    idx = np.argpartition(-s, k)[:k]
+    return idx[np.argsort(-s[idx])] + 1
+
+
+def vector_bench(n: int, dim: int, nq: int, over: Sequence[int]) -> dict[str, Any]:
+    print(f"vectors {n} x {dim}: preparing ...", file=sys.stderr, flush=True)
+    t = time.perf_counter()
+    vpath = vectors_file(n, dim)
+    gen_s = time.perf_counter() - t
+    mat = np.load(vpath, mmap_mode="r")
+    dbpath, build_s = vec_db(n, dim, mat)
+    mat = np.ascontiguousarray(mat)  # numpy floor: the matrix in RAM
+    if n >= 500_000:
+        nq = min(nq, 20)  # brute force in SQLite takes seconds per query at this size
+    qs = queries(nq, dim)
+    conn = connect(dbpath, readonly=True)
+    res: dict[str, Any] = {"n": n, "dim": dim, "queries": nq, "vectors_s": gen_s, "db_build_s": build_s,
+                           "db_mb": dbpath.stat().st_size / 1e6}
+
+    # warm the page cache for both (first query of each is dropped)
+    def run(fn) -> tuple[list, list[float]]:
+        fn(qs[0])
+        outs, secs = [], []
+        for q in qs:
+            t0 = time.perf_counter()
+            outs.append(fn(q))
+            secs.append(time.perf_counter() - t0)
+        return outs, secs
+
+    knn_sql = "SELECT rowid, distance FROM vf WHERE embedding MATCH ? AND k = ? ORDER BY distance"
+    exact, res["numpy_ms"] = None, None
+    exact, secs = run(lambda q: exact_topk(mat, q, POOL))
+    res["numpy_ms"] = pcts(secs)
+    got, secs = run(lambda q: [r[0] for r in conn.execute(knn_sql, (q.astype("<f4").tobytes(), POOL)).fetchall()])
+    res["vec0_ms"] = pcts(secs)
+    res["vec0_recall@30"] = float(np.mean([len(set(g) & set(e.tolist())) / POOL for g, e in zip(got, exact)]))
+
+    # bit quantisation with float re-scoring of an over-fetched pool
+    bit_sql = "SELECT rowid FROM vb WHERE embedding MATCH vec_quantize_binary(?) AND k = ? ORDER BY distance"
+    blob_sql = "SELECT id, embedding FROM blobs WHERE id IN (SELECT value FROM json_each(?))"
+    res["bit"] = []
+    exact10 = [e[:10] for e in exact]
+    for factor in over:
+        fetch = min(POOL * factor, 4096)
+
+        def bit_query(q: np.ndarray) -> list[int]:
+            ids = [r[0] for r in conn.execute(bit_sql, (q.astype("<f4").tobytes(), fetch)).fetchall()]
+            rows = conn.execute(blob_sql, (json.dumps(ids),)).fetchall()
+            m = np.frombuffer(b"".join(r[1] for r in rows), dtype="<f4").reshape(len(rows), dim)
+            s = m @ q
+            order = np.argsort(-s)[:POOL]
+            return [rows[i][0] for i in order]
+
+        got, secs = run(bit_query)
+        res["bit"].append({
+            "overfetch": factor, "fetched": fetch, "ms": pcts(secs),
+            "recall@10": float(np.mean([len(set(g[:10]) & set(e.tolist())) / 10 for g, e in zip(got, exact10)])),
+            "recall@30": float(np.mean([len(set(g) & set(e.tolist())) / POOL for g, e in zip(got, exact)])),
+        })
+    # bit alone (hamming order, no re-scoring) for reference
+    got, secs = run(lambda q: [r[0] for r in conn.execute(bit_sql, (q.astype("<f4").tobytes(), POOL)).fetchall()])
+    res["bit_only_ms"] = pcts(secs)
+    res["bit_only_recall@30"] = float(np.mean([len(set(g) & set(e.tolist())) / POOL for g, e in zip(got, exact)]))
+
+    # in-process numpy matrix cache: load from SQLite once, then matmul
+    t = time.perf_counter()
+    rows = conn.execute("SELECT id, embedding FROM blobs ORDER BY id").fetchall()
+    ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+    cache = np.frombuffer(b"".join(r[1] for r in rows), dtype="<f4").reshape(len(rows), dim)
+    del rows
+    res["numpy_cache_load_s"] = time.perf_counter() - t
+    res["numpy_cache_mb"] = cache.nbytes / 1e6
+
+    def cached(q: np.ndarray) -> list[int]:
+        s = cache @ q
+        idx = np.argpartition(-s, POOL)[:POOL]
+        return ids[idx[np.argsort(-s[idx])]].tolist()
+
+    _, secs = run(cached)
+    res["numpy_cache_ms"] = pcts(secs)
+
+    # in-process packed sign bits (n x dim/8 bytes) + hamming by popcount, then exact
+    # re-scoring of the over-fetched pool with float32 blobs read from SQLite by id
+    t = time.perf_counter()
+    packed = np.packbits(cache > 0, axis=1).view(np.uint64)
+    res["bit_cache_build_s"] = time.perf_counter() - t
+    res["bit_cache_mb"] = packed.nbytes / 1e6
+    del cache
+    res["bit_cache"] = []
+    for factor in over:
+        fetch = POOL * factor
+
+        def bit_cached(q: np.ndarray) -> list[int]:
+            qb = np.packbits(q > 0).view(np.uint64)
+            ham = np.bitwise_count(packed ^ qb).sum(axis=1, dtype=np.int32)
+            pool = ids[np.argpartition(ham, fetch)[:fetch]]
+            rows = conn.execute(blob_sql, (json.dumps(pool.tolist()),)).fetchall()
+            m = np.frombuffer(b"".join(r[1] for r in rows), dtype="<f4").reshape(len(rows), dim)
+            order = np.argsort(-(m @ q))[:POOL]
+            return [rows[i][0] for i in order]
+
+        got, secs = run(bit_cached)
+        res["bit_cache"].append({
+            "overfetch": factor, "fetched": fetch, "ms": pcts(secs),
+            "recall@10": float(np.mean([len(set(g[:10]) & set(e.tolist())) / 10 for g, e in zip(got, exact10)])),
+            "recall@30": float(np.mean([len(set(g) & set(e.tolist())) / POOL for g, e in zip(got, exact)])),
+        })
+    conn.close()
+    del mat, packed
+    print(f"  numpy p50 {res['numpy_ms']['p50']:.1f} ms, vec0 p50 {res['vec0_ms']['p50']:.1f} ms,"
+          f" bit x{over[-1]} p50 {res['bit'][-1]['ms']['p50']:.1f} ms", file=sys.stderr, flush=True)
+    return res
+
+
+def real_bit_recall(eval_dir: Path, over: Sequence[int]) -> dict[str, Any] | None:
+    """Sign-bit quantisation on real vectors: the cached SciFact index (bundled model) and its
+    test queries; recall of bits + float re-scoring against exact search."""
+    from llama_index_polaris.engine.embed import load_embedder
+    from llama_index_polaris.engine.evaluate import eval_cache_dir, load_beir
+    from llama_index_polaris.engine.store import Store
+
+    dbs = sorted(eval_cache_dir().glob("scifact-*.db"), key=lambda p: p.stat().st_mtime)
+    if not dbs:
+        return None
+    store = Store(dbs[-1], readonly=True)
+    if store.model is None or store.model.model_id != MODEL:
+        return None
+    beir = load_beir(eval_dir / "scifact", "test")
+    done = store.conn.execute("SELECT count(*) FROM documents WHERE status = 'completed'").fetchone()[0]
+    if done < len(beir.corpus):
+        store.close()
+        return None  # still being built
+    rows = store.conn.execute("SELECT id, embedding FROM chunks WHERE embedding IS NOT NULL").fetchall()
+    store.close()
+    mat = np.frombuffer(b"".join(r[1] for r in rows), dtype="<f4").reshape(len(rows), -1)
+    embedder = load_embedder(MODEL)
+    qs = embedder._embed([beir.queries[q] for q in beir.qrels if q in beir.queries], embedder.spec.query_prefix)
+    packed = np.packbits(mat > 0, axis=1).view(np.uint64)
+    out = {"chunks": len(rows), "queries": len(qs), "db": str(dbs[-1]), "rows": []}
+    for factor in over:
+        r10 = r30 = 0.0
+        for q in qs:
+            exact = set(np.argsort(-(mat @ q))[:POOL].tolist())
+            ham = np.bitwise_count(packed ^ np.packbits(q > 0).view(np.uint64)).sum(axis=1, dtype=np.int32)
+            pool = np.argpartition(ham, POOL * factor)[:POOL * factor]
+            got = pool[np.argsort(-(mat[pool] @ q))[:POOL]].tolist()
+            exact10 = set(np.argsort(-(mat @ q))[:10].tolist())
+            r10 += len(set(got[:10]) & exact10) / 10
+            r30 += len(set(got) & exact) / POOL
+        out["rows"].append({"overfetch": factor, "recall@10": r10 / len(qs), "recall@30": r30 / len(qs)})
+    return out
+
+
+# -- real text for FTS5: SciFact sentences recombined --------------------------------------
+SENT = re.compile(r"(?<=[.!?])\s+")
+
+
+def scifact_pieces(eval_dir: Path) -> tuple[list[str], list[str], list[str]]:
+    sentences, titles = [], []
+    with open(eval_dir / "scifact" / "corpus.jsonl", encoding="utf-8") as fh:
+        for line in fh:
+            d = json.loads(line)
+            titles.append(d.get("title") or "")
+            sentences += [s for s in SENT.split(d.get("text") or "") if len(s) > 20]
+    qs = [json.loads(line)["text"] for line in open(eval_dir / "scifact" / "queries.jsonl", encoding="utf-8")]
+    return sentences, titles, qs
+
+
+def hybrid_db(n: int, dim: int, eval_dir: Path) -> tuple[Path, float]:
+    """A real Polaris index of ``n`` chunks: recombined SciFact text, synthetic vectors."""
+    from llama_index_polaris.engine.store import ChunkRecord, DocumentRecord, ModelBinding, Store
+
+    path = out_dir() / f"hybrid-{n}-{dim}.db"
+    if path.exists():
+        return path, 0.0
+    tmp = path.with_suffix(".tmp.db")
+    for suffix in ("", "-wal", "-shm"):
+        Path(str(tmp) + suffix).unlink(missing_ok=True)
+    sentences, titles, _ = scifact_pieces(eval_dir)
+    rng = random.Random(n)
+    vecs = np.load(vectors_file(n, dim), mmap_mode="r")
+    t = time.perf_counter()
+    store = Store(tmp)
+    store.bind_model(ModelBinding("synthetic", dim, ""))
+    store.conn.execute("PRAGMA synchronous=OFF")
+    per_doc = 10
+    for d in range(0, n, per_doc):
+        title = rng.choice(titles)
+        chunks = []
+        for j in range(min(per_doc, n - d)):
+            text = " ".join(rng.choice(sentences) for _ in range(rng.randint(4, 9)))
+            chunks.append(ChunkRecord(node_id=f"n{d + j}", text=text, ordinal=j, heading_path=f"{title} > Part {j}",
+                                      heading_level=2, start_char=0, end_char=len(text)))
+        store.upsert_document(DocumentRecord(id=f"doc{d // per_doc}", name=title), chunks, vecs[d:d + len(chunks)])
+    store.close()
+    tmp.rename(path)
+    for suffix in ("-wal", "-shm"):
+        Path(str(tmp) + suffix).unlink(missing_ok=True)
+    return path, time.perf_counter() - t
+
+
+def hybrid_bench(n: int, dim: int, eval_dir: Path, nq: int) -> dict[str, Any]:
+    """BM25 alone, vector alone and the full hybrid pipeline, excluding and including embedding."""
+    from llama_index_polaris.engine.config import load_config
+    from llama_index_polaris.engine.embed import load_embedder
+    from llama_index_polaris.engine.search.bm25 import bm25
+    from llama_index_polaris.engine.search.pipeline import Searcher
+    from llama_index_polaris.engine.search.vector import knn
+    from llama_index_polaris.engine.store import Store
+
+    print(f"hybrid {n} x {dim}: preparing ...", file=sys.stderr, flush=True)
+    path, build_s = hybrid_db(n, dim, eval_dir)
+    _, _, texts = scifact_pieces(eval_dir)
+    texts = texts[:nq]
+    qvecs = queries(nq, dim)
+    cfg = load_config(use_user_config=False, model_id=MODEL)
+    store = Store(path, readonly=True)
+    searcher = Searcher(store, None, cfg)
+    embedder = load_embedder(MODEL) if dim == 384 else None
+    res: dict[str, Any] = {"n": n, "dim": dim, "queries": nq, "db_build_s": build_s,
+                           "db_mb": path.stat().st_size / 1e6, "config": {k: getattr(cfg, k) for k in
+                                                                        ("rrf_k", "heading_boost", "mmr_lambda")}}
+
+    def run(fn) -> list[float]:
+        fn(0)
+        secs = []
+        for i in range(nq):
+            t0 = time.perf_counter()
+            fn(i)
+            secs.append(time.perf_counter() - t0)
+        return secs
+
+    res["bm25_ms"] = pcts(run(lambda i: bm25(store.conn, texts[i], POOL)))
+    res["vec0_ms"] = pcts(run(lambda i: knn(store.conn, qvecs[i], POOL)))
+    res["hybrid_ms"] = pcts(run(lambda i: searcher.search(texts[i], top_k=10, query_vector=qvecs[i])))
+    if embedder is not None:
+        embedder.embed_query("warm up")
+        res["embed_ms"] = pcts(run(lambda i: embedder.embed_query(texts[i])))
+        res["hybrid_with_embed_ms"] = pcts(run(
+            lambda i: (embedder.embed_query(texts[i]),
+                       searcher.search(texts[i], top_k=10, query_vector=qvecs[i]))))
+    store.close()
+    print(f"  bm25 p50 {res['bm25_ms']['p50']:.1f}, vec0 p50 {res['vec0_ms']['p50']:.1f},"
+          f" hybrid p50 {res['hybrid_ms']['p50']:.1f} p95 {res['hybrid_ms']['p95']:.1f} ms", file=sys.stderr, flush=True)
+    return res
+
+
+# -- indexing throughput and peak memory, each in its own process ------------------------
+CHILD_INDEX = r"""
+import json, resource, sys, tempfile, time
+sys.path.insert(0, sys.argv[4])
+from common import peak_rss_mb
+from pathlib import Path
+from llama_index_polaris.engine.config import load_config
+from llama_index_polaris.engine.evaluate import corpus_markdown
+from llama_index_polaris.engine.index import SourceDocument
+from llama_index_polaris.engine.session import PolarisIndex
+mode, eval_dir, n = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])
+docs = []
+with open(eval_dir / "scifact" / "corpus.jsonl", encoding="utf-8") as fh:
+    for line in fh:
+        d = json.loads(line)
+        docs.append(SourceDocument(id=d["_id"], text=corpus_markdown(d), name=d.get("title") or d["_id"]))
+        if len(docs) == n:
+            break
+cfg = load_config(use_user_config=False, model_id="all-minilm-l6-v2")
+with tempfile.TemporaryDirectory() as tmp:
+    index = PolarisIndex(Path(tmp) / "p.db", config=cfg)
+    indexer = index.indexer()
+    # the same chunks and embedding inputs the Indexer makes
+    inputs = [t for doc in docs for t in indexer._chunks(doc, doc.text)[1]]
+    embedder = index.embedder
+    embedder.embed_documents(["warm up"])
+    base = peak_rss_mb()
+    t = time.perf_counter()
+    if mode == "indexer":
+        report = indexer.index_documents(docs)
+        chunks = report.chunks
+    else:
+        embedder.embed_documents(inputs)
+        chunks = len(inputs)
+    secs = time.perf_counter() - t
+print(json.dumps({"mode": mode, "docs": len(docs), "chunks": chunks, "unique_inputs": len(set(inputs)),
+                  "seconds": secs, "chunks_per_s": chunks / secs, "rss_before_mb": base,
+                  "peak_rss_mb": peak_rss_mb()}))
+"""
+
+CHILD_QUERY = r"""
+import json, resource, sys, time
+import numpy as np
+sys.path.insert(0, sys.argv[3])
+from common import peak_rss_mb
+from speed import queries, POOL
+from llama_index_polaris.engine.config import load_config
+from llama_index_polaris.engine.search.pipeline import Searcher
+from llama_index_polaris.engine.store import Store
+path, dim = sys.argv[1], int(sys.argv[2])
+texts = json.loads(sys.argv[4])
+store = Store(path, readonly=True)
+base = peak_rss_mb()
+s = Searcher(store, None, load_config(use_user_config=False, model_id="all-minilm-l6-v2"))
+qv = queries(len(texts), dim)
+for t, q in zip(texts, qv):
+    s.search(t, top_k=10, query_vector=q)
+print(json.dumps({"rss_after_open_mb": base, "peak_rss_mb": peak_rss_mb()}))
+"""
+
+
+def child(code: str, *args: str) -> dict:
+    out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=REPO)
+    if out.returncode != 0:
+        raise RuntimeError(out.stderr[-2000:])
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def indexing_bench(eval_dir: Path, n_docs: int) -> dict[str, Any]:
+    print(f"indexing {n_docs} SciFact documents (Indexer vs raw embedder) ...", file=sys.stderr, flush=True)
+    here = str(Path(__file__).resolve().parent)
+    raw = child(CHILD_INDEX, "raw", str(eval_dir), str(n_docs), here)
+    idx = child(CHILD_INDEX, "indexer", str(eval_dir), str(n_docs), here)
+    return {"raw": raw, "indexer": idx}
+
+
+# -- main --------------------------------------------------------------------------------
+def ints(s: str) -> list[int]:
+    return [int(x) for x in s.split(",") if x.strip()]
+
+
+def main(argv: Sequence[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("eval_dir", nargs="?", default=str(DEFAULT_EVAL))
+    ap.add_argument("--sizes", type=ints, default=[10_000, 100_000, 1_000_000])
+    ap.add_argument("--dims", type=ints, default=[384, 512])
+    ap.add_argument("--hybrid-sizes", type=ints, default=[10_000, 100_000])
+    ap.add_argument("--queries", type=int, default=50)
+    ap.add_argument("--overfetch", type=ints, default=[4, 10, 30])
+    ap.add_argument("--index-docs", type=int, default=200, help="SciFact documents for the throughput run (0 skips)")
+    ap.add_argument("--skip-vector", action="store_true")
+    ap.add_argument("--reuse-vector", metavar="JSON", help="take the vector KNN results from an earlier speed.json")
+    args = ap.parse_args(argv)
+    eval_dir = Path(args.eval_dir).resolve()
+    t0 = time.perf_counter()
+    res: dict[str, Any] = {"machine": machine(), "loadavg_start": os.getloadavg(), "pool": POOL}
+    if args.reuse_vector:
+        res["vector"] = json.loads(Path(args.reuse_vector).read_text())["vector"]
+        res["vector_reused_from"] = args.reuse_vector
+    else:
+        res["vector"] = [] if args.skip_vector else [vector_bench(n, d, args.queries, args.overfetch)
+                                                      for n in args.sizes for d in args.dims]
+    res["real_bits"] = real_bit_recall(eval_dir, sorted(set(args.overfetch) | {2, 4, 10}))
+    res["hybrid"] = [hybrid_bench(n, 384, eval_dir, args.queries) for n in args.hybrid_sizes]
+    texts = scifact_pieces(eval_dir)[2][:args.queries]
+    res["query_memory"] = []
+    for n in args.hybrid_sizes:
+        r = child(CHILD_QUERY, str(out_dir() / f"hybrid-{n}-384.db"), "384", str(Path(__file__).parent),
+                  json.dumps(texts))
+        res["query_memory"].append({"n": n, **r})
+    if args.index_docs:
+        res["indexing"] = indexing_bench(eval_dir, args.index_docs)
+    res["loadavg_end"] = os.getloadavg()
+    res["seconds"] = time.perf_counter() - t0
+    save_json("speed.json", res)
+    md = render(res)
+    (out_dir() / "speed.md").write_text(md)
+    print(md)
+    return res
+
+
+def _pp(p: dict) -> str:
+    return f"{p['p50']:.1f} / {p['p95']:.1f}"
+
+
+def render(r: dict) -> str:
+    lines = ["## Speed", "", f"Machine: {machine_line(r['machine'])}. Load average at start"
+             f" {', '.join(f'{x:.1f}' for x in r['loadavg_start'])}, at end {', '.join(f'{x:.1f}' for x in r['loadavg_end'])}"
+             " (other jobs shared the machine).", "",
+             f"Each query asks for the pipeline's candidate pool ({r['pool']} = top_k 10 x multiplier 3). Times are"
+             " ms p50 / p95 per query, warm page cache, one thread.", ""]
+    if r["vector"]:
+        lines += ["### Vector KNN: sqlite-vec vec0 against numpy brute force (same vectors, same run)", ""]
+        if r.get("vector_reused_from"):
+            lines += [f"(Vector KNN figures from an earlier run: {r['vector_reused_from']}.)", ""]
+        rows = []
+        for v in r["vector"]:
+            bc = (v.get("bit_cache") or [None])[-1]
+            rows.append([f"{v['n']:,}", v["dim"], _pp(v["numpy_ms"]), _pp(v["vec0_ms"]),
+                         f"{v['vec0_ms']['p50'] / v['numpy_ms']['p50']:.1f}x", _pp(v["numpy_cache_ms"]),
+                         f"{v['numpy_cache_load_s']:.1f} s / {v['numpy_cache_mb']:.0f} MB",
+                         f"{_pp(bc['ms'])} (R@10 {bc['recall@10']:.3f}, {v['bit_cache_mb']:.0f} MB)" if bc else ""])
+        lines += [table(["chunks", "dim", "numpy (in RAM)", "vec0 float", "vec0 / numpy", "numpy cache (from SQLite)",
+                         "cache load / size", f"in-process bits x{(r['vector'][0].get('bit_cache') or [{}])[-1].get('overfetch')} + float re-score"], rows), ""]
+        lines += ["Bit quantisation (hamming KNN over pool x over-fetch, then exact float re-scoring):", ""]
+        rows = []
+        for v in r["vector"]:
+            for b in v["bit"]:
+                rows.append([f"{v['n']:,}", v["dim"], f"x{b['overfetch']} ({b['fetched']})", _pp(b["ms"]),
+                             b["recall@10"], b["recall@30"]])
+            rows.append([f"{v['n']:,}", v["dim"], "none (hamming order)", _pp(v["bit_only_ms"]), None,
+                         v["bit_only_recall@30"]])
+            for b in v.get("bit_cache", []):
+                rows.append([f"{v['n']:,}", v["dim"], f"in-process bits ({v['bit_cache_mb']:.0f} MB) x{b['overfetch']}"
+                             f" ({b['fetched']})", _pp(b["ms"]), b["recall@10"], b["recall@30"]])
+        lines += [table(["chunks", "dim", "over-fetch (rows)", "ms p50 / p95", "recall@10", "recall@30"], rows), ""]
+    if r.get("real_bits"):
+        rb = r["real_bits"]
+        lines += [f"Sign bits on real vectors: the SciFact index ({rb['chunks']:,} chunks, bundled MiniLM) and its"
+                  f" {rb['queries']} test queries, bits + exact re-scoring against exact search:", "",
+                  table(["over-fetch", "recall@10", "recall@30"],
+                        [[f"x{x['overfetch']} ({x['overfetch'] * r['pool']} rows)", x["recall@10"], x["recall@30"]]
+                         for x in rb["rows"]]), ""]
+    if r["hybrid"]:
+        lines += ["### Full pipeline on a real Polaris file (recombined SciFact text, synthetic 384-d vectors)", ""]
+        rows = []
+        for h in r["hybrid"]:
+            rows.append([f"{h['n']:,}", f"{h['db_mb']:.0f} MB", _pp(h["bm25_ms"]), _pp(h["vec0_ms"]), _pp(h["hybrid_ms"]),
+                         _pp(h["embed_ms"]) if "embed_ms" in h else "", _pp(h["hybrid_with_embed_ms"]) if "embed_ms" in h else ""])
+        lines += [table(["chunks", "file", "FTS5 BM25", "vec0 KNN", "hybrid (no embedding)", "query embedding",
+                         "hybrid incl. embedding"], rows), ""]
+        cfgs = r["hybrid"][0]["config"]
+        lines += [f"Hybrid = the engine's Searcher with its defaults ({cfgs}), top_k 10.", ""]
+    if r.get("query_memory"):
+        rows = [[f"{m['n']:,}", f"{m['rss_after_open_mb']:.0f}", f"{m['peak_rss_mb']:.0f}"] for m in r["query_memory"]]
+        lines += ["Peak RSS of a process that opens the file and runs the hybrid queries (MB):", "",
+                  table(["chunks", "after open", "peak"], rows), ""]
+    if r.get("indexing"):
+        raw, idx = r["indexing"]["raw"], r["indexing"]["indexer"]
+        lines += ["### Indexing throughput (SciFact documents, bundled model, same chunks)", "",
+                  table(["path", "docs", "chunks", "seconds", "chunks/s", "peak RSS MB"], [
+                      ["raw embedder (embed_documents on the Indexer's inputs)", raw["docs"], raw["chunks"],
+                       raw["seconds"], raw["chunks_per_s"], raw["peak_rss_mb"]],
+                      ["Polaris Indexer (chunk + embed + store, FTS and vec0 triggers)", idx["docs"], idx["chunks"],
+                       idx["seconds"], idx["chunks_per_s"], idx["peak_rss_mb"]]], floatfmt=".1f"), "",
+                  f"Indexer throughput is {idx['chunks_per_s'] / raw['chunks_per_s']:.0%} of the raw embedder's.", ""]
+    lines += [f"Speed run took {r['seconds'] / 60:.1f} min.", ""]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
