@@ -37,6 +37,9 @@ def mmr(relevance: np.ndarray, vectors: np.ndarray, k: int, lam: float) -> list[
     if k <= 0:
         return []
     rel = np.asarray(relevance, dtype=np.float64)
+    if lam >= 1.0:  # pure relevance: no similarity to compute
+        order = np.argsort(-rel, kind="stable")[:k]
+        return [MMRPick(int(i), float(rel[i]), 0.0) for i in order]
     vecs = np.asarray(vectors, dtype=np.float32)
     max_sim = np.zeros(n)
     available = np.ones(n, dtype=bool)

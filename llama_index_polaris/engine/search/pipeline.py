@@ -85,7 +85,6 @@ class _Row:
     start_char: int | None
     end_char: int | None
     metadata: dict[str, Any]
-    vector: np.ndarray | None
 
 
 def clamp_top_k(top_k: int | None, default: int, upper: int = 100) -> int:
@@ -203,14 +202,14 @@ class Searcher:
 
     def _vector_mmr(self, k: int, vec_hits: list[tuple[int, float]], lam: float) -> list[Hit]:
         """MMR over the vector candidates; relevance is the cosine similarity itself."""
-        rows = self._rows([h[0] for h in vec_hits])
-        vec_hits = [h for h in vec_hits if h[0] in rows]
+        cands = self._candidates([h[0] for h in vec_hits], with_vectors=True)
+        vec_hits = [h for h in vec_hits if h[0] in cands]
         if not vec_hits:
             return []
         relevance = np.array([1.0 - d for _, d in vec_hits])
-        ids = [cid for cid, _ in vec_hits]
-        picks = mmr(relevance, self._matrix(rows, ids), k, lam)
+        picks = mmr(relevance, _matrix([cands[cid][1] for cid, _ in vec_hits]), k, lam)
         scores = mmr_scores(picks, lam)
+        rows = self._rows([vec_hits[p.index][0] for p in picks])
         out = []
         for rank, (pick, score) in enumerate(zip(picks, scores), start=1):
             cid, distance = vec_hits[pick.index]
@@ -238,15 +237,17 @@ class Searcher:
     def _hybrid(self, query: str, k: int, vec_hits: list, bm_hits: list, lam: float) -> list[Hit]:
         cfg = self.config
         lists = {"vector": [h[0] for h in vec_hits], "bm25": [h[0] for h in bm_hits]}
-        rows = self._rows(lists["vector"] + lists["bm25"])
-        fused = [f for f in rrf({n: ids for n, ids in lists.items() if ids}, cfg.rrf_k) if f.id in rows]
+        cands = self._candidates(lists["vector"] + lists["bm25"], with_vectors=lam < 1.0)
+        fused = [f for f in rrf({n: ids for n, ids in lists.items() if ids}, cfg.rrf_k) if f.id in cands]
         if not fused:
             return []
         terms = boost_terms(query)
-        boosts = [heading_boost(terms, rows[f.id].heading_path, cfg.heading_boost) for f in fused]
+        boosts = [heading_boost(terms, cands[f.id][0], cfg.heading_boost) for f in fused]
         relevance = boosted_relevance(np.array([f.score for f in fused]), np.array(boosts))
-        picks = mmr(relevance, self._matrix(rows, [f.id for f in fused]), k, lam)
+        vectors = _matrix([cands[f.id][1] for f in fused]) if lam < 1.0 else None
+        picks = mmr(relevance, vectors, k, lam)
         scores = mmr_scores(picks, lam)
+        rows = self._rows([fused[p.index].id for p in picks])
         vec_info = dict(vec_hits)
         bm_info = dict(bm_hits)
         out = []
@@ -256,26 +257,35 @@ class Searcher:
             out.append(_hit(rank, score, f.id, rows[f.id], ex))
         return out
 
-    def _matrix(self, rows: dict[int, _Row], ids: list[int]) -> np.ndarray:
-        """The candidates' stored vectors, row by row (zeros for a chunk without one)."""
-        dim = next((r.vector.shape[0] for r in rows.values() if r.vector is not None), 1)
-        zero = np.zeros(dim, dtype=np.float32)
-        return np.stack([rows[i].vector if rows[i].vector is not None else zero for i in ids])
+    def _candidates(self, ids: list[int], with_vectors: bool) -> dict[int, tuple[str, np.ndarray | None]]:
+        """Heading path (and stored vector) of each candidate: all that fusion, boost and MMR need."""
+        if not ids:
+            return {}
+        column = "embedding" if with_vectors else "NULL"
+        sql = f"SELECT id, heading_path, {column} FROM chunks WHERE id IN (SELECT value FROM json_each(?))"
+        rows = self.store.conn.execute(sql, (json.dumps(ids),)).fetchall()
+        return {r[0]: (r[1], from_blob(r[2]) if r[2] is not None else None) for r in rows}
 
     def _rows(self, ids: list[int]) -> dict[int, _Row]:
         if not ids:
             return {}
         sql = (
             "SELECT c.id, c.document_id, coalesce(d.path, d.id), d.collection, c.node_id, c.heading_path, c.text,"
-            " c.start_char, c.end_char, c.metadata, c.embedding"
+            " c.start_char, c.end_char, c.metadata"
             " FROM chunks c JOIN documents d ON d.id = c.document_id"
             " WHERE c.id IN (SELECT value FROM json_each(?))"
         )
         out = {}
         for r in self.store.conn.execute(sql, (json.dumps(ids),)).fetchall():
-            vector = from_blob(r[10]) if r[10] is not None else None
-            out[r[0]] = _Row(r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], json.loads(r[9]), vector)
+            out[r[0]] = _Row(r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], json.loads(r[9]))
         return out
+
+
+def _matrix(vectors: list[np.ndarray | None]) -> np.ndarray:
+    """Candidate vectors as rows (zeros for a chunk stored without one)."""
+    dim = next((v.shape[0] for v in vectors if v is not None), 1)
+    zero = np.zeros(dim, dtype=np.float32)
+    return np.stack([v if v is not None else zero for v in vectors])
 
 
 def _check_lambda(lam: Any) -> float:
