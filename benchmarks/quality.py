@@ -52,7 +52,6 @@ from llama_index_polaris.engine.search import pipeline  # noqa: E402
 from llama_index_polaris.engine.search.boost import boost_terms, heading_boost  # noqa: E402
 from llama_index_polaris.engine.search.fuse import rrf  # noqa: E402
 from llama_index_polaris.engine.search.mmr import mmr, normalise_relevance  # noqa: E402
-from llama_index_polaris.engine.search.normalise import relative_to_top  # noqa: E402
 from llama_index_polaris.engine.session import PolarisIndex  # noqa: E402
 from llama_index_polaris.engine.store import from_blob, text_hash  # noqa: E402
 
@@ -142,11 +141,23 @@ def bm25_weights(text: float, heading: float):
         bm25_mod.bm25_sql = _REAL_BM25_SQL
 
 
-class BenchSearcher(pipeline.Searcher):
-    """The engine's Searcher with a row cache and one extra option for the ablation:
+@dataclass(frozen=True)
+class _BenchHit:
+    document_id: str
+    start_char: int | None
+    end_char: int | None
 
-    ``boost_after_norm``: relevance = fused / max(fused) + heading_boost * matched_fraction
-    (the boost on the [0, 1] scale) instead of the engine's normalise(fused + boost).
+
+class BenchSearcher(pipeline.Searcher):
+    """The engine's Searcher (scope, KNN, BM25, single modes) with the hybrid stage written
+    out here from the engine's stage functions (``rrf``, ``boost_terms``/``heading_boost``,
+    ``mmr``), so that both boost scales can be compared whatever the engine's default is:
+
+    - ``boost_after_norm=False`` (raw): relevance = normalise(fused + boost), the spec's
+      literal reading (the engine's behaviour before 41da239);
+    - ``boost_after_norm=True``: relevance = fused / max(fused) + boost (the engine since 41da239).
+
+    Candidate rows (document, offsets, heading path, vector) are cached per chunk id.
     """
 
     boost_after_norm = False
@@ -156,34 +167,38 @@ class BenchSearcher(pipeline.Searcher):
         super().__init__(*args, **kwargs)
         self._row_cache = row_cache if row_cache is not None else {}
 
-    def _rows(self, ids: list[int]) -> dict:
+    def _bench_rows(self, ids: list[int]) -> dict[int, tuple]:
         missing = [i for i in dict.fromkeys(ids) if i not in self._row_cache]
         if missing:
-            self._row_cache.update(super()._rows(missing))
+            sql = ("SELECT id, document_id, start_char, end_char, heading_path, embedding FROM chunks"
+                   " WHERE id IN (SELECT value FROM json_each(?))")
+            for r in self.store.conn.execute(sql, (json.dumps(missing),)).fetchall():
+                self._row_cache[r[0]] = (r[1], r[2], r[3], r[4], from_blob(r[5]) if r[5] is not None else None)
         return {i: self._row_cache[i] for i in ids if i in self._row_cache}
 
     def _hybrid(self, query: str, k: int, vec_hits: list, bm_hits: list, lam: float) -> list:
-        if not self.boost_after_norm:
-            return super()._hybrid(query, k, vec_hits, bm_hits, lam)
         cfg = self.config
         lists = {"vector": [h[0] for h in vec_hits], "bm25": [h[0] for h in bm_hits]}
-        rows = self._rows(lists["vector"] + lists["bm25"])
+        rows = self._bench_rows(lists["vector"] + lists["bm25"])
         fused = [f for f in rrf({n: ids for n, ids in lists.items() if ids}, cfg.rrf_k) if f.id in rows]
         if not fused:
             return []
         terms = boost_terms(query)
-        boosts = [heading_boost(terms, rows[f.id].heading_path, cfg.heading_boost) for f in fused]
-        relevance = normalise_relevance(np.array([f.score for f in fused])) + np.array(boosts)
-        picks = mmr(relevance, self._matrix(rows, [f.id for f in fused]), k, lam)
-        scores = relative_to_top([p.value for p in picks])
-        vec_info, bm_info = dict(vec_hits), dict(bm_hits)
-        out = []
-        for rank, (pick, score) in enumerate(zip(picks, scores), start=1):
-            f = fused[pick.index]
-            ex = pipeline._explain(f, vec_info, bm_info, boosts[pick.index], float(relevance[pick.index]),
-                                   pick.penalty, score)
-            out.append(pipeline._hit(rank, score, f.id, rows[f.id], ex))
-        return out
+        boosts = np.array([heading_boost(terms, rows[f.id][3], cfg.heading_boost) for f in fused])
+        fused_scores = np.array([f.score for f in fused])
+        if self.boost_after_norm:
+            relevance = normalise_relevance(fused_scores) + boosts
+        else:
+            relevance = normalise_relevance(fused_scores + boosts)
+        if lam >= 1.0:
+            order = np.argsort(-relevance, kind="stable")[:k]
+            picked = [int(i) for i in order]
+        else:
+            dim = next(r[4].shape[0] for r in rows.values() if r[4] is not None)
+            zero = np.zeros(dim, dtype=np.float32)
+            vectors = np.stack([rows[f.id][4] if rows[f.id][4] is not None else zero for f in fused])
+            picked = [p.index for p in mmr(relevance, vectors, k, lam)]
+        return [_BenchHit(*rows[fused[i].id][:3]) for i in picked]
 
 
 # -- configurations ----------------------------------------------------------------------
@@ -592,7 +607,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     results["ablation"] = ablation
 
     # the three modes from the same index, timed with the real Searcher (no memo)
-    defaults = Variant("engine defaults", heading_boost=cfg.heading_boost, mmr_lambda=cfg.mmr_lambda, rrf_k=cfg.rrf_k)
+    defaults = Variant("engine defaults", heading_boost=0.05, mmr_lambda=0.7, rrf_k=60)  # the spec's constants
     latency = {}
     for v in (Variant("vector", mode="vector"), Variant("bm25", mode="bm25"), defaults,
               Variant("RRF (k=60, no boost, no MMR)"), Variant(**{**best.__dict__, "name": "selected"})):
@@ -709,7 +724,7 @@ def render(r: dict) -> str:
             lines += [f"BM25 retriever unavailable: {li['bm25_error']}", ""]
         rows = []
         for label, key in (("Polaris vector", "vector"), ("Polaris bm25", "bm25"),
-                           ("Polaris hybrid (engine defaults)", "engine defaults (k=60, boost 0.05 raw, MMR 0.7)"),
+                           ("Polaris hybrid (spec constants: k=60, boost 0.05 raw, MMR 0.7)", "engine defaults (k=60, boost 0.05 raw, MMR 0.7)"),
                            ("Polaris hybrid (selected)", r["selected"])):
             latkey = {"engine defaults (k=60, boost 0.05 raw, MMR 0.7)": "engine defaults"}.get(key, key)
             latkey = "selected" if key == r["selected"] else latkey
