@@ -37,7 +37,7 @@ def bm25_sql(scope: Scope) -> tuple[str, list[Any]]:
     where, args = scope.sql("rowid", None)
     sql = (
         f"SELECT rowid, -bm25(chunks_fts, {TEXT_WEIGHT}, {HEADING_WEIGHT}) AS score FROM chunks_fts"
-        f" WHERE chunks_fts MATCH ?{where} ORDER BY rank LIMIT ?"
+        f" WHERE chunks_fts MATCH ?{where} ORDER BY bm25(chunks_fts, {TEXT_WEIGHT}, {HEADING_WEIGHT}) LIMIT ?"
     )
     return sql, args
 
