@@ -350,6 +350,15 @@ def hybrid_bench(n: int, dim: int, eval_dir: Path, nq: int) -> dict[str, Any]:
     res["bm25_ms"] = pcts(run(lambda i: bm25(store.conn, texts[i], POOL)))
     res["vec0_ms"] = pcts(run(lambda i: knn(store.conn, qvecs[i], POOL)))
     res["hybrid_ms"] = pcts(run(lambda i: searcher.search(texts[i], top_k=10, query_vector=qvecs[i])))
+    # a long-lived process (notebook, retriever, Datasette): exact KNN from the in-RAM matrix
+    from llama_index_polaris.engine.search.vector_cache import VectorCache
+
+    cache = VectorCache(store)
+    t0 = time.perf_counter()
+    res["cache_active"] = cache.refresh()
+    res["cache_load_s"] = time.perf_counter() - t0
+    cached = Searcher(store, None, cfg, cache)
+    res["hybrid_cached_ms"] = pcts(run(lambda i: cached.search(texts[i], top_k=10, query_vector=qvecs[i])))
     if embedder is not None:
         embedder.embed_query("warm up")
         res["embed_ms"] = pcts(run(lambda i: embedder.embed_query(texts[i])))
@@ -529,10 +538,14 @@ def render(r: dict) -> str:
         lines += ["### Full pipeline on a real Polaris file (recombined SciFact text, synthetic 384-d vectors)", ""]
         rows = []
         for h in r["hybrid"]:
+            cached = (_pp(h["hybrid_cached_ms"]) + f" (load {h['cache_load_s']:.1f} s)") if h.get("cache_active") \
+                else "= vec0 (below 20k chunks)"
             rows.append([f"{h['n']:,}", f"{h['db_mb']:.0f} MB", _pp(h["bm25_ms"]), _pp(h["vec0_ms"]), _pp(h["hybrid_ms"]),
+                         cached,
                          _pp(h["embed_ms"]) if "embed_ms" in h else "", _pp(h["hybrid_with_embed_ms"]) if "embed_ms" in h else ""])
-        lines += [table(["chunks", "file", "FTS5 BM25", "vec0 KNN", "hybrid (no embedding)", "query embedding",
-                         "hybrid incl. embedding"], rows), ""]
+        lines += [table(["chunks", "file", "FTS5 BM25", "vec0 KNN", "hybrid, one-shot (vec0)",
+                         "hybrid, long-lived (vector cache)", "query embedding", "one-shot hybrid incl. embedding"],
+                        rows), ""]
         cfgs = r["hybrid"][0]["config"]
         lines += [f"Hybrid = the engine's Searcher with its defaults ({cfgs}), top_k 10.", ""]
     if r.get("query_memory"):
