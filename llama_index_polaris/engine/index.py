@@ -9,22 +9,25 @@ an interrupted run leaves every finished document readable and resumes next time
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from .chunk import ChunkSettings, ChunkSpan, chunk_document
 from .config import PolarisConfig
 from .errors import ConfigError, InputError
 from .ids import node_id_for
 from .lock import index_lock
 from .sources import SourceFile, index_root, walk
 from .store import ChunkRecord, DocumentRecord, ModelBinding, Store, text_hash
+
+if TYPE_CHECKING:
+    from .chunk import ChunkSettings, ChunkSpan
 
 EMBED_BATCH_CHUNKS = 32  # chunks gathered across documents before one embedding call
 
@@ -95,7 +98,7 @@ def decode_source(data: bytes, name: str) -> str:
     return text
 
 
-def embed_input(span: ChunkSpan, count_tokens: Callable[[str], int] | None = None, window: int = 0) -> str:
+def embed_input(span: "ChunkSpan", count_tokens: Callable[[str], int] | None = None, window: int = 0) -> str:
     """The text embedded for a chunk: its parent headings, then its own text.
 
     The chunk's own heading is already in its text; the parents ("Guide > Auth") tell
@@ -146,18 +149,24 @@ class Indexer:
         self.on_wait = on_wait
         self.window = embedder.max_chunk_tokens
         budget = chunk_budget(config, self.window)
-        self.settings = ChunkSettings(
-            max_tokens=budget,
-            overlap_chars=config.chunk_overlap_chars,
-            min_chars=config.min_chunk_chars,
-            count_tokens=embedder.count_tokens,
-        )
         self.chunker_settings = {
             "max_tokens": budget, "overlap_chars": config.chunk_overlap_chars,
             "min_chars": config.min_chunk_chars, "heading_context": heading_context,
         }
         self.settings_key = json.dumps(self.chunker_settings, sort_keys=True)  # as Store.bind_model records it
         store.check_model(self.binding)
+
+    @functools.cached_property
+    def settings(self) -> "ChunkSettings":
+        """The chunker settings (the chunker is imported on first use: unchanged runs skip it)."""
+        from .chunk import ChunkSettings
+
+        return ChunkSettings(
+            max_tokens=self.chunker_settings["max_tokens"],
+            overlap_chars=self.config.chunk_overlap_chars,
+            min_chars=self.config.min_chunk_chars,
+            count_tokens=self.embedder.count_tokens,
+        )
 
     @property
     def binding(self) -> ModelBinding:
@@ -262,6 +271,8 @@ class Indexer:
 
     def _chunks(self, doc: SourceDocument, text: str) -> tuple[list[ChunkRecord], list[str]]:
         title = doc.name or doc.path or doc.id
+        from .chunk import chunk_document
+
         chunked = chunk_document(text, self.settings, path=doc.path, title=title)
         doc.metadata = {**chunked.metadata, **doc.metadata}
         base = {k: v for k, v in chunked.metadata.items()}
