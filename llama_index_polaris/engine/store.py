@@ -233,23 +233,12 @@ class Store:
         vectors: np.ndarray | Sequence[np.ndarray] | None,
     ) -> None:
         """Add or replace ``doc`` and all its chunks and vectors, in one transaction."""
-        node_ids = [c.node_id for c in chunks]
-        if len(set(node_ids)) != len(node_ids):
-            dupes = sorted(n for n, k in Counter(node_ids).items() if k > 1)
-            raise InputError(f"document {doc.id!r}: duplicate node ids {', '.join(dupes[:5])}.")
+        _check_unique(doc, chunks)
         blobs = self._blobs(chunks, vectors)
         with self._write():
             self._upsert_document_row(doc)
             self.conn.execute("DELETE FROM chunks WHERE document_id = ?", (doc.id,))
-            self.conn.execute(
-                "DELETE FROM chunks WHERE node_id IN (SELECT value FROM json_each(?))", (json.dumps(node_ids),)
-            )
-            self.conn.executemany(
-                """INSERT INTO chunks (node_id, document_id, ordinal, heading_path, heading_level, text,
-                       start_char, end_char, token_count, text_hash, metadata, embedding)
-                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
-                [_chunk_row(doc.id, c, b) for c, b in zip(chunks, blobs)],
-            )
+            self._replace_chunks(doc.id, chunks, blobs)
 
     def upsert_chunks(
         self,
@@ -263,23 +252,23 @@ class Store:
         document row is left as it is (``doc`` is inserted only when absent). A node id
         already stored under another document moves to this one.
         """
-        node_ids = [c.node_id for c in chunks]
-        if len(set(node_ids)) != len(node_ids):
-            dupes = sorted(n for n, k in Counter(node_ids).items() if k > 1)
-            raise InputError(f"document {doc.id!r}: duplicate node ids {', '.join(dupes[:5])}.")
+        _check_unique(doc, chunks)
         blobs = self._blobs(chunks, vectors)
         with self._write():
             if self.conn.execute("SELECT 1 FROM documents WHERE id = ?", (doc.id,)).fetchone() is None:
                 self._upsert_document_row(doc)
-            self.conn.execute(
-                "DELETE FROM chunks WHERE node_id IN (SELECT value FROM json_each(?))", (json.dumps(node_ids),)
-            )
-            self.conn.executemany(
-                """INSERT INTO chunks (node_id, document_id, ordinal, heading_path, heading_level, text,
-                       start_char, end_char, token_count, text_hash, metadata, embedding)
-                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
-                [_chunk_row(doc.id, c, b) for c, b in zip(chunks, blobs)],
-            )
+            self._replace_chunks(doc.id, chunks, blobs)
+
+    def _replace_chunks(self, document_id: str, chunks: Sequence[ChunkRecord], blobs: list[bytes | None]) -> None:
+        """Insert ``chunks`` under ``document_id``, first removing any chunk with the same node id."""
+        node_ids = json.dumps([c.node_id for c in chunks])
+        self.conn.execute("DELETE FROM chunks WHERE node_id IN (SELECT value FROM json_each(?))", (node_ids,))
+        self.conn.executemany(
+            """INSERT INTO chunks (node_id, document_id, ordinal, heading_path, heading_level, text,
+                   start_char, end_char, token_count, text_hash, metadata, embedding)
+               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+            [_chunk_row(document_id, c, b) for c, b in zip(chunks, blobs)],
+        )
 
     def _blobs(self, chunks: Sequence[ChunkRecord], vectors: Any) -> list[bytes | None]:
         if vectors is None:
@@ -465,6 +454,13 @@ def _chunk_where(node_ids: Any, ids: Any, document_id: Any, filters: Filter | No
         parts.append(f"({sql})")
         args += params
     return ("WHERE " + " AND ".join(parts) if parts else ""), tuple(args)
+
+
+def _check_unique(doc: DocumentRecord, chunks: Sequence[ChunkRecord]) -> None:
+    counts = Counter(c.node_id for c in chunks)
+    dupes = sorted(n for n, k in counts.items() if k > 1)
+    if dupes:
+        raise InputError(f"document {doc.id!r}: duplicate node ids {', '.join(dupes[:5])}.")
 
 
 def _chunk_row(document_id: str, c: ChunkRecord, blob: bytes | None) -> tuple:
