@@ -37,6 +37,14 @@ def cmd_index(args: argparse.Namespace) -> int:
 
     index_root(args.paths)  # a missing path is an error before anything is opened
     with _open(args, readonly=False, model_id=args.model) as index:
+        new_file = index.store.model is None and index.store.counts()["documents"] == 0
+        try:
+            index.embedder  # noqa: B018  the model is found (or refused) before any work
+        except PolarisError:
+            if new_file:  # leave no empty index behind a model that could not load
+                index.close()
+                _remove_index(index.path)
+            raise
         bar = _progress_bar(args.quiet)
         try:
             report = index.index_paths(
@@ -52,6 +60,14 @@ def cmd_index(args: argparse.Namespace) -> int:
     else:
         print(report.summary())
     return 0
+
+
+def _remove_index(path: Any) -> None:
+    for suffix in ("", "-wal", "-shm", ".lock"):
+        try:
+            os.remove(f"{path}{suffix}")
+        except FileNotFoundError:
+            pass
 
 
 class _progress_bar:

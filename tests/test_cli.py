@@ -263,3 +263,10 @@ def test_search_does_not_import_llama_index(project: Path) -> None:
     proc = subprocess.run([sys.executable, "-c", code], cwd=project, capture_output=True, text=True,
                           env={**os.environ, "XDG_CONFIG_HOME": str(project / ".xdg")})
     assert proc.returncode == 0, proc.stderr
+
+
+def test_a_model_that_cannot_load_leaves_no_empty_index(project: Path) -> None:
+    env_offline = run("index", "docs", "--model", "mxbai-embed-large-v1", "--db", "new.db", cwd=project, check=False)
+    assert env_offline.returncode == 1
+    assert 'model_id = "all-minilm-l6-v2"' in env_offline.stderr  # names the bundled alternative
+    assert not list(project.glob("new.db*"))
