@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
-import uuid
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from llama_index.core.bridge.pydantic import Field
@@ -16,16 +14,10 @@ from llama_index.core.utils import get_tqdm_iterable
 
 from .engine.chunk import ChunkedDocument, ChunkSettings, chunk_document
 from .engine.config import PolarisConfig, load_config
+from .engine.ids import node_id_for
 
 logger = logging.getLogger(__name__)
-NODE_NAMESPACE = uuid.UUID("6f1d3c55-2b4e-5d0a-9c3e-8a7b1f0e4d21")
 STRUCTURAL_KEYS = ("heading_level", "chunk_index")
-
-
-def chunk_node_id(ref_doc_id: str, index: int, text: str) -> str:
-    """Deterministic node id: same document, position and text give the same id (upserts)."""
-    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
-    return str(uuid.uuid5(NODE_NAMESPACE, f"{ref_doc_id}\n{index}\n{digest}"))
 
 
 class PolarisNodeParser(NodeParser):
@@ -106,7 +98,7 @@ class PolarisNodeParser(NodeParser):
             logger.warning("chunk %d of %s is %d tokens, over the %d budget", i, node.node_id, chunk.token_count, self.max_chunk_tokens)
         custom_ids = self.id_func is not default_id_func
         return TextNode(
-            id_=self.id_func(i, node) if custom_ids else chunk_node_id(node.node_id, i, chunk.text),
+            id_=self.id_func(i, node) if custom_ids else node_id_for(node.node_id, i, chunk.text),
             text=chunk.text,
             start_char_idx=chunk.start,
             end_char_idx=chunk.end,

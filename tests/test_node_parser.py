@@ -65,3 +65,24 @@ def test_defaults_come_from_polaris_toml(tmp_path, monkeypatch):
     parser = PolarisNodeParser()
     assert (parser.max_chunk_tokens, parser.chunk_overlap_chars, parser.min_chunk_chars) == (200, 200, 10)
     assert PolarisNodeParser(max_chunk_tokens=300).max_chunk_tokens == 300
+
+
+def test_node_ids_match_the_engine_indexer(tmp_path):
+    """One id scheme: `polaris index` and PolarisNodeParser give a chunk the same node id."""
+    from llama_index.core.schema import Document
+
+    from llama_index_polaris import PolarisNodeParser
+    from llama_index_polaris.engine.config import load_config
+    from llama_index_polaris.engine.embed import load_embedder
+    from llama_index_polaris.engine.index import Indexer, SourceDocument
+    from llama_index_polaris.engine.store import Store
+
+    text = "# Guide\n\nIntro paragraph long enough to be a chunk of its own.\n\n## Auth\n\nTokens expire after an hour.\n"
+    embedder = load_embedder("all-minilm-l6-v2")
+    cfg = load_config(use_user_config=False, model_id="all-minilm-l6-v2")
+    with Store(tmp_path / "p.db") as store:
+        Indexer(store, embedder, cfg).index_documents([SourceDocument(id="guide.md", text=text, path="guide.md")])
+        engine_ids = [c.node_id for c in store.get_chunks(document_id="guide.md")]
+    parser = PolarisNodeParser(config=cfg, max_chunk_tokens=254, count_tokens=embedder.count_tokens)
+    nodes = parser.get_nodes_from_documents([Document(text=text, id_="guide.md")])
+    assert [n.node_id for n in nodes] == engine_ids

@@ -1,12 +1,18 @@
-"""Deterministic ids: the same document and content always get the same node id."""
+"""Deterministic ids: the same document and content always get the same node id.
+
+One scheme for every path into an index (`polaris index`, PolarisNodeParser), so that
+re-indexing a document is an upsert whichever way it arrives.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 
-NAMESPACE = uuid.UUID("5e1b7c7a-3f0d-4b8e-9a51-706f6c617269")
+NAMESPACE = uuid.UUID("6f1d3c55-2b4e-5d0a-9c3e-8a7b1f0e4d21")
 
 
 def node_id_for(document_id: str, chunk_index: int, text: str) -> str:
     """A UUID derived from the document id, the chunk's position and its text."""
-    return str(uuid.uuid5(NAMESPACE, f"{document_id}\x00{chunk_index}\x00{text}"))
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+    return str(uuid.uuid5(NAMESPACE, f"{document_id}\n{chunk_index}\n{digest}"))
