@@ -225,7 +225,7 @@ def base_variants() -> list[Variant]:
         Variant("vector", mode="vector", group="modes"),
         Variant("bm25", mode="bm25", group="modes"),
         Variant("RRF (k=60, no boost, no MMR)", group="modes"),
-        Variant("engine defaults (k=60, boost 0.05 raw, MMR 0.7)", heading_boost=0.05, mmr_lambda=0.7,
+        Variant("spec constants (k=60, boost 0.05 raw, MMR 0.7)", heading_boost=0.05, mmr_lambda=0.7,
                 group="modes"),
     ]
     for k in (10, 20, 40, 100):
@@ -607,7 +607,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     results["ablation"] = ablation
 
     # the three modes from the same index, timed with the real Searcher (no memo)
-    defaults = Variant("engine defaults", heading_boost=0.05, mmr_lambda=0.7, rrf_k=60)  # the spec's constants
+    defaults = Variant("spec constants", heading_boost=0.05, mmr_lambda=0.7, rrf_k=60)
     latency = {}
     for v in (Variant("vector", mode="vector"), Variant("bm25", mode="bm25"), defaults,
               Variant("RRF (k=60, no boost, no MMR)"), Variant(**{**best.__dict__, "name": "selected"})):
@@ -681,7 +681,7 @@ def render(r: dict) -> str:
     # main SciFact table
     lines += ["### SciFact test (300 queries), one index, three modes", ""]
     rows = []
-    for name in ("vector", "bm25", "RRF (k=60, no boost, no MMR)", "engine defaults (k=60, boost 0.05 raw, MMR 0.7)",
+    for name in ("vector", "bm25", "RRF (k=60, no boost, no MMR)", "spec constants (k=60, boost 0.05 raw, MMR 0.7)",
                  r["selected"]):
         m = ab[name]["scifact-test"]
         rows.append([("selected: " if name == r["selected"] else "") + name, m["ndcg@10"], m["recall@10"],
@@ -692,7 +692,7 @@ def render(r: dict) -> str:
 
     lines += ["### anthropic_docs (100 questions, sections from re-chunked pages)", ""]
     rows = []
-    for name in ("vector", "bm25", "RRF (k=60, no boost, no MMR)", "engine defaults (k=60, boost 0.05 raw, MMR 0.7)",
+    for name in ("vector", "bm25", "RRF (k=60, no boost, no MMR)", "spec constants (k=60, boost 0.05 raw, MMR 0.7)",
                  r["selected"]):
         m = ab[name]["anthropic_docs"]
         rows.append([("selected: " if name == r["selected"] else "") + name, m["recall@3"], m["mrr@3"], m["ndcg@10"],
@@ -724,9 +724,9 @@ def render(r: dict) -> str:
             lines += [f"BM25 retriever unavailable: {li['bm25_error']}", ""]
         rows = []
         for label, key in (("Polaris vector", "vector"), ("Polaris bm25", "bm25"),
-                           ("Polaris hybrid (spec constants: k=60, boost 0.05 raw, MMR 0.7)", "engine defaults (k=60, boost 0.05 raw, MMR 0.7)"),
+                           ("Polaris hybrid (spec constants: k=60, boost 0.05 raw, MMR 0.7)", "spec constants (k=60, boost 0.05 raw, MMR 0.7)"),
                            ("Polaris hybrid (selected)", r["selected"])):
-            latkey = {"engine defaults (k=60, boost 0.05 raw, MMR 0.7)": "engine defaults"}.get(key, key)
+            latkey = {"spec constants (k=60, boost 0.05 raw, MMR 0.7)": "engine defaults"}.get(key, key)
             latkey = "selected" if key == r["selected"] else latkey
             s, a = ab[key]["scifact-test"], ab[key]["anthropic_docs"]
             ls, la = lat[latkey]["scifact-test"], lat[latkey]["anthropic_docs"]
