@@ -726,7 +726,7 @@ def render(r: dict) -> str:
         for label, key in (("Polaris vector", "vector"), ("Polaris bm25", "bm25"),
                            ("Polaris hybrid (spec constants: k=60, boost 0.05 raw, MMR 0.7)", "spec constants (k=60, boost 0.05 raw, MMR 0.7)"),
                            ("Polaris hybrid (selected)", r["selected"])):
-            latkey = {"spec constants (k=60, boost 0.05 raw, MMR 0.7)": "engine defaults"}.get(key, key)
+            latkey = {"spec constants (k=60, boost 0.05 raw, MMR 0.7)": "spec constants"}.get(key, key)
             latkey = "selected" if key == r["selected"] else latkey
             s, a = ab[key]["scifact-test"], ab[key]["anthropic_docs"]
             ls, la = lat[latkey]["scifact-test"], lat[latkey]["anthropic_docs"]
