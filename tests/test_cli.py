@@ -133,8 +133,11 @@ def _completed(db: Path) -> int:
         return 0
 
 
+N_INTERRUPT = 160
+
+
 def _interrupt_and_resume(root: Path, sig: int) -> None:
-    _many_files(root, 70)
+    _many_files(root, N_INTERRUPT)  # commits every 32 chunks: the run outlives its first commit
     db = root / "polaris.db"
     proc = subprocess.Popen([POLARIS, "index", "many", "--quiet"], cwd=root, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "XDG_CONFIG_HOME": str(root / ".xdg")})
@@ -147,7 +150,7 @@ def _interrupt_and_resume(root: Path, sig: int) -> None:
     if sig == signal.SIGINT:
         assert proc.returncode == 130 and "run the same command to resume" in proc.stderr.read()
     done = _completed(db)
-    assert 0 < done < 70
+    assert 0 < done < N_INTERRUPT
     with Store(db, readonly=True) as s:  # every committed document is whole, nothing half-written
         c = s.conn
         rows = c.execute("SELECT d.status, count(c.id) FROM documents d LEFT JOIN chunks c ON c.document_id = d.id GROUP BY d.id").fetchall()
@@ -158,8 +161,8 @@ def _interrupt_and_resume(root: Path, sig: int) -> None:
         s.conn.execute("INSERT INTO chunks_fts(chunks_fts) VALUES ('integrity-check')")
     resumed = index_json(root, "many")
     assert resumed["unchanged"] == done
-    assert resumed["added"] + resumed["updated"] == 70 - done
-    assert _completed(db) == 70
+    assert resumed["added"] + resumed["updated"] == N_INTERRUPT - done
+    assert _completed(db) == N_INTERRUPT
 
 
 def test_sigint_mid_run_then_resume(tmp_path: Path) -> None:
