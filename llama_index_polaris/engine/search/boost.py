@@ -9,6 +9,8 @@ normalised scale 0.05 is the tiebreaker the spec intends, whatever rrf_k is.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from .terms import content_terms, stem, words
@@ -25,8 +27,14 @@ def heading_match(terms: list[str], heading_path: str) -> float:
     """Fraction of ``terms`` present (by stem) among the heading path's words."""
     if not terms or not heading_path:
         return 0.0
-    heading = {stem(w) for w in words(heading_path)}
+    heading = heading_stems(heading_path)
     return sum(t in heading for t in terms) / len(terms)
+
+
+@functools.lru_cache(maxsize=65536)
+def heading_stems(heading_path: str) -> frozenset[str]:
+    """The stems of a heading path's words (cached: the same paths recur in every query)."""
+    return frozenset(stem(w) for w in words(heading_path))
 
 
 def heading_boost(terms: list[str], heading_path: str, weight: float) -> float:
