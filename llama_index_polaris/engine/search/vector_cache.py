@@ -11,6 +11,7 @@ One-shot processes (`polaris search`) keep using vec0, which needs no load.
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -26,6 +27,19 @@ def unit_rows(matrix: np.ndarray) -> np.ndarray:
     return np.divide(matrix, norms, out=np.zeros_like(matrix), where=norms > 0)
 
 
+@dataclass(frozen=True)
+class _Snapshot:
+    """One consistent load: chunk ids, a document code per row, and the unit vectors."""
+
+    ids: np.ndarray
+    docs: np.ndarray
+    doc_codes: dict[str, int]
+    matrix: np.ndarray
+
+
+EMPTY = _Snapshot(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), {}, np.zeros((0, 0), dtype=np.float32))
+
+
 class VectorCache:
     """The chunk vectors of one store, in RAM, with the document of each row."""
 
@@ -34,11 +48,13 @@ class VectorCache:
         self.min_chunks = min_chunks
         self._lock = threading.Lock()
         self._version: tuple[int, int] | None = None
-        self.ids = np.zeros(0, dtype=np.int64)
-        self.docs = np.zeros(0, dtype=np.int64)
-        self.doc_codes = {}
-        self.matrix = np.zeros((0, 0), dtype=np.float32)
+        self.snapshot = EMPTY  # replaced whole, so a reader never mixes two loads
         self.active = False
+
+    @property
+    def ids(self) -> np.ndarray:
+        """The chunk ids currently held."""
+        return self.snapshot.ids
 
     def _current_version(self) -> tuple[int, int]:
         conn = self.store.conn
@@ -57,36 +73,40 @@ class VectorCache:
         count = self.store.conn.execute("SELECT count(*) FROM chunks WHERE embedding IS NOT NULL").fetchone()[0]
         self.active = count >= self.min_chunks
         if not self.active:
-            self.matrix = np.zeros((0, 0), dtype=np.float32)
+            self.snapshot = EMPTY
             return
         rows = self.store.conn.execute(
             "SELECT id, document_id, embedding FROM chunks WHERE embedding IS NOT NULL ORDER BY id"
         ).fetchall()
-        self.ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
-        self.doc_codes: dict[str, int] = {}
-        self.docs = np.fromiter((self.doc_codes.setdefault(r[1], len(self.doc_codes)) for r in rows),
-                                dtype=np.int64, count=len(rows))
-        self.matrix = unit_rows(np.frombuffer(b"".join(r[2] for r in rows), dtype="<f4").reshape(len(rows), -1))
+        codes: dict[str, int] = {}
+        self.snapshot = _Snapshot(
+            ids=np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows)),
+            docs=np.fromiter((codes.setdefault(r[1], len(codes)) for r in rows), dtype=np.int64, count=len(rows)),
+            doc_codes=codes,
+            matrix=unit_rows(np.frombuffer(b"".join(r[2] for r in rows), dtype="<f4").reshape(len(rows), -1)),
+        )
 
     def knn(self, query: np.ndarray, k: int, scope: Scope = Scope()) -> list[tuple[int, float]]:
         """The ``k`` nearest chunks in ``scope``: (chunk id, cosine distance), nearest first."""
-        rows = self._rows(scope)
-        if rows is not None and len(rows) == 0 or k <= 0:
+        snap = self.snapshot
+        rows = _rows(snap, scope)
+        if rows is not None and len(rows) == 0 or k <= 0 or len(snap.ids) == 0:
             return []
-        matrix = self.matrix if rows is None else self.matrix[rows]
-        ids = self.ids if rows is None else self.ids[rows]
+        matrix = snap.matrix if rows is None else snap.matrix[rows]
+        ids = snap.ids if rows is None else snap.ids[rows]
         sims = matrix @ unit_rows(np.asarray(query, dtype=np.float32).reshape(1, -1))[0]
         k = min(k, len(sims))
         top = np.argpartition(-sims, k - 1)[:k]
         top = top[np.lexsort((ids[top], -sims[top]))]  # best first; ties by id, deterministic
         return [(int(ids[i]), float(1.0 - sims[i])) for i in top]
 
-    def _rows(self, scope: Scope) -> np.ndarray | None:
-        mask = None
-        if scope.document_ids is not None:
-            codes = [self.doc_codes[d] for d in scope.document_ids if d in self.doc_codes]
-            mask = np.isin(self.docs, np.array(codes, dtype=np.int64))
-        if scope.chunk_ids is not None:
-            chunk_mask = np.isin(self.ids, np.fromiter(scope.chunk_ids, dtype=np.int64))
-            mask = chunk_mask if mask is None else mask & chunk_mask
-        return None if mask is None else np.flatnonzero(mask)
+
+def _rows(snap: _Snapshot, scope: Scope) -> np.ndarray | None:
+    mask = None
+    if scope.document_ids is not None:
+        codes = [snap.doc_codes[d] for d in scope.document_ids if d in snap.doc_codes]
+        mask = np.isin(snap.docs, np.array(codes, dtype=np.int64))
+    if scope.chunk_ids is not None:
+        chunk_mask = np.isin(snap.ids, np.fromiter(scope.chunk_ids, dtype=np.int64))
+        mask = chunk_mask if mask is None else mask & chunk_mask
+    return None if mask is None else np.flatnonzero(mask)
