@@ -99,3 +99,22 @@ def test_polaris_eval_end_to_end_with_a_cached_index(tmp_path: Path):
     table = subprocess.run(cmd[:-1], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
     assert "4 unchanged" in table.stderr and "0 chunks embedded" in table.stderr  # the cache was reused
     assert table.stdout.splitlines()[0].startswith("| mode | ndcg@10 | recall@10 | recall@100 | mrr@10")
+
+
+def test_whole_documents_is_one_chunk_per_entry_in_its_own_cache(tmp_path: Path):
+    from llama_index_polaris.engine.store import Store
+
+    beir = write_beir(tmp_path / "tiny")
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"), "XDG_CONFIG_HOME": str(tmp_path / "cfg")}
+    for extra in ([], ["--whole-documents"]):
+        proc = subprocess.run([POLARIS, "eval", str(beir), "--model", "all-minilm-l6-v2", "--json", *extra],
+                              capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+    caches = sorted((tmp_path / "cache" / "polaris" / "eval").glob("tiny-*.db"))
+    assert len(caches) == 2  # the setting is part of the cache key
+    whole = []
+    for path in caches:
+        with Store(path, readonly=True) as store:
+            if '"whole_documents": true' in store.meta["chunker"]:
+                whole.append(store.conn.execute("SELECT document_id, count(*) FROM chunks GROUP BY 1").fetchall())
+    assert len(whole) == 1 and len(whole[0]) == 4 and all(n == 1 for _, n in whole[0])

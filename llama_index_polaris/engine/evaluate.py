@@ -139,22 +139,27 @@ def eval_cache_dir() -> Path:
 
 
 # -- running -------------------------------------------------------------------------
-def build_eval_index(beir: BeirSet, config: Any, progress: Any = None) -> Any:
-    """The cached PolarisIndex for this corpus, model and chunker (built if needed)."""
+def build_eval_index(beir: BeirSet, config: Any, progress: Any = None, whole_documents: bool = False) -> Any:
+    """The cached PolarisIndex for this corpus, model and chunker (built if needed).
+
+    ``whole_documents`` indexes each corpus entry as one chunk cut at the model's window,
+    as BEIR and MTEB do, so that published figures can be reproduced.
+    """
     from .embed import load_embedder
-    from .index import SourceDocument
+    from .index import Indexer, SourceDocument
     from .session import PolarisIndex
 
     embedder = load_embedder(config.model_id, dim=config.embedding_dim, model_dir=config.model_dir,
                              threads=config.intra_op_threads, batch_size=config.embed_batch_size)
     key = json.dumps([corpus_fingerprint(beir.path), embedder.model_id, embedder.dim, embedder.fingerprint,
                       config.max_chunk_tokens, config.chunk_overlap_chars, config.min_chunk_chars,
-                      config.fts_tokenizer], sort_keys=True)
+                      config.fts_tokenizer] + (["whole"] if whole_documents else []), sort_keys=True)
     path = eval_cache_dir() / f"{beir.path.name}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.db"
     path.parent.mkdir(parents=True, exist_ok=True)
     index = PolarisIndex(path, config=config.replace(model_id=embedder.model_id))
     docs = (SourceDocument(id=i, text=corpus_markdown(d), name=d.get("title") or i) for i, d in beir.corpus.items())
-    report = index.indexer(progress=progress).index_documents(docs, total=len(beir.corpus))
+    indexer = Indexer(index.store, index.embedder, index.config, progress=progress, whole_documents=whole_documents)
+    report = indexer.index_documents(docs, total=len(beir.corpus))
     return index, report
 
 
@@ -182,6 +187,8 @@ def register_cli(sub: Any, common: Any) -> None:
     p.add_argument("--split", default="test")
     p.add_argument("--mode", choices=("hybrid", "vector", "bm25", "all"), default="all")
     p.add_argument("--model", metavar="ID")
+    p.add_argument("--whole-documents", action="store_true",
+                   help="one chunk per corpus entry, cut at the model's window (the BEIR/MTEB setup)")
     p.add_argument("--json", action="store_true")
     common(p)
     p.set_defaults(func=cmd_eval)
@@ -195,7 +202,7 @@ def cmd_eval(args: Any) -> int:
 
     config = load_config(config_file=args.config, model_id=args.model)
     beir = load_beir(args.dir, args.split)
-    index, report = build_eval_index(beir, config)
+    index, report = build_eval_index(beir, config, whole_documents=args.whole_documents)
     modes = ("vector", "bm25", "hybrid") if args.mode == "all" else (args.mode,)
     with index:
         model_id = index.store.model.model_id

@@ -27,7 +27,7 @@ from .sources import SourceFile, index_root, walk
 from .store import ChunkRecord, DocumentRecord, ModelBinding, Store, text_hash
 
 if TYPE_CHECKING:
-    from .chunk import ChunkSettings, ChunkSpan
+    from .chunk import ChunkedDocument, ChunkSettings, ChunkSpan
 
 EMBED_BATCH_CHUNKS = 32  # chunks gathered across documents before one embedding call
 
@@ -141,18 +141,22 @@ class Indexer:
         progress: Progress | None = None,
         heading_context: bool = True,
         on_wait: Callable[[str], None] | None = None,
+        whole_documents: bool = False,
     ) -> None:
         self.store, self.embedder, self.config = store, embedder, config
         self.collection = collection
         self.progress = progress or (lambda stage, done, total: None)
         self.heading_context = heading_context
         self.on_wait = on_wait
+        self.whole_documents = whole_documents  # one chunk per document, cut at the window (BEIR/MTEB setup)
         self.window = embedder.max_chunk_tokens
         budget = chunk_budget(config, self.window)
         self.chunker_settings = {
             "max_tokens": budget, "overlap_chars": config.chunk_overlap_chars,
             "min_chars": config.min_chunk_chars, "heading_context": heading_context,
         }
+        if whole_documents:
+            self.chunker_settings["whole_documents"] = True
         self.settings_key = json.dumps(self.chunker_settings, sort_keys=True)  # as Store.bind_model records it
         store.check_model(self.binding)
 
@@ -271,9 +275,7 @@ class Indexer:
 
     def _chunks(self, doc: SourceDocument, text: str) -> tuple[list[ChunkRecord], list[str]]:
         title = doc.name or doc.path or doc.id
-        from .chunk import chunk_document
-
-        chunked = chunk_document(text, self.settings, path=doc.path, title=title)
+        chunked = self._whole(text, title) if self.whole_documents else self._chunked(doc, text, title)
         doc.metadata = {**chunked.metadata, **doc.metadata}
         base = {k: v for k, v in chunked.metadata.items()}
         if doc.path:
@@ -290,6 +292,19 @@ class Indexer:
             ))
             inputs.append(embedded)
         return records, inputs
+
+    def _chunked(self, doc: SourceDocument, text: str, title: str) -> "ChunkedDocument":
+        from .chunk import chunk_document
+
+        return chunk_document(text, self.settings, path=doc.path, title=title)
+
+    def _whole(self, text: str, title: str) -> "ChunkedDocument":
+        """The whole text as one chunk; the embedder reads its first ``window`` tokens."""
+        from .chunk import ChunkedDocument, ChunkSpan
+
+        tokens = self.embedder.count_tokens(text)
+        span = ChunkSpan(text, 0, len(text), (title,), 1, tokens, tokens > self.window)
+        return ChunkedDocument([span], {}, title)
 
     def _flush(self, pending: list[_Prepared], report: IndexReport) -> None:
         if not pending:
