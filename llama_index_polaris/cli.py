@@ -71,27 +71,35 @@ def _remove_index(path: Any) -> None:
 
 
 class _progress_bar:
-    """A tqdm bar on a terminal; silent otherwise or with --quiet."""
+    """One tqdm bar on a terminal (files, with chunks embedded and chunks/s); silent otherwise."""
 
     def __init__(self, quiet: bool) -> None:
-        self.bars: dict[str, Any] = {}
+        self.bar: Any = None
         self.enabled = not quiet and sys.stderr.isatty()
+        self.started = 0.0
 
     def update(self, stage: str, done: int, total: int) -> None:
         if not self.enabled:
             return
-        from tqdm import tqdm
+        if self.bar is None:
+            import time
 
-        bar = self.bars.get(stage)
-        if bar is None:
-            unit = "file" if stage == "documents" else "chunk"
-            bar = self.bars[stage] = tqdm(total=total, unit=unit, desc=stage, leave=False, file=sys.stderr)
-        bar.total = max(total, bar.total or 0)
-        bar.update(done - bar.n)
+            from tqdm import tqdm
+
+            self.started = time.perf_counter()
+            self.bar = tqdm(total=total, unit="file", desc="indexing", leave=False, file=sys.stderr)
+        if stage == "documents":
+            self.bar.total = max(total, self.bar.total or 0)
+            self.bar.update(done - self.bar.n)
+        else:
+            import time
+
+            rate = done / max(time.perf_counter() - self.started, 1e-9)
+            self.bar.set_postfix_str(f"{done} chunks embedded, {rate:.1f} chunks/s")
 
     def close(self) -> None:
-        for bar in self.bars.values():
-            bar.close()
+        if self.bar is not None:
+            self.bar.close()
 
 
 # -- search -----------------------------------------------------------------------
