@@ -1,7 +1,7 @@
 """The engine objects behind the plugin, created once per process and only when first needed.
 
 Datasette opens many connections (one per thread per database); none of them builds
-anything heavy. A read-only ``Store`` and its ``Searcher`` exist once per database
+anything heavy. A read-only ``PolarisIndex`` and its ``Searcher`` exist once per database
 file, the ONNX embedder once per (model, dim) through ``load_embedder``'s own cache.
 """
 
@@ -15,10 +15,8 @@ from typing import Any
 
 from llama_index_polaris.engine.config import PolarisConfig, load_config
 from llama_index_polaris.engine.db.connect import INSTALL_HINT
-from llama_index_polaris.engine.errors import DatabaseError, ModelMismatchError
-from llama_index_polaris.engine.search.pipeline import Searcher
-from llama_index_polaris.engine.search.vector_cache import VectorCache
-from llama_index_polaris.engine.store import ModelBinding, Store, mismatch_message
+from llama_index_polaris.engine.errors import DatabaseError
+from llama_index_polaris.engine.session import PolarisIndex
 
 log = logging.getLogger(__name__)
 
@@ -30,26 +28,20 @@ _warned_no_extensions = False
 
 
 class Engine:
-    """One Polaris database file: its read-only store, search config and searcher."""
+    """One Polaris database file: its read-only index, search config and searcher."""
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self.store = Store(path, readonly=True)
-        self.config: PolarisConfig = load_config(Path(path).parent)
-        self.searcher = Searcher(self.store, self.embed_query, self.config, VectorCache(self.store))
+        self.index = PolarisIndex(path, config=load_config(Path(path).parent), readonly=True)
+        self.store = self.index.store
+        self.config: PolarisConfig = self.index.config
+        self.searcher = self.index.searcher()
 
     def embedder(self) -> Any:
         """The recorded model's embedder (loaded on first use, shared by the process)."""
-        from llama_index_polaris.engine.embed import load_embedder
-
-        model = self.store.model
-        if model is None:
+        if self.store.model is None:
             raise DatabaseError(f"{self.path} has no model recorded yet: nothing has been indexed into it.")
-        embedder = load_embedder(model.model_id, dim=model.dim)
-        problem = mismatch_message(model, ModelBinding(embedder.model_id, embedder.dim, embedder.fingerprint), self.path)
-        if problem:
-            raise ModelMismatchError(problem)
-        return embedder
+        return self.index.embedder
 
     def embed_query(self, text: str) -> Any:
         """The query vector for ``text`` from the database's own model."""
