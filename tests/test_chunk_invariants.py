@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from markdown_it import MarkdownIt
 
-from llama_index_polaris.engine.chunk import ChunkSettings, chunk_markdown, heuristic_tokens
+from llama_index_polaris.engine.chunk import ChunkSettings, TokenCounter, chunk_markdown, heuristic_tokens
 from llama_index_polaris.engine.chunk.frontmatter import split_front_matter
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_chunk.py"
@@ -79,11 +79,19 @@ def word_char(source: str, i: int) -> bool:
     return 0 <= i < len(source) and source[i].isalnum()
 
 
+def reference_count(counter):
+    """The budget's count done independently: a ``TokenCounter`` is checked by its raw tokenizer."""
+    if isinstance(counter, TokenCounter):
+        raw = counter._tokenizer
+        return lambda text: len(raw.encode(text, add_special_tokens=False))
+    return counter or heuristic_tokens
+
+
 def check(source: str, cfg: ChunkSettings, *, title: str | None = None, check_fences: bool = True) -> list:
     """Assert every invariant for ``chunk_markdown(source)``; return the chunks."""
     doc = chunk_markdown(source, cfg, title=title)
     metadata, body_start = split_front_matter(source)
-    count = cfg.count_tokens or heuristic_tokens
+    count = reference_count(cfg.count_tokens)
     chunks = doc.chunks
     covered = body_start
     for prev, c in zip([None] + chunks, chunks):
@@ -97,6 +105,8 @@ def check(source: str, cfg: ChunkSettings, *, title: str | None = None, check_fe
         assert not (word_char(source, c.start - 1) and word_char(source, c.start)), f"starts mid-word: {c}"
         assert not (word_char(source, c.end - 1) and word_char(source, c.end)), f"ends mid-word: {c}"
         tokens = count(c.text)
+        exact = isinstance(cfg.count_tokens, TokenCounter)  # len/4 is not additive over pieces
+        assert c.token_count == tokens or not exact, f"token_count {c.token_count}, the tokenizer says {tokens}: {c}"
         assert tokens <= cfg.max_tokens or c.oversize, f"{tokens} tokens, not flagged: {c}"
         if c.oversize:
             assert unsplittable(c), f"oversize but splittable: {c}"

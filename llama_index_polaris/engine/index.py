@@ -169,7 +169,7 @@ class Indexer:
             max_tokens=self.chunker_settings["max_tokens"],
             overlap_chars=self.config.chunk_overlap_chars,
             min_chars=self.config.min_chunk_chars,
-            count_tokens=self.embedder.count_tokens,
+            count_tokens=self.embedder.token_counter,
         )
 
     @property

@@ -13,7 +13,7 @@ from .tokens import heuristic_tokens, measure_for
 def chunk_sections(source: str, sections: list[Section], settings: ChunkSettings) -> list[ChunkSpan]:
     """Chunks of ``source`` from its sections: cascade, floor merge, overlap, exact offsets."""
     count = settings.count_tokens or heuristic_tokens
-    measure = measure_for(source, [(s.start, s.end) for s in sections], count)
+    measure = measure_for(source, [(s.start, s.end) for s in sections], count, settings.max_tokens)
     budget = Budget(source, measure, count, settings.max_tokens)
     reserve = min(settings.max_tokens // 4, heuristic_tokens(" " * settings.overlap_chars))
     pieces = [p for i, s in enumerate(sections) for p in split_section(budget, s, i, reserve)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -18,6 +19,7 @@ from .registry import ModelSpec, get_model_spec
 from .runtime import Session, Tokenizers, clean_text, create_session, load_tokenizers, pad_batch, plan_batches
 
 if TYPE_CHECKING:
+    from ..chunk.tokens import TokenCounter
     from ..config import PolarisConfig
 
 log = logging.getLogger(__name__)
@@ -79,7 +81,14 @@ class Embedder:
 
     def count_tokens(self, text: str) -> int:
         """Tokens in ``text`` by the model's tokenizer: no special tokens, no prefix, no truncation."""
-        return len(self._tokenizers_loaded().counter.encode(clean_text(text), add_special_tokens=False).ids)
+        return self.token_counter(text)
+
+    @functools.cached_property
+    def token_counter(self) -> "TokenCounter":
+        """The model's tokenizer as a chunk budget (batched, with a per-word cache)."""
+        from ..chunk.tokens import TokenCounter
+
+        return TokenCounter(self._tokenizers_loaded().counter)
 
     def embed_documents(self, texts: Iterable[str]) -> np.ndarray:
         """float32 (n, dim) unit vectors of ``texts`` with the document prefix."""

@@ -10,6 +10,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..errors import ModelError
+from ..text import clean_text  # noqa: F401 - re-exported for the embedder
 
 log = logging.getLogger(__name__)
 
@@ -75,17 +76,6 @@ def create_session(path: Path, setting: tuple[int | None, bool]) -> Session:
     outputs = [o.name for o in session.get_outputs()]
     output = "last_hidden_state" if "last_hidden_state" in outputs else outputs[0]
     return Session(session, frozenset(i.name for i in session.get_inputs()), output)
-
-
-def clean_text(text: str) -> str:
-    """``text`` as valid Unicode: lone surrogates become U+FFFD instead of failing the tokenizer."""
-    if not isinstance(text, str):
-        raise TypeError(f"expected str, got {type(text).__name__}")
-    try:
-        text.encode("utf-8")
-        return text
-    except UnicodeEncodeError:
-        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
 
 
 def plan_batches(lengths: Sequence[int], batch_size: int) -> list[np.ndarray]:

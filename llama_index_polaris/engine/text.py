@@ -1,0 +1,14 @@
+"""Text handed to a tokenizer: always valid Unicode."""
+
+from __future__ import annotations
+
+
+def clean_text(text: str) -> str:
+    """``text`` as valid Unicode: lone surrogates become U+FFFD instead of failing the tokenizer."""
+    if not isinstance(text, str):
+        raise TypeError(f"expected str, got {type(text).__name__}")
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
