@@ -264,7 +264,9 @@ class PolarisVectorStore(BasePydanticVectorStore):
 
     def search(self, query: str, *, embed_query: Callable[[str], Any] | None = None, **kwargs: Any) -> List[Hit]:
         """Run the engine pipeline (``Searcher.search``) on this store; ``embed_query`` embeds the query."""
-        return Searcher(self.client, embed_query, self.config, self._index.vector_cache).search(query, **kwargs)
+        return Searcher(
+            self.client, embed_query, self.config, self._index.vector_cache, self._index.bm25_cache
+        ).search(query, **kwargs)
 
     def query(self, query: VectorStoreQuery, **kwargs: Any) -> VectorStoreQueryResult:
         """Answer a LlamaIndex query in mode DEFAULT, TEXT_SEARCH, HYBRID or MMR."""

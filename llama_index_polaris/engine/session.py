@@ -42,6 +42,7 @@ class PolarisIndex:
         self._embedder: Any = None
         self.fast_start = fast_start  # a one-shot process: no ONNX graph optimisation, no vector cache
         self._vector_cache: Any = None
+        self._bm25_cache: Any = None
         self._lock = threading.Lock()
 
     def close(self) -> None:
@@ -79,7 +80,9 @@ class PolarisIndex:
         """A Searcher over this index that embeds queries with its embedder."""
         from .search.pipeline import Searcher
 
-        return Searcher(self.store, lambda q: self.embedder.embed_query(q), self.config, self.vector_cache)
+        return Searcher(
+            self.store, lambda q: self.embedder.embed_query(q), self.config, self.vector_cache, self.bm25_cache
+        )
 
     @property
     def vector_cache(self) -> Any:
@@ -90,6 +93,16 @@ class PolarisIndex:
             if self._vector_cache is None and not self.fast_start:
                 self._vector_cache = VectorCache(self.store)
             return self._vector_cache
+
+    @property
+    def bm25_cache(self) -> Any:
+        """Chunk lengths and common words' postings for BM25 from RAM (None for one-shot processes)."""
+        from .search.bm25_cache import Bm25Cache
+
+        with self._lock:
+            if self._bm25_cache is None and not self.fast_start:
+                self._bm25_cache = Bm25Cache(self.store)
+            return self._bm25_cache
 
     def search(self, query: str, **kwargs: Any) -> list[Any]:
         """Run the query pipeline (see ``Searcher.search``)."""

@@ -18,6 +18,18 @@ MAX_TERMS = 64
 TEXT_WEIGHT, HEADING_WEIGHT = 1.0, 1.0
 
 
+def query_words(query: str) -> list[str]:
+    """The distinct words searched for: stop words dropped unless nothing else is left."""
+    all_words = list(dict.fromkeys(words(query)))
+    content = [w for w in all_words if w not in STOP_WORDS] or all_words
+    return content[:MAX_TERMS]
+
+
+def phrases_query(query_words: list[str]) -> str:
+    """``words`` as an FTS5 MATCH expression: each one a quoted phrase, joined by OR."""
+    return " OR ".join(f'"{w}"' for w in query_words)
+
+
 def fts_query(query: str) -> str | None:
     """An FTS5 MATCH expression for user text: distinct quoted words joined by OR.
 
@@ -25,20 +37,19 @@ def fts_query(query: str) -> str | None:
     so FTS5 applies its tokenizer (``rrf_k`` becomes the phrase "rrf k") and no
     character of the query is read as syntax. None when the query has no words.
     """
-    all_words = list(dict.fromkeys(words(query)))
-    content = [w for w in all_words if w not in STOP_WORDS] or all_words
-    if not content:
-        return None
-    return " OR ".join(f'"{w}"' for w in content[:MAX_TERMS])
+    content = query_words(query)
+    return phrases_query(content) if content else None
 
 
-def bm25_sql(scope: Scope) -> tuple[str, list[Any]]:
-    """The FTS5 statement for ``scope``; parameters follow (match, limit)."""
+def bm25_sql(scope: Scope, *, ordered: bool = True) -> tuple[str, list[Any]]:
+    """The FTS5 statement for ``scope``; parameters follow (match[, limit] when ``ordered``)."""
     where, args = scope.sql("rowid", None)
     sql = (
         f"SELECT rowid, -bm25(chunks_fts, {TEXT_WEIGHT}, {HEADING_WEIGHT}) AS score FROM chunks_fts"
-        f" WHERE chunks_fts MATCH ?{where} ORDER BY bm25(chunks_fts, {TEXT_WEIGHT}, {HEADING_WEIGHT}) LIMIT ?"
+        f" WHERE chunks_fts MATCH ?{where}"
     )
+    if ordered:
+        sql += f" ORDER BY bm25(chunks_fts, {TEXT_WEIGHT}, {HEADING_WEIGHT}) LIMIT ?"
     return sql, args
 
 

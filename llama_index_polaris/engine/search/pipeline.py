@@ -18,6 +18,7 @@ from ..errors import InputError
 from ..store import Store, from_blob
 from .boost import boost_terms, heading_boost
 from .bm25 import bm25
+from .bm25_cache import Bm25Cache
 from .filters import Filter
 from .fuse import Fused, rrf
 from .boost import boosted_relevance
@@ -107,11 +108,13 @@ class Searcher:
         embed_query: Callable[[str], np.ndarray] | None,
         config: PolarisConfig,
         vector_cache: VectorCache | None = None,
+        bm25_cache: Bm25Cache | None = None,
     ) -> None:
         self.store = store
         self.embed_query = embed_query
         self.config = config
         self.vector_cache = vector_cache  # exact KNN from RAM for long-lived processes
+        self.bm25_cache = bm25_cache  # FTS5's BM25 with common words scored from RAM, likewise
 
     def search(
         self,
@@ -167,7 +170,7 @@ class Searcher:
         if mode in ("hybrid", "vector") and qvec is not None:  # None: no vectors in this index yet
             vec_hits = self._knn(qvec, pool, scope)
         if mode in ("hybrid", "bm25") and query:
-            bm_hits = bm25(self.store.conn, query, pool, scope)
+            bm_hits = self._bm25(query, pool, scope)
         if mode == "hybrid":
             return self._hybrid(query, k, vec_hits, bm_hits, lam)
         if mode == "vector" and lam is not None:
@@ -178,6 +181,11 @@ class Searcher:
         if self.vector_cache is not None and self.vector_cache.refresh():
             return self.vector_cache.knn(qvec, k, scope)
         return knn(self.store.conn, qvec, k, scope)
+
+    def _bm25(self, query: str, k: int, scope: Scope) -> list[tuple[int, float]]:
+        if self.bm25_cache is not None and self.bm25_cache.refresh():
+            return self.bm25_cache.bm25(query, k, scope)
+        return bm25(self.store.conn, query, k, scope)
 
     def _embed(self, query: str) -> np.ndarray:
         if self.embed_query is None:

@@ -89,7 +89,7 @@ class VectorCache:
     def knn(self, query: np.ndarray, k: int, scope: Scope = Scope()) -> list[tuple[int, float]]:
         """The ``k`` nearest chunks in ``scope``: (chunk id, cosine distance), nearest first."""
         snap = self.snapshot
-        rows = _rows(snap, scope)
+        rows = scope_rows(snap.ids, snap.docs, snap.doc_codes, scope)
         if rows is not None and len(rows) == 0 or k <= 0 or len(snap.ids) == 0:
             return []
         matrix = snap.matrix if rows is None else snap.matrix[rows]
@@ -101,12 +101,13 @@ class VectorCache:
         return [(int(ids[i]), float(1.0 - sims[i])) for i in top]
 
 
-def _rows(snap: _Snapshot, scope: Scope) -> np.ndarray | None:
+def scope_rows(ids: np.ndarray, docs: np.ndarray, doc_codes: dict[str, int], scope: Scope) -> np.ndarray | None:
+    """Positions of the chunks in ``scope`` (``docs`` holds each chunk's document code); None: all."""
     mask = None
     if scope.document_ids is not None:
-        codes = [snap.doc_codes[d] for d in scope.document_ids if d in snap.doc_codes]
-        mask = np.isin(snap.docs, np.array(codes, dtype=np.int64))
+        codes = [doc_codes[d] for d in scope.document_ids if d in doc_codes]
+        mask = np.isin(docs, np.array(codes, dtype=np.int64))
     if scope.chunk_ids is not None:
-        chunk_mask = np.isin(snap.ids, np.fromiter(scope.chunk_ids, dtype=np.int64))
+        chunk_mask = np.isin(ids, np.fromiter(scope.chunk_ids, dtype=np.int64))
         mask = chunk_mask if mask is None else mask & chunk_mask
     return None if mask is None else np.flatnonzero(mask)

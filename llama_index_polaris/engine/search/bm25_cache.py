@@ -1,0 +1,237 @@
+"""BM25 from RAM for long-lived processes: FTS5's own scores, common terms from memory.
+
+An FTS5 OR query visits every chunk that holds any query word and scores each one; for
+SciFact questions over 100k chunks that is 40 ms, nearly all of it spent on the few
+common words ("cell", "patients", "increase") that match tens of thousands of chunks.
+FTS5's ``bm25()`` is a sum over the query's phrases of ``idf * tf(k1+1) / (tf + k1(1 -
+b + b*len/avglen))``, so the phrases can be scored apart and added. This cache keeps the
+chunk lengths, the row count and the average length (read from FTS5's own tables) and,
+once a common word has been asked for, its posting list (from ``fts5vocab``); a query's
+common single-word phrases are scored here with numpy and the rest by FTS5 itself, over
+just the rare words. Same scores as ``bm25()`` (to rounding), same scope rules.
+
+It reloads when the database changed, like the vector cache, and holds at most
+``max_postings`` postings (least recently used words go first).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .bm25 import HEADING_WEIGHT, TEXT_WEIGHT, bm25, bm25_sql, phrases_query, query_words
+from .scope import Scope
+from .vector_cache import MIN_CHUNKS, scope_rows
+
+K1, B = 1.2, 0.75  # the constants of FTS5's bm25()
+COMMON_DF = 1_000  # a word in at least this many chunks is scored from RAM
+MAX_POSTINGS = 8_000_000  # (int32 row, float32 weighted count) each: 64 MB
+COLUMN_WEIGHTS = {"text": TEXT_WEIGHT, "heading_path": HEADING_WEIGHT}
+_TOKENIZE = re.compile(r"tokenize\s*=\s*'((?:[^']|'')*)'", re.IGNORECASE)
+
+
+def varints(blob: bytes) -> list[int]:
+    """The SQLite varints packed in ``blob`` (FTS5's docsize and averages records)."""
+    out, value = [], 0
+    for byte in blob:
+        value = (value << 7) | (byte & 0x7F)
+        if not byte & 0x80:
+            out.append(value)
+            value = 0
+    return out
+
+
+def idf(n_rows: int, n_hit: int) -> float:
+    """FTS5's inverse document frequency (never below 1e-6)."""
+    value = math.log((n_rows - n_hit + 0.5) / (n_hit + 0.5))
+    return value if value > 0 else 1e-6
+
+
+def phrase_scores(tf: np.ndarray, lengths: np.ndarray, avg_length: float, weight: float) -> np.ndarray:
+    """One phrase's BM25 term for each chunk holding it (``weight`` is its idf)."""
+    tf = tf.astype(np.float64)
+    return weight * tf * (K1 + 1.0) / (tf + K1 * (1.0 - B + B * lengths / avg_length))
+
+
+@dataclass(frozen=True)
+class _Base:
+    """One consistent load: chunk ids (sorted), their lengths and documents, the averages."""
+
+    ids: np.ndarray
+    lengths: np.ndarray
+    n_rows: int
+    avg_length: float
+    docs: np.ndarray
+    doc_codes: dict[str, int]
+
+
+class Bm25Cache:
+    """Chunk lengths and common words' posting lists of one store, in RAM."""
+
+    def __init__(
+        self, store: Any, min_chunks: int = MIN_CHUNKS, common_df: int = COMMON_DF, max_postings: int = MAX_POSTINGS
+    ) -> None:
+        self.store = store
+        self.min_chunks = min_chunks
+        self.common_df = common_df
+        self.max_postings = max_postings
+        self._lock = threading.RLock()
+        self._version: tuple[int, int] | None = None
+        self._base: _Base | None = None
+        self._df: dict[str, int] = {}
+        self._postings: OrderedDict[str, tuple[np.ndarray, np.ndarray]] = OrderedDict()
+        self._held = 0
+        self._terms: dict[str, tuple[str, ...]] = {}
+        self._tokenizer: Any = None
+        self.active = False
+
+    def refresh(self) -> bool:
+        """Reload if the database changed; True when the cache should answer BM25."""
+        with self._lock:
+            conn = self.store.conn
+            version = conn.execute("PRAGMA data_version").fetchone()[0], conn.total_changes
+            if version != self._version:
+                self._load()
+                self._version = version
+            return self.active
+
+    def bm25(self, query: str, limit: int, scope: Scope = Scope()) -> list[tuple[int, float]]:
+        """What ``bm25(conn, query, limit, scope)`` returns, common words scored from RAM."""
+        words = query_words(query)
+        if not words or scope.empty or limit <= 0:
+            return []
+        with self._lock:
+            base = self._base
+            try:
+                terms = self._query_terms(words)
+                common = [t[0] for t in terms if len(t) == 1 and self._doc_freq(t[0]) >= self.common_df]
+            except Exception:  # a missing or unreadable FTS table: the plain path degrades the same way
+                common = []
+            if base is None or not common:
+                return bm25(self.store.conn, query, limit, scope)
+            scores = np.zeros(len(base.ids))
+            for term in common:
+                rows, tf = self._posting(term, base)
+                weight = idf(base.n_rows, self._doc_freq(term))
+                scores[rows] += phrase_scores(tf, base.lengths[rows], base.avg_length, weight)
+            rare = [w for w, t in zip(words, terms) if not (len(t) == 1 and t[0] in common)]
+            if rare:
+                self._add_fts(scores, base, phrases_query(rare), scope)
+        allowed = scope_rows(base.ids, base.docs, base.doc_codes, scope)
+        if allowed is not None:
+            keep = np.zeros(len(scores), dtype=bool)
+            keep[allowed] = True
+            scores[~keep] = 0.0
+        hits = np.flatnonzero(scores > 0)
+        k = min(limit, len(hits))
+        if k == 0:
+            return []
+        top = hits[np.argpartition(-scores[hits], k - 1)[:k]]
+        top = top[np.lexsort((base.ids[top], -scores[top]))]
+        return [(int(base.ids[i]), float(scores[i])) for i in top]
+
+    # -- loading ------------------------------------------------------------------------
+    def _load(self) -> None:
+        self._base, self._df, self._postings, self._held = None, {}, OrderedDict(), 0
+        conn = self.store.conn
+        try:
+            count = conn.execute("SELECT count(*) FROM chunks_fts_docsize").fetchone()[0]
+            self.active = count >= self.min_chunks
+            if not self.active:
+                return
+            averages = varints(conn.execute("SELECT block FROM chunks_fts_data WHERE id = 1").fetchone()[0])
+            rows = conn.execute("SELECT id, sz FROM chunks_fts_docsize ORDER BY id").fetchall()
+            owners = dict(conn.execute("SELECT id, document_id FROM chunks").fetchall())
+            for name, kind in (("polaris_fts_row", "row"), ("polaris_fts_instance", "instance")):
+                conn.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.{name} USING fts5vocab(main, chunks_fts, {kind})")
+        except Exception:  # no FTS table (or not ours): BM25 takes the plain path, which degrades itself
+            self.active = False
+            return
+        codes: dict[str, int] = {}
+        n_rows, total = averages[0], sum(averages[1:])
+        self._base = _Base(
+            ids=np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows)),
+            lengths=np.fromiter((sum(varints(r[1])) for r in rows), dtype=np.float64, count=len(rows)),
+            n_rows=n_rows,
+            avg_length=total / n_rows if n_rows else 1.0,
+            docs=np.fromiter((codes.setdefault(owners.get(r[0], ""), len(codes)) for r in rows), dtype=np.int64, count=len(rows)),
+            doc_codes=codes,
+        )
+        if self._tokenizer is None:
+            self._tokenizer = _QueryTokenizer(_fts_tokenizer(conn))
+
+    def _doc_freq(self, term: str) -> int:
+        if term not in self._df:
+            row = self.store.conn.execute("SELECT doc FROM temp.polaris_fts_row WHERE term = ?", (term,)).fetchone()
+            self._df[term] = row[0] if row else 0
+        return self._df[term]
+
+    def _posting(self, term: str, base: _Base) -> tuple[np.ndarray, np.ndarray]:
+        if term in self._postings:
+            self._postings.move_to_end(term)
+            return self._postings[term]
+        found = self.store.conn.execute("SELECT doc, col FROM temp.polaris_fts_instance WHERE term = ?", (term,)).fetchall()
+        ids = np.fromiter((r[0] for r in found), dtype=np.int64, count=len(found))
+        weights = np.fromiter((COLUMN_WEIGHTS.get(r[1], 1.0) for r in found), dtype=np.float64, count=len(found))
+        unique, inverse = np.unique(ids, return_inverse=True)
+        entry = (np.searchsorted(base.ids, unique).astype(np.int32), np.bincount(inverse, weights).astype(np.float32))
+        self._postings[term] = entry
+        self._held += len(unique)
+        while self._held > self.max_postings and len(self._postings) > 1:
+            _, (old, _) = self._postings.popitem(last=False)
+            self._held -= len(old)
+        return entry
+
+    def _query_terms(self, words: list[str]) -> list[tuple[str, ...]]:
+        unseen = [w for w in dict.fromkeys(words) if w not in self._terms]
+        if unseen:
+            self._terms.update(zip(unseen, self._tokenizer.terms(unseen)))
+        return [self._terms[w] for w in words]
+
+    def _add_fts(self, scores: np.ndarray, base: _Base, match: str, scope: Scope) -> None:
+        sql, args = bm25_sql(scope, ordered=False)
+        try:
+            found = self.store.conn.execute(sql, [match, *args]).fetchall()
+        except Exception:  # as the plain path: a full-text error loses the rare words only
+            return
+        ids = np.fromiter((r[0] for r in found), dtype=np.int64, count=len(found))
+        rows = np.searchsorted(base.ids, ids)
+        scores[rows] += np.fromiter((r[1] for r in found), dtype=np.float64, count=len(found))
+
+
+class _QueryTokenizer:
+    """Terms of query words as the index's FTS5 tokenizer makes them (stemmed, folded).
+
+    Runs in a private in-memory database: writing a temp table on the store's own
+    connection would count as a change there and make the caches reload.
+    """
+
+    def __init__(self, tokenizer: str) -> None:
+        from ..db.connect import sqlite_module
+
+        quoted = tokenizer.replace("'", "''")
+        self.conn = sqlite_module().connect(":memory:", check_same_thread=False)
+        self.conn.execute(f"CREATE VIRTUAL TABLE words USING fts5(word, tokenize='{quoted}')")
+        self.conn.execute("CREATE VIRTUAL TABLE words_terms USING fts5vocab(words, instance)")
+
+    def terms(self, words: list[str]) -> list[tuple[str, ...]]:
+        """Each word's terms, in order."""
+        self.conn.execute("DELETE FROM words")
+        self.conn.executemany("INSERT INTO words(rowid, word) VALUES (?, ?)", list(enumerate(words)))
+        out: list[list[str]] = [[] for _ in words]
+        for doc, term in self.conn.execute("SELECT doc, term FROM words_terms ORDER BY doc, offset"):
+            out[doc].append(term)
+        return [tuple(t) for t in out]
+
+
+def _fts_tokenizer(conn: Any) -> str:
+    """The ``tokenize=`` argument chunks_fts was created with (FTS5's default when none)."""
+    sql = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'chunks_fts'").fetchone()[0]
+    found = _TOKENIZE.search(sql)
+    return found.group(1).replace("''", "'") if found else "unicode61"
