@@ -350,15 +350,36 @@ def hybrid_bench(n: int, dim: int, eval_dir: Path, nq: int) -> dict[str, Any]:
     res["bm25_ms"] = pcts(run(lambda i: bm25(store.conn, texts[i], POOL)))
     res["vec0_ms"] = pcts(run(lambda i: knn(store.conn, qvecs[i], POOL)))
     res["hybrid_ms"] = pcts(run(lambda i: searcher.search(texts[i], top_k=10, query_vector=qvecs[i])))
-    # a long-lived process (notebook, retriever, Datasette): exact KNN from the in-RAM matrix
+    # a long-lived process (notebook, retriever, Datasette): exact KNN from the in-RAM matrix,
+    # BM25 with common words' postings from RAM (loaded on first use: a cold and a warm pass)
+    from llama_index_polaris.engine.search.bm25_cache import Bm25Cache
     from llama_index_polaris.engine.search.vector_cache import VectorCache
 
     cache = VectorCache(store)
     t0 = time.perf_counter()
     res["cache_active"] = cache.refresh()
     res["cache_load_s"] = time.perf_counter() - t0
-    cached = Searcher(store, None, cfg, cache)
-    res["hybrid_cached_ms"] = pcts(run(lambda i: cached.search(texts[i], top_k=10, query_vector=qvecs[i])))
+    terms = Bm25Cache(store)
+    t0 = time.perf_counter()
+    res["bm25_cache_active"] = terms.refresh()
+    res["bm25_cache_load_s"] = time.perf_counter() - t0
+
+    def passes(fn) -> tuple[list[float], list[float]]:
+        """First sight of every query's words (cold), then the same queries again (warm)."""
+        cold = []
+        for i in range(nq):
+            t0 = time.perf_counter()
+            fn(i)
+            cold.append(time.perf_counter() - t0)
+        return cold, run(fn)
+
+    cold, warm = passes(lambda i: terms.refresh() and terms.bm25(texts[i], POOL))
+    res["bm25_cache_cold_ms"], res["bm25_cache_warm_ms"] = pcts(cold), pcts(warm)
+    res["bm25_cache_postings"] = terms._held
+    terms = Bm25Cache(store)  # empty again for the full pipeline's cold pass
+    cached = Searcher(store, None, cfg, cache, terms)
+    cold, warm = passes(lambda i: cached.search(texts[i], top_k=10, query_vector=qvecs[i]))
+    res["hybrid_cached_cold_ms"], res["hybrid_cached_ms"] = pcts(cold), pcts(warm)
     if embedder is not None:
         embedder.embed_query("warm up")
         res["embed_ms"] = pcts(run(lambda i: embedder.embed_query(texts[i])))
@@ -538,14 +559,22 @@ def render(r: dict) -> str:
         lines += ["### Full pipeline on a real Polaris file (recombined SciFact text, synthetic 384-d vectors)", ""]
         rows = []
         for h in r["hybrid"]:
-            cached = (_pp(h["hybrid_cached_ms"]) + f" (load {h['cache_load_s']:.1f} s)") if h.get("cache_active") \
-                else "= vec0 (below 20k chunks)"
-            rows.append([f"{h['n']:,}", f"{h['db_mb']:.0f} MB", _pp(h["bm25_ms"]), _pp(h["vec0_ms"]), _pp(h["hybrid_ms"]),
-                         cached,
+            active = h.get("cache_active")
+            cached = (_pp(h["hybrid_cached_ms"]) + f" (load {h['cache_load_s'] + h.get('bm25_cache_load_s', 0):.1f} s)") \
+                if active else "= one-shot (below 20k chunks)"
+            cold = _pp(h["hybrid_cached_cold_ms"]) if active and "hybrid_cached_cold_ms" in h else ""
+            bm_cached = (f"{_pp(h['bm25_cache_warm_ms'])} (cold {_pp(h['bm25_cache_cold_ms'])})"
+                         if h.get("bm25_cache_active") else "")
+            rows.append([f"{h['n']:,}", f"{h['db_mb']:.0f} MB", _pp(h["bm25_ms"]), bm_cached, _pp(h["vec0_ms"]),
+                         _pp(h["hybrid_ms"]), cached, cold,
                          _pp(h["embed_ms"]) if "embed_ms" in h else "", _pp(h["hybrid_with_embed_ms"]) if "embed_ms" in h else ""])
-        lines += [table(["chunks", "file", "FTS5 BM25", "vec0 KNN", "hybrid, one-shot (vec0)",
-                         "hybrid, long-lived (vector cache)", "query embedding", "one-shot hybrid incl. embedding"],
-                        rows), ""]
+        lines += [table(["chunks", "file", "FTS5 BM25", "BM25 cache warm (cold)", "vec0 KNN", "hybrid, one-shot",
+                         "hybrid, long-lived (warm)", "long-lived, first sight of the words",
+                         "query embedding", "one-shot hybrid incl. embedding"], rows), ""]
+        lines += ["Long-lived = a process that keeps its `PolarisIndex` (notebook, retriever, Datasette): the"
+                  " vector cache and the BM25 cache. Its BM25 cache loads a common word's postings the first"
+                  " time a query uses it, so the first pass over the queries is shown apart (cold) from the"
+                  " second (warm).", ""]
         cfgs = r["hybrid"][0]["config"]
         lines += [f"Hybrid = the engine's Searcher with its defaults ({cfgs}), top_k 10.", ""]
     if r.get("query_memory"):

@@ -153,3 +153,15 @@ def test_custom_fts_tokenizer_is_used_for_query_words(tmp_path):
     assert_same(cache.bm25("sessions", 50), bm25(store.conn, "sessions", 50))
     assert len(cache.bm25("sessions", 50)) == 20
     store.close()
+
+
+def test_column_weights_are_applied_like_fts5(store, monkeypatch):
+    from llama_index_polaris.engine.search import bm25 as bm25_module
+    from llama_index_polaris.engine.search import bm25_cache as cache_module
+
+    monkeypatch.setattr(bm25_module, "HEADING_WEIGHT", 3.0)
+    monkeypatch.setattr(cache_module, "COLUMN_WEIGHTS", {"text": 1.0, "heading_path": 3.0})
+    cache = cache_for(store)
+    for query in ["session token index", "zebra quartz session", "guide cache chunks headings"]:
+        assert_same(cache.bm25(query, 20), bm25(store.conn, query, 20))
+    assert cache._postings

@@ -176,11 +176,18 @@ class Bm25Cache:
         if term in self._postings:
             self._postings.move_to_end(term)
             return self._postings[term]
-        found = self.store.conn.execute("SELECT doc, col FROM temp.polaris_fts_instance WHERE term = ?", (term,)).fetchall()
-        ids = np.fromiter((r[0] for r in found), dtype=np.int64, count=len(found))
-        weights = np.fromiter((COLUMN_WEIGHTS.get(r[1], 1.0) for r in found), dtype=np.float64, count=len(found))
-        unique, inverse = np.unique(ids, return_inverse=True)
-        entry = (np.searchsorted(base.ids, unique).astype(np.int32), np.bincount(inverse, weights).astype(np.float32))
+        conn, weights = self.store.conn, set(COLUMN_WEIGHTS.values())
+        if len(weights) == 1:  # every column weighs the same: count instances, half the rows to read
+            found = conn.execute("SELECT doc FROM temp.polaris_fts_instance WHERE term = ?", (term,)).fetchall()
+            unique, counts = np.unique(np.fromiter((r[0] for r in found), dtype=np.int64, count=len(found)), return_counts=True)
+            tf = counts * weights.pop()
+        else:
+            found = conn.execute("SELECT doc, col FROM temp.polaris_fts_instance WHERE term = ?", (term,)).fetchall()
+            ids = np.fromiter((r[0] for r in found), dtype=np.int64, count=len(found))
+            weight = np.fromiter((COLUMN_WEIGHTS.get(r[1], 1.0) for r in found), dtype=np.float64, count=len(found))
+            unique, inverse = np.unique(ids, return_inverse=True)
+            tf = np.bincount(inverse, weight)
+        entry = (np.searchsorted(base.ids, unique).astype(np.int32), tf.astype(np.float32))
         self._postings[term] = entry
         self._held += len(unique)
         while self._held > self.max_postings and len(self._postings) > 1:
