@@ -32,6 +32,7 @@ from .vector_cache import MIN_CHUNKS, scope_rows
 K1, B = 1.2, 0.75  # the constants of FTS5's bm25()
 COMMON_DF = 1_000  # a word in at least this many chunks is scored from RAM
 MAX_POSTINGS = 8_000_000  # (int32 row, float32 weighted count) each: 64 MB
+MAX_WORDS = 100_000  # query words remembered (their terms and document frequencies)
 COLUMN_WEIGHTS = {"text": TEXT_WEIGHT, "heading_path": HEADING_WEIGHT}
 _TOKENIZE = re.compile(r"tokenize\s*=\s*'((?:[^']|'')*)'", re.IGNORECASE)
 
@@ -168,6 +169,8 @@ class Bm25Cache:
 
     def _doc_freq(self, term: str) -> int:
         if term not in self._df:
+            if len(self._df) >= MAX_WORDS:
+                self._df.clear()
             row = self.store.conn.execute("SELECT doc FROM temp.polaris_fts_row WHERE term = ?", (term,)).fetchone()
             self._df[term] = row[0] if row else 0
         return self._df[term]
@@ -198,6 +201,8 @@ class Bm25Cache:
     def _query_terms(self, words: list[str]) -> list[tuple[str, ...]]:
         unseen = [w for w in dict.fromkeys(words) if w not in self._terms]
         if unseen:
+            if len(self._terms) + len(unseen) > MAX_WORDS:
+                self._terms.clear()
             self._terms.update(zip(unseen, self._tokenizer.terms(unseen)))
         return [self._terms[w] for w in words]
 
