@@ -32,8 +32,8 @@ def build(path, n_docs=30, per_doc=10, seed=0) -> Store:
     rng = random.Random(seed)
     store = Store(path)
     store.bind_model(ModelBinding("fake", 4))
-    vecs = np.tile(np.array([1, 0, 0, 0], dtype=np.float32), (per_doc, 1))
     for d in range(n_docs):
+        vecs = np.random.default_rng(d).normal(size=(per_doc, 4)).astype(np.float32)
         chunks = [
             ChunkRecord(f"d{d}c{i}", corpus_text(rng, rng.randint(3, 40)), i, heading_path=f"Guide > {rng.choice(VOCAB)}")
             for i in range(per_doc)
@@ -165,3 +165,39 @@ def test_column_weights_are_applied_like_fts5(store, monkeypatch):
     for query in ["session token index", "zebra quartz session", "guide cache chunks headings"]:
         assert_same(cache.bm25(query, 20), bm25(store.conn, query, 20))
     assert cache._postings
+
+
+def test_background_load_answers_from_fts5_until_complete(store):
+    cache = Bm25Cache(store, min_chunks=1, common_df=20, background=True, batch_rows=13)
+    query = "session tokens zebra cache"
+    with store._lock:  # hold the store: the loader cannot read yet
+        assert not cache.refresh()
+        assert_same(cache.bm25(query, 10), bm25(store.conn, query, 10))  # plain FTS5 meanwhile
+    assert cache.wait(timeout=30)
+    assert cache._base.n_rows == 300 and len(cache._base.ids) == 300
+    assert_same(cache.bm25(query, 10), bm25(store.conn, query, 10))
+    assert cache._postings
+
+
+def test_a_long_lived_index_searches_the_same_with_both_caches(tmp_path):
+    from llama_index_polaris.engine.config import load_config
+    from llama_index_polaris.engine.search.pipeline import Searcher
+    from llama_index_polaris.engine.session import PolarisIndex
+
+    build(tmp_path / "p.db").close()
+    cfg = load_config(use_user_config=False)
+    ix = PolarisIndex(tmp_path / "p.db", config=cfg, readonly=True)
+    try:
+        ix.vector_cache.min_chunks = ix.bm25_cache.min_chunks = 1
+        ix.bm25_cache.common_df = 20
+        q = np.array([0.6, 0.8, 0, 0], dtype=np.float32)
+        plain = Searcher(ix.store, None, cfg).search("session tokens zebra", top_k=10, query_vector=q)
+        first = ix.search("session tokens zebra", top_k=10, query_vector=q)  # caches still loading
+        assert ix.vector_cache.wait(30) and ix.bm25_cache.wait(30)
+        later = ix.search("session tokens zebra", top_k=10, query_vector=q)
+        for hits in (first, later):
+            assert [h.chunk_id for h in hits] == [h.chunk_id for h in plain]
+            assert [h.score for h in hits] == pytest.approx([h.score for h in plain], rel=1e-6)
+        assert ix.bm25_cache._postings  # the later search really used the BM25 cache
+    finally:
+        ix.close()

@@ -71,3 +71,39 @@ def test_searcher_gives_the_same_hits_with_the_cache(tmp_path):
     cached = Searcher(store, None, cfg, VectorCache(store, min_chunks=1)).search("text 3", top_k=10, query_vector=q)
     assert [h.chunk_id for h in cached] == [h.chunk_id for h in plain]
     assert [h.score for h in cached] == pytest.approx([h.score for h in plain], abs=1e-6)
+
+
+def test_background_load_answers_from_vec0_until_complete(tmp_path):
+    store, rng = build(tmp_path / "p.db")
+    cache = VectorCache(store, min_chunks=1, background=True, batch_rows=7)
+    q = rng.normal(size=16).astype(np.float32)
+    with store._lock:  # hold the store: the loader cannot read a batch yet
+        assert not cache.refresh()
+        assert not cache.active and len(cache.ids) == 0
+    assert cache.wait(timeout=30)
+    assert [i for i, _ in cache.knn(q, 12)] == [i for i, _ in knn(store.conn, q, 12)]
+
+
+def test_writes_during_a_background_load_are_never_mixed_in(tmp_path):
+    store, rng = build(tmp_path / "p.db", n_docs=30)
+    cache = VectorCache(store, min_chunks=1, background=True, batch_rows=1)
+    cache.refresh()
+    other = Store(tmp_path / "p.db")
+    for d in range(5):  # while the loader reads one row per turn
+        other.delete_document(f"doc{d}")
+    other.close()
+    assert cache.wait(timeout=60)
+    ids = [r[0] for r in store.conn.execute("SELECT id FROM chunks ORDER BY id").fetchall()]
+    assert cache.ids.tolist() == ids and len(ids) == 250
+    q = rng.normal(size=16).astype(np.float32)
+    assert [i for i, _ in cache.knn(q, 12)] == [i for i, _ in knn(store.conn, q, 12)]
+
+
+def test_a_closed_store_stops_the_loader_quietly(tmp_path):
+    store, _ = build(tmp_path / "p.db")
+    cache = VectorCache(store, min_chunks=1, background=True, batch_rows=1)
+    with store._lock:
+        cache.refresh()
+        store.close()
+    cache._loader.join(timeout=30)
+    assert not cache._loader.is_alive() and not cache.active

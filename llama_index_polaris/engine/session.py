@@ -91,7 +91,7 @@ class PolarisIndex:
 
         with self._lock:
             if self._vector_cache is None and not self.fast_start:
-                self._vector_cache = VectorCache(self.store)
+                self._vector_cache = VectorCache(self.store, background=True)
             return self._vector_cache
 
     @property
@@ -101,7 +101,7 @@ class PolarisIndex:
 
         with self._lock:
             if self._bm25_cache is None and not self.fast_start:
-                self._bm25_cache = Bm25Cache(self.store)
+                self._bm25_cache = Bm25Cache(self.store, background=True)
             return self._bm25_cache
 
     def search(self, query: str, **kwargs: Any) -> list[Any]:

@@ -147,8 +147,9 @@ class Store:
 
     # -- lifecycle -------------------------------------------------------------
     def close(self) -> None:
-        """Close the connection."""
-        self.conn.close()
+        """Close the connection (after any statement another thread is running on it)."""
+        with self._lock:
+            self.conn.close()
 
     def __enter__(self) -> "Store":
         return self

@@ -49,7 +49,7 @@ def bm25_sql(scope: Scope, *, ordered: bool = True) -> tuple[str, list[Any]]:
         f" WHERE chunks_fts MATCH ?{where}"
     )
     if ordered:
-        sql += f" ORDER BY bm25(chunks_fts, {TEXT_WEIGHT}, {HEADING_WEIGHT}) LIMIT ?"
+        sql += f" ORDER BY bm25(chunks_fts, {TEXT_WEIGHT}, {HEADING_WEIGHT}), rowid LIMIT ?"  # ties: by id
     return sql, args
 
 

@@ -16,9 +16,9 @@ It reloads when the database changed, like the vector cache, and holds at most
 
 from __future__ import annotations
 
+import logging
 import math
 import re
-import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
@@ -27,8 +27,10 @@ import numpy as np
 
 from .bm25 import HEADING_WEIGHT, TEXT_WEIGHT, bm25, bm25_sql, phrases_query, query_words
 from .scope import Scope
+from .store_cache import BATCH_ROWS, Changed, StoreCache
 from .vector_cache import MIN_CHUNKS, scope_rows
 
+log = logging.getLogger(__name__)
 K1, B = 1.2, 0.75  # the constants of FTS5's bm25()
 COMMON_DF = 1_000  # a word in at least this many chunks is scored from RAM
 MAX_POSTINGS = 8_000_000  # (int32 row, float32 weighted count) each: 64 MB
@@ -72,35 +74,28 @@ class _Base:
     doc_codes: dict[str, int]
 
 
-class Bm25Cache:
+class Bm25Cache(StoreCache):
     """Chunk lengths and common words' posting lists of one store, in RAM."""
 
     def __init__(
-        self, store: Any, min_chunks: int = MIN_CHUNKS, common_df: int = COMMON_DF, max_postings: int = MAX_POSTINGS
+        self,
+        store: Any,
+        min_chunks: int = MIN_CHUNKS,
+        common_df: int = COMMON_DF,
+        max_postings: int = MAX_POSTINGS,
+        *,
+        background: bool = False,
+        batch_rows: int = BATCH_ROWS,
     ) -> None:
-        self.store = store
-        self.min_chunks = min_chunks
+        super().__init__(store, min_chunks, background=background, batch_rows=batch_rows)
         self.common_df = common_df
         self.max_postings = max_postings
-        self._lock = threading.RLock()
-        self._version: tuple[int, int] | None = None
         self._base: _Base | None = None
         self._df: dict[str, int] = {}
         self._postings: OrderedDict[str, tuple[np.ndarray, np.ndarray]] = OrderedDict()
         self._held = 0
         self._terms: dict[str, tuple[str, ...]] = {}
         self._tokenizer: Any = None
-        self.active = False
-
-    def refresh(self) -> bool:
-        """Reload if the database changed; True when the cache should answer BM25."""
-        with self._lock:
-            conn = self.store.conn
-            version = conn.execute("PRAGMA data_version").fetchone()[0], conn.total_changes
-            if version != self._version:
-                self._load()
-                self._version = version
-            return self.active
 
     def bm25(self, query: str, limit: int, scope: Scope = Scope()) -> list[tuple[int, float]]:
         """What ``bm25(conn, query, limit, scope)`` returns, common words scored from RAM."""
@@ -108,13 +103,14 @@ class Bm25Cache:
         if not words or scope.empty or limit <= 0:
             return []
         with self._lock:
-            base = self._base
-            try:
-                terms = self._query_terms(words)
-                common = [t[0] for t in terms if len(t) == 1 and self._doc_freq(t[0]) >= self.common_df]
-            except Exception:  # a missing or unreadable FTS table: the plain path degrades the same way
-                common = []
-            if base is None or not common:
+            base, common = self._base, []
+            if base is not None:
+                try:
+                    terms = self._query_terms(words)
+                    common = [t[0] for t in terms if len(t) == 1 and self._doc_freq(t[0]) >= self.common_df]
+                except Exception:  # a missing or unreadable FTS table: the plain path degrades the same way
+                    common = []
+            if not common:
                 return bm25(self.store.conn, query, limit, scope)
             scores = np.zeros(len(base.ids))
             for term in common:
@@ -138,34 +134,51 @@ class Bm25Cache:
         return [(int(base.ids[i]), float(scores[i])) for i in top]
 
     # -- loading ------------------------------------------------------------------------
-    def _load(self) -> None:
-        self._base, self._df, self._postings, self._held = None, {}, OrderedDict(), 0
-        conn = self.store.conn
+    def _install(self, state: _Base | None, active: bool) -> None:
+        self._base, self.active = state, active
+        self._df, self._postings, self._held = {}, OrderedDict(), 0
+
+    def _read(self, version: tuple[int, int]) -> tuple[_Base | None, bool]:
         try:
-            count = conn.execute("SELECT count(*) FROM chunks_fts_docsize").fetchone()[0]
-            self.active = count >= self.min_chunks
-            if not self.active:
-                return
-            averages = varints(conn.execute("SELECT block FROM chunks_fts_data WHERE id = 1").fetchone()[0])
-            rows = conn.execute("SELECT id, sz FROM chunks_fts_docsize ORDER BY id").fetchall()
-            owners = dict(conn.execute("SELECT id, document_id FROM chunks").fetchall())
-            for name, kind in (("polaris_fts_row", "row"), ("polaris_fts_instance", "instance")):
-                conn.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.{name} USING fts5vocab(main, chunks_fts, {kind})")
-        except Exception:  # no FTS table (or not ours): BM25 takes the plain path, which degrades itself
-            self.active = False
-            return
+            count = self._locked(version, "SELECT count(*) FROM chunks_fts_docsize")[0][0]
+            if count < self.min_chunks:
+                return None, False
+            averages = varints(self._locked(version, "SELECT block FROM chunks_fts_data WHERE id = 1")[0][0])
+            with self.store._lock:
+                tokenizer = _fts_tokenizer(self.store.conn)
+                for name, kind in (("polaris_fts_row", "row"), ("polaris_fts_instance", "instance")):
+                    self.store.conn.execute(
+                        f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.{name} USING fts5vocab(main, chunks_fts, {kind})"
+                    )
+        except Changed:
+            raise
+        except Exception as exc:  # no FTS table (or not ours): BM25 takes the plain path, which degrades itself
+            log.debug("BM25 cache off: %s", exc)
+            return None, False
         codes: dict[str, int] = {}
-        n_rows, total = averages[0], sum(averages[1:])
-        self._base = _Base(
-            ids=np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows)),
-            lengths=np.fromiter((sum(varints(r[1])) for r in rows), dtype=np.float64, count=len(rows)),
+        ids, lengths, docs = [], [], []
+        sql = (
+            "SELECT d.id, d.sz, c.document_id FROM chunks_fts_docsize AS d LEFT JOIN chunks AS c ON c.id = d.id"
+            " WHERE d.id > ? ORDER BY d.id LIMIT ?"
+        )
+        for rows in self._batches(version, sql):
+            ids.append(np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows)))
+            lengths.append(np.fromiter((sum(varints(r[1])) for r in rows), dtype=np.float64, count=len(rows)))
+            docs.append(np.fromiter((codes.setdefault(r[2] or "", len(codes)) for r in rows), dtype=np.int64, count=len(rows)))
+        if not ids:
+            return None, False
+        if self._tokenizer is None:
+            self._tokenizer = _QueryTokenizer(tokenizer)
+        n_rows = averages[0]
+        base = _Base(
+            ids=np.concatenate(ids),
+            lengths=np.concatenate(lengths),
             n_rows=n_rows,
-            avg_length=total / n_rows if n_rows else 1.0,
-            docs=np.fromiter((codes.setdefault(owners.get(r[0], ""), len(codes)) for r in rows), dtype=np.int64, count=len(rows)),
+            avg_length=sum(averages[1:]) / n_rows if n_rows else 1.0,
+            docs=np.concatenate(docs),
             doc_codes=codes,
         )
-        if self._tokenizer is None:
-            self._tokenizer = _QueryTokenizer(_fts_tokenizer(conn))
+        return base, True
 
     def _doc_freq(self, term: str) -> int:
         if term not in self._df:
