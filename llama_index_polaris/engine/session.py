@@ -89,20 +89,21 @@ class PolarisIndex:
         """The in-RAM vector matrix for exact KNN (None for one-shot processes)."""
         from .search.vector_cache import VectorCache
 
-        with self._lock:
-            if self._vector_cache is None and not self.fast_start:
-                self._vector_cache = VectorCache(self.store, background=True)
-            return self._vector_cache
+        return self._long_lived("_vector_cache", VectorCache)
 
     @property
     def bm25_cache(self) -> Any:
         """Chunk lengths and common words' postings for BM25 from RAM (None for one-shot processes)."""
         from .search.bm25_cache import Bm25Cache
 
+        return self._long_lived("_bm25_cache", Bm25Cache)
+
+    def _long_lived(self, attr: str, cache_type: type) -> Any:
+        """The cache held in ``attr``, made on first use (loading in the background), unless one-shot."""
         with self._lock:
-            if self._bm25_cache is None and not self.fast_start:
-                self._bm25_cache = Bm25Cache(self.store, background=True)
-            return self._bm25_cache
+            if getattr(self, attr) is None and not self.fast_start:
+                setattr(self, attr, cache_type(self.store, background=True))
+            return getattr(self, attr)
 
     def search(self, query: str, **kwargs: Any) -> list[Any]:
         """Run the query pipeline (see ``Searcher.search``)."""
