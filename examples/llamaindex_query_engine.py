@@ -25,7 +25,7 @@ def build(db_path: Path) -> tuple[PolarisVectorStore, PolarisEmbedding]:
     embed = PolarisEmbedding(model_id="all-minilm-l6-v2")
     store = PolarisVectorStore(db_path=str(db_path), embed_model=embed)
     documents = SimpleDirectoryReader(str(HANDBOOK), recursive=True, required_exts=[".md"]).load_data()
-    nodes = PolarisNodeParser().get_nodes_from_documents(documents)
+    nodes = PolarisNodeParser(embed_model=embed).get_nodes_from_documents(documents)  # budget in its tokens
     storage = StorageContext.from_defaults(vector_store=store)
     VectorStoreIndex(nodes, storage_context=storage, embed_model=embed)
     return store, embed

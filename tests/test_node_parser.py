@@ -86,3 +86,33 @@ def test_node_ids_match_the_engine_indexer(tmp_path):
     parser = PolarisNodeParser(config=cfg, max_chunk_tokens=254, count_tokens=embedder.count_tokens)
     nodes = parser.get_nodes_from_documents([Document(text=text, id_="guide.md")])
     assert [n.node_id for n in nodes] == engine_ids
+
+
+def test_with_a_polaris_embedding_nothing_embedded_is_truncated():
+    """The budget is the model's tokens, capped so that chunk and heading line fit its window."""
+    from llama_index_polaris import PolarisEmbedding
+
+    embed = PolarisEmbedding(model_id="all-minilm-l6-v2")
+    embedder = embed.embedder
+    raw = embedder._tokenizers_loaded().counter
+    long_heading = "# " + " ".join(["Configuration"] * 40) + "\n\n" + "Tokens rotate daily. " * 60
+    code = "# Code\n\n```python\n" + "x_value = compute(a, b, c)  # 12 tokens or so\n" * 80 + "```\n"
+    docs = [Document(text=t, id_=f"d{i}") for i, t in enumerate([SOURCE, long_heading, code])]
+    parser = PolarisNodeParser(config=load_config(use_user_config=False), embed_model=embed)
+    assert parser.settings.max_tokens == embedder.max_chunk_tokens - 32 == 222
+    nodes = parser.get_nodes_from_documents(docs)
+    for node in nodes:
+        embedded = node.get_content(metadata_mode=MetadataMode.EMBED)
+        assert len(raw.encode(embedded, add_special_tokens=False).ids) <= embedder.max_chunk_tokens, embedded[:80]
+    assert any("heading_path" in n.excluded_embed_metadata_keys for n in nodes)  # the 40-word heading
+    assert any("heading_path" not in n.excluded_embed_metadata_keys for n in nodes)
+    # without it the estimate overruns the window: what this option exists to prevent
+    plain = PolarisNodeParser(config=load_config(use_user_config=False)).get_nodes_from_documents(docs)
+    assert max(len(raw.encode(n.text, add_special_tokens=False).ids) for n in plain) > embedder.max_chunk_tokens
+
+
+def test_embed_model_must_be_a_polaris_embedding():
+    import pytest
+
+    with pytest.raises(TypeError, match="count_tokens"):
+        PolarisNodeParser(config=load_config(use_user_config=False), embed_model=object())
