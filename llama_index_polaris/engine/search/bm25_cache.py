@@ -11,7 +11,8 @@ common single-word phrases are scored here with numpy and the rest by FTS5 itsel
 just the rare words. Same scores as ``bm25()`` (to rounding), same scope rules.
 
 It reloads when the database changed, like the vector cache, and holds at most
-``max_postings`` postings (least recently used words go first).
+``max_postings`` postings (least recently used words go first): by default 32 per chunk
+and at least 8M, 8 bytes each (64 MB up to 250k chunks, 256 MB at 1M).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ log = logging.getLogger(__name__)
 K1, B = 1.2, 0.75  # the constants of FTS5's bm25()
 COMMON_DF = 1_000  # a word in at least this many chunks is scored from RAM
 MAX_POSTINGS = 8_000_000  # (int32 row, float32 weighted count) each: 64 MB
+POSTINGS_PER_CHUNK = 32  # the bound grows with the index: 50 SciFact questions touch 20M at 1M chunks
 MAX_WORDS = 100_000  # query words remembered (their terms and document frequencies)
 COLUMN_WEIGHTS = {"text": TEXT_WEIGHT, "heading_path": HEADING_WEIGHT}
 _TOKENIZE = re.compile(r"tokenize\s*=\s*'((?:[^']|'')*)'", re.IGNORECASE)
@@ -82,7 +84,7 @@ class Bm25Cache(StoreCache):
         store: Any,
         min_chunks: int = MIN_CHUNKS,
         common_df: int = COMMON_DF,
-        max_postings: int = MAX_POSTINGS,
+        max_postings: int | None = None,
         *,
         background: bool = False,
         batch_rows: int = BATCH_ROWS,
@@ -206,7 +208,8 @@ class Bm25Cache(StoreCache):
         entry = (np.searchsorted(base.ids, unique).astype(np.int32), tf.astype(np.float32))
         self._postings[term] = entry
         self._held += len(unique)
-        while self._held > self.max_postings and len(self._postings) > 1:
+        bound = self.max_postings or max(MAX_POSTINGS, POSTINGS_PER_CHUNK * len(base.ids))
+        while self._held > bound and len(self._postings) > 1:
             _, (old, _) = self._postings.popitem(last=False)
             self._held -= len(old)
         return entry
