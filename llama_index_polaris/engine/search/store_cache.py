@@ -3,14 +3,16 @@
 A cache answers only for the database version it was read at (``PRAGMA data_version``
 for other connections' commits, ``total_changes`` for this one's own writes). Reading
 happens in batches, each under the store's lock with the version checked first, so a
-query waits at most one batch and a load is never a mix of two versions (a change
-starts it again). With ``background=True`` the load runs in a thread and ``refresh``
-answers False (use SQLite) until it is complete: a long-lived process never stalls its
-first query on a load, however large the index.
+query waits at most one batch and a load is never a mix of two versions: a change
+starts it again, after a pause that doubles (up to 30 s) while a writer keeps
+committing. With ``background=True`` the load runs in a thread and ``refresh`` answers
+False (use SQLite) until it is complete: a long-lived process never stalls its first
+query on a load, however large the index.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
@@ -18,6 +20,7 @@ from typing import Any, Iterator
 
 log = logging.getLogger(__name__)
 BATCH_ROWS = 5_000  # rows read per turn of the store's lock (about 20 ms)
+MAX_BACKOFF_S = 30.0  # a load restarted by writes waits up to this long before trying again
 
 
 class Changed(Exception):
@@ -83,12 +86,13 @@ class StoreCache:
 
     def _load_in_background(self) -> None:
         try:
-            while True:
+            for attempt in itertools.count():
                 with self.store._lock:
                     version = self._current_version()
                 try:
                     state, active = self._read(version)
-                except Changed:
+                except Changed:  # a writer is busy: wait longer each time rather than re-read
+                    time.sleep(min(MAX_BACKOFF_S, 0.25 * 2**attempt))
                     continue
                 with self.store._lock, self._lock:
                     if self._current_version() == version:
