@@ -121,3 +121,16 @@ def test_sequences_of_local_parts_are_word_local():
     assert json.loads(tokenizer.to_str())["normalizer"]["type"] == "Sequence"
     for text in ["ab a AB", "Áb, a", "ab\x0cab"]:
         assert counter(text) == len(tokenizer.encode(text, add_special_tokens=False))
+
+
+def test_a_full_word_cache_starts_afresh_without_losing_an_answer(monkeypatch):
+    from llama_index_polaris.engine.chunk import tokens
+
+    counter = bench.minilm_counter()
+    monkeypatch.setattr(tokens, "_CACHE_LIMIT", 6)
+    assert counter("alpha beta") == raw_count(counter, "alpha beta")
+    # two known words, five new ones: over the limit, so the cache starts afresh mid-call
+    texts = ["alpha gamma delta", "beta epsilon zeta eta theta"]
+    assert counter.count_many(texts) == [raw_count(counter, t) for t in texts]
+    assert counter("beta iota kappa lambda mu nu") == raw_count(counter, "beta iota kappa lambda mu nu")
+    assert len(counter._words) <= 7  # one call's distinct words at most, here

@@ -48,8 +48,8 @@ def heuristic_tokens(text: str) -> int:
 class TokenCounter:
     """A Hugging Face ``tokenizers.Tokenizer`` as a chunk budget (no special tokens).
 
-    Works on a copy with padding and truncation switched off, so a tokenizer.json that
-    pads or truncates to a fixed length still gives true counts.
+    A tokenizer that pads or truncates is copied with both switched off, so a
+    tokenizer.json made for fixed-length batches still gives true counts. Thread-safe.
     """
 
     def __init__(self, tokenizer: Any):
@@ -98,12 +98,13 @@ class TokenCounter:
             return [sum(map(get, words)) for words in split]
 
     def _learn(self, words: Iterable[str]) -> None:
-        cache = self._words
-        unseen = [w for w in set(words) if w not in cache]
+        cache, distinct = self._words, set(words)
+        unseen = [w for w in distinct if w not in cache]
         if not unseen:
             return
         if len(cache) + len(unseen) > _CACHE_LIMIT:
-            cache.clear()
+            cache.clear()  # start afresh, keeping nothing this call still needs
+            unseen = list(distinct)
         counts = dict.fromkeys(unseen) if self._ascii_count is None else {w: self._ascii_count(w) for w in unseen}
         rest = [w for w, n in counts.items() if n is None]
         cache.update(counts)
