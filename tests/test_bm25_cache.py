@@ -201,3 +201,14 @@ def test_a_long_lived_index_searches_the_same_with_both_caches(tmp_path):
         assert ix.bm25_cache._postings  # the later search really used the BM25 cache
     finally:
         ix.close()
+
+
+def test_full_word_memory_starts_afresh_without_losing_an_answer(store, monkeypatch):
+    from llama_index_polaris.engine.search import bm25_cache as cache_module
+
+    monkeypatch.setattr(cache_module, "MAX_WORDS", 4)
+    cache = cache_for(store)
+    assert_same(cache.bm25("session token", 10), bm25(store.conn, "session token", 10))
+    query = "session token index cache vector"  # two known words, three new: over the limit
+    assert_same(cache.bm25(query, 10), bm25(store.conn, query, 10))
+    assert {"index", "cach", "vector"} <= set(cache._postings)  # answered from RAM, not the fallback

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from ..db.connect import sqlite_module
 from .bm25 import HEADING_WEIGHT, TEXT_WEIGHT, bm25, bm25_sql, phrases_query, query_words
 from .scope import Scope
 from .store_cache import BATCH_ROWS, Changed, StoreCache
@@ -110,7 +111,8 @@ class Bm25Cache(StoreCache):
                 try:
                     terms = self._query_terms(words)
                     common = [t[0] for t in terms if len(t) == 1 and self._doc_freq(t[0]) >= self.common_df]
-                except Exception:  # a missing or unreadable FTS table: the plain path degrades the same way
+                except sqlite_module().Error as exc:  # an unreadable FTS table: the plain path degrades alike
+                    log.debug("BM25 cache skipped: %s", exc)
                     common = []
             if not common:
                 return bm25(self.store.conn, query, limit, scope)
@@ -218,7 +220,8 @@ class Bm25Cache(StoreCache):
         unseen = [w for w in dict.fromkeys(words) if w not in self._terms]
         if unseen:
             if len(self._terms) + len(unseen) > MAX_WORDS:
-                self._terms.clear()
+                self._terms.clear()  # start afresh, keeping nothing this query still needs
+                unseen = list(dict.fromkeys(words))
             self._terms.update(zip(unseen, self._tokenizer.terms(unseen)))
         return [self._terms[w] for w in words]
 
