@@ -23,6 +23,13 @@ def _config(args: argparse.Namespace, **overrides: Any) -> Any:
     return load_config(config_file=getattr(args, "config", None), db_path=args.db, **overrides)
 
 
+def _db_path(args: argparse.Namespace) -> str:
+    try:
+        return _config(args).db_path
+    except PolarisError:
+        return args.db or "polaris.db"
+
+
 def _open(args: argparse.Namespace, *, readonly: bool, **overrides: Any) -> Any:
     from .engine.session import PolarisIndex
 
@@ -33,9 +40,9 @@ def _open(args: argparse.Namespace, *, readonly: bool, **overrides: Any) -> Any:
 # -- index ------------------------------------------------------------------------
 def cmd_index(args: argparse.Namespace) -> int:
     """polaris index PATH... : incremental indexing."""
-    from .engine.sources import index_root
+    from .engine.sources import common_folder
 
-    index_root(args.paths)  # a missing path is an error before anything is opened
+    common_folder(args.paths)  # a missing path is an error before anything is opened
     with _open(args, readonly=False, model_id=args.model) as index:
         new_file = index.store.model is None and index.store.counts()["documents"] == 0
         try:
@@ -53,14 +60,28 @@ def cmd_index(args: argparse.Namespace) -> int:
             )
         finally:
             bar.close()
-    for path, reason in report.failed:
-        print(f"failed: {path}: {reason}", file=sys.stderr)
+    for kind in ("failed", "skipped", "warning"):
+        for path, reason in getattr(report, "warnings" if kind == "warning" else kind):
+            print(f"{kind}: {path}: {reason}", file=sys.stderr)
+    if report.root_line():
+        print(f"polaris: collection '{args.collection}': {report.root_line()}", file=sys.stderr)
     if args.json:
-        print(json.dumps({**vars(report), "failed": [list(f) for f in report.failed]}, indent=2))
+        lists = {k: [list(x) for x in getattr(report, k)] for k in ("failed", "skipped", "warnings")}
+        print(json.dumps({**vars(report), **lists}, indent=2))
     else:
         print(report.summary())
     return 0
 
+
+# -- remove -----------------------------------------------------------------------
+def cmd_remove(args: argparse.Namespace) -> int:
+    """polaris remove : drop a collection, or the files under some paths, from the index."""
+    if not args.paths and args.collection is None:
+        raise PolarisError("name what to remove: PATH... (files under them) or --collection NAME (all of it).")
+    with _open(args, readonly=False) as index:
+        removed = index.remove(args.collection or "default", args.paths or None)
+    print(f"{removed} removed")
+    return 0
 
 def _remove_index(path: Any) -> None:
     for suffix in ("", "-wal", "-shm", ".lock"):
@@ -127,6 +148,7 @@ def _hit_json(hit: Any, explain: bool) -> dict[str, Any]:
         "rank": hit.rank, "score": round(hit.score, 6), "node_id": hit.node_id, "document": hit.document,
         "document_id": hit.document_id, "collection": hit.collection, "heading_path": hit.heading_path,
         "start_char": hit.start_char, "end_char": hit.end_char, "text": hit.text,
+        "document_status": hit.document_status, "document_error": hit.document_error,
     }
     if explain:
         out["explain"] = {k: v for k, v in vars(hit.explain).items()}
@@ -137,6 +159,8 @@ def _hit_text(hit: Any, query: str, color: bool, explain: bool) -> str:
     bold = (lambda s: f"\033[1m{s}\033[0m") if color else (lambda s: s)
     where = f"{hit.document}" + (f"  ›  {hit.heading_path}" if hit.heading_path else "")
     lines = [f"{hit.rank:>2}. {hit.score:.3f}  {bold(where)}", "    " + snippet(hit.text, query, color)]
+    if hit.document_status == "stale":
+        lines.append(f"    stale: {hit.document_error}")
     if explain:
         lines.append("    " + _explain_line(hit.explain))
     return "\n".join(lines) + "\n"
@@ -177,23 +201,20 @@ def snippet(text: str, query: str, color: bool = False, width: int = 220) -> str
 def cmd_status(args: argparse.Namespace) -> int:
     """polaris status : what the index holds and the effective config."""
     cfg = _config(args)
-    from .engine.db.schema import schema_version
     from .engine.session import PolarisIndex
 
     with PolarisIndex(cfg.db_path, config=cfg, readonly=True) as index:
-        store = index.store
-        model, counts = store.model, store.counts()
-        status = {
-            "db_path": str(index.path), "model_id": model.model_id if model else None,
-            "embedding_dim": model.dim if model else None, "model_fingerprint": model.fingerprint if model else None,
-            "documents": counts["documents"], "chunks": counts["chunks"], "collections": counts["collections"],
-            "schema_version": schema_version(store.conn), "size_bytes": store.size_bytes(),
-            "config": {k: {"value": v, "source": s} for k, v, s in describe(cfg)},
-        }
+        status = index.status(check=args.check)
+    status["config"] = {k: {"value": v, "source": s} for k, v, s in describe(cfg)}
     if args.json:
         print(json.dumps(status, indent=2))
-        return 0
-    print(_status_text(status))
+    else:
+        print(_status_text(status))
+    if args.check and status["integrity"] != ["ok"]:
+        raise PolarisError(
+            f"{status['db_path']} is damaged ({'; '.join(status['integrity'][:3])}). Rebuild it: move it"
+            " aside and run `polaris index` on your folders again (the documents themselves are on disk)."
+        )
     return 0
 
 
@@ -203,8 +224,21 @@ def _status_text(s: dict[str, Any]) -> str:
         f"model      {s['model_id']} ({s['embedding_dim']} dims)",
         f"documents  {s['documents']}    chunks {s['chunks']}",
     ]
+    budget = s.get("chunk_budget")
+    if budget:
+        lines.append(f"chunking   {budget['tokens']} tokens per chunk at most: {budget['source']}")
     for name, statuses in s["collections"].items():
-        lines.append(f"  {name}: " + ", ".join(f"{n} {st}" for st, n in statuses.items()))
+        root = s["roots"].get(name)
+        where = f" (root {root}{'' if s['root_exists'].get(name) else ', MISSING: see below'})" if root else ""
+        lines.append(f"  {name}{where}: " + ", ".join(f"{n} {st}" for st, n in statuses.items()))
+    for name, root in s["roots"].items():
+        if root and not s["root_exists"].get(name):
+            lines.append(
+                f"  root of '{name}' is gone: if it moved, `polaris index NEW_PLACE --collection {name}` re-keys"
+                f" nothing and re-embeds nothing; to drop it, `polaris remove --collection {name}`"
+            )
+    check = "; ".join(s["integrity"][:5]) if "integrity" in s else "not checked (`polaris status --check` reads every page)"
+    lines.append(f"integrity  {check}")
     lines.append("config (value, from)")
     lines += [f"  {k:<26} {c['value']!r:<42} {c['source']}" for k, c in s["config"].items()]
     return "\n".join(lines)
@@ -264,8 +298,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("status", help="what the index holds, and the effective config")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--check", action="store_true", help="also read every page (PRAGMA quick_check)")
     _common(p)
     p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("remove", help="remove a collection, or the files under PATHs, from the index")
+    p.add_argument("paths", nargs="*", metavar="PATH", help="files or folders (they may no longer exist)")
+    p.add_argument("--collection", metavar="NAME", help="the collection (default: 'default'); alone: all of it")
+    _common(p)
+    p.set_defaults(func=cmd_remove)
 
     p = sub.add_parser("models", help="embedding models and where their files are")
     p.add_argument("--json", action="store_true")
@@ -304,6 +345,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_INTERRUPTED
     except BrokenPipeError:
         return 0
+    except Exception as exc:  # SQLite's own errors (a damaged file, a full disk) without a traceback
+        from .engine.db.connect import sqlite_error_message
+
+        message = sqlite_error_message(exc, _db_path(args))
+        if message is None:
+            raise
+        print(f"polaris: error: {message}", file=sys.stderr)
+        return EXIT_ERROR
 
 
 if __name__ == "__main__":  # pragma: no cover

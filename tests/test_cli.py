@@ -103,7 +103,7 @@ def test_search_output_for_people(project: Path) -> None:
     assert out.splitlines()[0].startswith(" 1. 1.000  auth/tokens.md  ›  Tokens > Token lifetime")
     status = json.loads(run("status", "--json", cwd=project).stdout)
     assert status["model_id"] == "all-minilm-l6-v2" and status["embedding_dim"] == 384
-    assert (status["documents"], status["schema_version"]) == (3, 2)
+    assert (status["documents"], status["schema_version"]) == (3, 3)
     assert status["config"]["model_id"]["source"].endswith("polaris.toml")
 
 
@@ -225,7 +225,7 @@ def test_bad_inputs_are_clear_and_lose_nothing(tmp_path: Path) -> None:
     finally:
         locked.chmod(0o644)
     failed = dict(report["failed"])
-    assert "not UTF-8" in failed["latin1.md"] and "iconv" in failed["latin1.md"]
+    assert "not valid UTF-8" in failed["latin1.md"] and "iconv" in failed["latin1.md"]
     assert "binary" in failed["binary.md"]
     assert "too large" in failed["big.md"] and "max_file_mb" in failed["big.md"]
     if os.geteuid() != 0:  # root reads anything

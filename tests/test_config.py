@@ -224,7 +224,7 @@ def test_a_valid_file_round_trips(project: Path) -> None:
         'model_id = "all-minilm-l6-v2"\nembedding_dim = 384\nrrf_k = 30\nheading_boost = 0.02\n'
         'mmr_lambda = 0.8\nmmr_candidate_multiplier = 4\ntop_k = 15\ndb_path = "index/docs.db"\n'
         'fts_tokenizer = "trigram"\nembed_batch_size = 16\nintra_op_threads = 2\n'
-        'model_dir = "/opt/models/minilm"\n'
+        'model_dir = "/opt/models/minilm"\nfollow_symlinks = true\n'
     )
     path = write(project / "polaris.toml", toml)
     cfg = load_config(project)
@@ -233,7 +233,7 @@ def test_a_valid_file_round_trips(project: Path) -> None:
         "model_id": "all-minilm-l6-v2", "embedding_dim": 384, "rrf_k": 30, "heading_boost": 0.02,
         "mmr_lambda": 0.8, "mmr_candidate_multiplier": 4, "top_k": 15, "db_path": "index/docs.db",
         "fts_tokenizer": "trigram", "embed_batch_size": 16, "intra_op_threads": 2,
-        "model_dir": "/opt/models/minilm",
+        "model_dir": "/opt/models/minilm", "follow_symlinks": True,
     }
     # settings added later (not in this file) keep their defaults
     defaults = {s.name: s.default for s in SETTINGS if s.name not in expected}
@@ -272,4 +272,6 @@ def test_config_is_immutable() -> None:
 
 
 def _toml(value: object) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
     return f'"{value}"' if isinstance(value, str) else repr(value)

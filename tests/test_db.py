@@ -34,7 +34,7 @@ def test_a_new_file_gets_the_schema(db_path: Path, open_store: Callable[..., Sto
     assert {"polaris_meta", "documents", "chunks", "chunks_fts"} <= set(found)
     assert "chunks_vec" not in found  # its size comes from the model
     assert "content='chunks'" in found["chunks_fts"] and "content_rowid='id'" in found["chunks_fts"]
-    assert db.schema_version(conn) == SCHEMA_VERSION == 2
+    assert db.schema_version(conn) == SCHEMA_VERSION == 3
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
     assert conn.execute("PRAGMA busy_timeout").fetchone()[0] == 10_000
@@ -120,7 +120,7 @@ def test_migrated_from_version_1(db_path: Path, open_store: Callable[..., Store]
     with pytest.raises(DatabaseError, match="schema version 1, older than this Polaris"):
         Store(db_path, readonly=True)  # read-only cannot upgrade: says how to
     store = open_store(db_path)
-    assert db.schema_version(store.conn) == 2
+    assert db.schema_version(store.conn) == SCHEMA_VERSION
     assert "chunks_fts" in tables(store.conn)
     assert store.meta["fts_tokenizer"] == "porter unicode61 remove_diacritics 2"
     hits = store.conn.execute("SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH 'purged'").fetchall()

@@ -282,7 +282,7 @@ def test_status_transitions(make_store: Callable[..., Store]) -> None:
 
 def test_an_invalid_status_is_refused(make_store: Callable[..., Store]) -> None:
     store = make_store(docs={"d": 1})
-    with pytest.raises(InputError, match="status must be one of pending, processing, completed, failed, got 'done'"):
+    with pytest.raises(InputError, match="status must be one of pending, processing, completed, stale, failed, got 'done'"):
         store.set_status("d", "done")
     with pytest.raises(InputError, match="got 'done'"):
         store.upsert_document(DocumentRecord("d", status="done"), make_chunks("d", 1), unit_vectors(1, 4))
@@ -299,15 +299,6 @@ def test_vectors_by_hash(make_store: Callable[..., Store]) -> None:
     assert list(found) == [chunks[1].text_hash]
     np.testing.assert_array_equal(found[chunks[1].text_hash], unit_vectors(2, 4)[1])
     assert store.vectors_by_hash([]) == {}
-
-
-def test_iter_embeddings_in_batches(make_store: Callable[..., Store]) -> None:
-    store = make_store(docs={"doc-a": 3, "doc-b": 2})
-    batches = list(store.iter_embeddings(batch=2))
-    assert [len(ids) for ids, _ in batches] == [2, 2, 1]
-    ids = np.concatenate([b[0] for b in batches])
-    assert list(ids) == sorted(c.id for c in store.get_chunks())
-    assert np.concatenate([b[1] for b in batches]).shape == (5, 4)
 
 
 def test_blob_format_is_little_endian_float32() -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import os
 import sys
 from dataclasses import dataclass, field
@@ -86,6 +87,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("max_file_mb", 10, (int, float), "files larger than this are skipped (marked failed) when indexing", _positive),
     Setting("embed_batch_size", 8, int, "texts per ONNX batch", _positive),
     Setting("intra_op_threads", None, int, "ONNX threads (default: physical cores)", _threads, nullable=True),
+    Setting("follow_symlinks", False, bool, "index symlinked files whose target lies outside the collection root"),
 )
 SETTINGS_BY_NAME = {s.name: s for s in SETTINGS}
 CHARS_PER_TOKEN = 4
@@ -111,6 +113,7 @@ class PolarisConfig:
     max_file_mb: float = 10
     embed_batch_size: int = 8
     intra_op_threads: int | None = None
+    follow_symlinks: bool = False
     sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -150,13 +153,14 @@ def _validated(values: Mapping[str, Any], source: str) -> dict[str, Any]:
             out[key] = None
             continue
         types = setting.type if isinstance(setting.type, tuple) else (setting.type,)
-        if isinstance(value, bool) or not isinstance(value, types):
+        if isinstance(value, bool) != (bool in types) or not isinstance(value, types):
             names = " or ".join("number" if t is float else t.__name__ for t in types)
             raise ConfigError(
                 f"{source}: '{key}' must be {names}, got {type(value).__name__} {value!r}"
                 f" (default {setting.default!r}: {setting.help})."
             )
-        problem = setting.check(value)
+        problem = "must be a finite number" if isinstance(value, float) and not math.isfinite(value) else None
+        problem = problem or setting.check(value)
         if problem:
             raise ConfigError(
                 f"{source}: '{key}' {problem}, got {value!r} (default {setting.default!r}: {setting.help})."

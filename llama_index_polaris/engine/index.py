@@ -5,6 +5,11 @@ and only chunks whose embedded text is new are embedded (vectors are reused by
 content hash); a file that disappeared is removed. Each document is committed in
 its own transaction and moves through pending, processing, completed or failed, so
 an interrupted run leaves every finished document readable and resumes next time.
+
+A file is found again by its collection and its path under the collection's root
+(``sources.plan_root``), never by the path typed. A file that can no longer be read
+keeps its last indexed version, marked ``stale`` with the reason; one that never was
+indexed is marked ``failed``. A run removes the files it covered that are gone.
 """
 
 from __future__ import annotations
@@ -20,10 +25,11 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 import numpy as np
 
 from .config import PolarisConfig
+from .db.schema import file_document_id
 from .errors import ConfigError, InputError
 from .ids import node_id_for
 from .lock import index_lock
-from .sources import SourceFile, index_root, walk
+from .sources import RootPlan, SourceFile, covers, plan_root, read_source, walk
 from .store import ChunkRecord, DocumentRecord, ModelBinding, Store, text_hash
 
 if TYPE_CHECKING:
@@ -34,9 +40,12 @@ EMBED_BATCH_CHUNKS = 32  # chunks gathered across documents before one embedding
 
 @dataclass
 class SourceDocument:
-    """A document to index: its id, its text (or how to read it) and where it came from."""
+    """A document to index: its id, its text (or how to read it) and where it came from.
 
-    id: str
+    A file under a collection root has ``id`` None: it is found by ``path`` instead.
+    """
+
+    id: str | None
     text: str | None = None
     path: str | None = None
     name: str | None = None
@@ -54,6 +63,11 @@ class IndexReport:
     unchanged: int = 0
     removed: int = 0
     failed: list[tuple[str, str]] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    warnings: list[tuple[str, str]] = field(default_factory=list)
+    root: str | None = None
+    root_change: str = ""  # "", "new", "widened" or "moved" (then ``previous_root`` is set)
+    previous_root: str | None = None
     chunks: int = 0
     chunks_embedded: int = 0
     chunks_reused: int = 0
@@ -61,11 +75,18 @@ class IndexReport:
 
     def summary(self) -> str:
         """One line for people."""
+        skipped = f", {len(self.skipped)} skipped" if self.skipped else ""
         return (
             f"{self.added} added, {self.updated} updated, {self.unchanged} unchanged, {self.removed} removed,"
-            f" {len(self.failed)} failed; {self.chunks_embedded} chunks embedded, {self.chunks_reused} reused"
-            f" in {self.seconds:.1f}s"
+            f" {len(self.failed)} failed{skipped}; {self.chunks_embedded} chunks embedded, {self.chunks_reused}"
+            f" reused in {self.seconds:.1f}s"
         )
+
+    def root_line(self) -> str | None:
+        """What happened to the collection's root, for people (None when nothing did)."""
+        if self.root_change in ("widened", "moved"):
+            return f"root {self.root_change}: {self.previous_root} -> {self.root} (nothing re-embedded for that)"
+        return None
 
 
 Progress = Callable[[str, int, int], None]  # (stage, done, total)
@@ -82,20 +103,6 @@ class _Prepared:
 def content_hash(data: bytes) -> str:
     """sha256 of a file's bytes."""
     return hashlib.sha256(data).hexdigest()
-
-
-def decode_source(data: bytes, name: str) -> str:
-    """UTF-8 text of a file, or InputError saying why it cannot be indexed."""
-    if b"\x00" in data[:8192]:
-        raise InputError(f"{name}: binary file (contains NUL bytes); only text and Markdown are indexed.")
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise InputError(
-            f"{name}: not UTF-8 (byte 0x{data[exc.start]:02x} at offset {exc.start});"
-            " convert it, e.g. `iconv -f latin1 -t utf-8`."
-        ) from None
-    return text
 
 
 def embed_input(span: "ChunkSpan", count_tokens: Callable[[str], int] | None = None, window: int = 0) -> str:
@@ -180,36 +187,47 @@ class Indexer:
 
     # -- folders ------------------------------------------------------------------
     def index_paths(self, paths: Sequence[str | Path]) -> IndexReport:
-        """Index the Markdown and text files under ``paths``; remove files that are gone."""
-        root = index_root(paths)
+        """Index the Markdown and text files under ``paths``; remove the files there that are gone.
+
+        Paths are taken relative to the collection's root (set by its first run, widened
+        by a run over a parent folder, moved when the old root is gone from disk).
+        """
         with index_lock(self.store.path, self.on_wait):
-            files = list(walk(paths, root))
-            docs = (self._file_document(f, root) for f in files)
-            report = self._index(docs, len(files))
-            report.removed += self._remove_missing(root, {f.relpath for f in files})
+            plan = plan_root(self.store.collection_root(self.collection), paths, self.collection)
+            report = IndexReport()
+            self._set_root(plan, report)
+            found = walk(paths, plan.root, self.config.follow_symlinks)
+            report.skipped = found.skipped
+            self._vanished: set[str] = set()
+            docs = (self._file_document(f) for f in found.files)
+            self._index(docs, len(found.files), report)
+            present = {f.relpath for f in found.files} - self._vanished
+            scope = [Path(p).absolute() for p in paths]
+            report.removed += self._remove_missing(plan.root, scope, present)
         return report
 
-    def _file_document(self, f: SourceFile, root: Path) -> SourceDocument:
+    def _set_root(self, plan: RootPlan, report: IndexReport) -> None:
+        report.root, report.root_change = str(plan.root), plan.change
+        report.previous_root = str(plan.previous) if plan.previous else None
+        if not plan.change:
+            return
+        renames = {p: plan.rename(p) for p in self.store.files(self.collection)} if plan.change == "widened" else {}
+        self.store.set_collection_root(self.collection, str(plan.root), renames)
+
+    def _file_document(self, f: SourceFile) -> SourceDocument:
         limit = self.config.max_file_mb * 1e6
+        return SourceDocument(
+            id=None, path=f.relpath, name=f.path.name, metadata={"file_path": f.relpath},
+            read=lambda: read_source(f.path, f.relpath, limit),
+        )
 
-        def read() -> str:
-            size = f.path.stat().st_size
-            if size > limit:
-                raise InputError(
-                    f"{f.relpath}: too large ({size / 1e6:.1f} MB > max_file_mb {self.config.max_file_mb:g});"
-                    " raise max_file_mb in polaris.toml to index it."
-                )
-            return decode_source(f.path.read_bytes(), f.relpath)
-
-        meta = {"root": str(root)}
-        return SourceDocument(id=f.relpath, path=f.relpath, name=f.path.name, metadata=meta, read=read)
-
-    def _remove_missing(self, root: Path, seen: set[str]) -> int:
-        removed = 0
-        for doc in self.store.documents(self.collection):
-            if doc.metadata.get("root") == str(root) and doc.id not in seen:
-                removed += self.store.delete_document(doc.id)
-        return removed
+    def _remove_missing(self, root: Path, scope: list[Path], present: set[str]) -> int:
+        """Remove the files of this collection under ``scope`` that this run did not find."""
+        gone = [
+            doc.id for path, doc in self.store.files(self.collection).items()
+            if path not in present and covers([_resolve_parent(p) for p in scope], root, path)
+        ]
+        return self.store.delete_documents(gone) if gone else 0
 
     # -- documents ----------------------------------------------------------------
     def index_documents(self, docs: Iterable[SourceDocument], total: int | None = None) -> IndexReport:
@@ -220,15 +238,19 @@ class Indexer:
         with index_lock(self.store.path, self.on_wait):
             return self._index(docs, total)
 
-    def _index(self, docs: Iterable[SourceDocument], total: int | None) -> IndexReport:
+    def _index(self, docs: Iterable[SourceDocument], total: int | None, report: IndexReport | None = None) -> IndexReport:
         start = time.perf_counter()
-        report = IndexReport()
+        report = report if report is not None else IndexReport()
         self._settings_changed = self.store.meta.get("chunker", self.settings_key) != self.settings_key
         self.store.bind_model(self.binding, **self.chunker_settings)
-        existing = {d.id: d for d in self.store.documents()}
+        by_id = {d.id: d for d in self.store.documents()}
+        files = self.store.files(self.collection)
         pending: list[_Prepared] = []
         for i, doc in enumerate(docs, start=1):
-            item = self._prepare(doc, existing.get(doc.id), report)
+            old = by_id.get(doc.id) if doc.id is not None else files.get(doc.path or "")
+            if doc.id is None:  # a file: its stored key, else the key a new file gets
+                doc.id = old.id if old is not None else file_document_id(self.collection, doc.path or "")
+            item = self._prepare(doc, old, report)
             if item is not None:
                 pending.append(item)
             if sum(len(p.chunks) for p in pending) >= EMBED_BATCH_CHUNKS:
@@ -243,7 +265,9 @@ class Indexer:
         try:
             text = doc.text if doc.text is not None else doc.read()  # type: ignore[misc]
         except FileNotFoundError:
-            return None  # deleted mid-run: the removal pass takes it out
+            if doc.path:
+                self._vanished.add(doc.path)  # deleted mid-run: the removal pass takes it out
+            return None
         except (OSError, InputError) as exc:
             self._fail(doc, old, _reason(exc), report)
             return None
@@ -255,7 +279,7 @@ class Indexer:
             self.store.put_document(self._document_record(doc, "processing"))
         else:
             self.store.set_status(doc.id, "processing")
-        chunks, inputs = self._chunks(doc, text)
+        chunks, inputs = self._chunks(doc, text, report)
         return _Prepared(doc, chunks, inputs, old is None)
 
     def _unchanged(self, old: DocumentRecord, digest: str) -> bool:
@@ -273,20 +297,18 @@ class Indexer:
             metadata=doc.metadata,
         )
 
-    def _chunks(self, doc: SourceDocument, text: str) -> tuple[list[ChunkRecord], list[str]]:
+    def _chunks(self, doc: SourceDocument, text: str, report: IndexReport) -> tuple[list[ChunkRecord], list[str]]:
+        """The document's chunks and the text embedded for each; its front matter goes on the document."""
         title = doc.name or doc.path or doc.id
         chunked = self._whole(text, title) if self.whole_documents else self._chunked(doc, text, title)
+        report.warnings += [(doc.path or doc.id or "", w) for w in chunked.warnings]
         doc.metadata = {**chunked.metadata, **doc.metadata}
-        base = {k: v for k, v in chunked.metadata.items()}
-        if doc.path:
-            base["file_path"] = doc.path
         records, inputs = [], []
         for i, span in enumerate(chunked.chunks):
             embedded = embed_input(span, self.embedder.count_tokens, self.window) if self.heading_context else span.text
-            meta = {**base, "heading_path": span.heading_path_str, "heading_level": span.heading_level,
-                    "chunk_index": i}
+            meta = {"heading_path": span.heading_path_str, "heading_level": span.heading_level, "chunk_index": i}
             records.append(ChunkRecord(
-                node_id=node_id_for(doc.id, i, span.text), text=span.text, ordinal=i,
+                node_id=node_id_for(doc.id or "", i, span.text), text=span.text, ordinal=i,
                 heading_path=span.heading_path_str, heading_level=span.heading_level, start_char=span.start,
                 end_char=span.end, token_count=span.token_count, metadata=meta, text_hash=text_hash(embedded),
             ))
@@ -331,11 +353,19 @@ class Indexer:
         return vectors
 
     def _fail(self, doc: SourceDocument, old: DocumentRecord | None, reason: str, report: IndexReport) -> None:
-        report.failed.append((doc.path or doc.id, reason))
+        """Record a document that cannot be read: its last good version stays, marked stale."""
+        report.failed.append((doc.path or doc.id or "", reason))
         if old is None:
             self.store.put_document(self._document_record(doc, "failed", reason))
+        elif old.status in ("completed", "stale"):
+            self.store.set_status(old.id, "stale", f"re-index failed, serving the version of {old.updated_at}: {reason}")
         else:
-            self.store.set_status(doc.id, "failed", reason)
+            self.store.set_status(old.id, "failed", reason)
+
+
+def _resolve_parent(path: Path) -> Path:
+    """``path`` with its folders resolved (the name of a symlinked file kept), as the walk sees it."""
+    return path.parent.resolve() / path.name if path.is_symlink() and not path.is_dir() else path.resolve()
 
 
 def _reason(exc: Exception) -> str:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from .config import PolarisConfig, load_config
-from .errors import DatabaseError
+from .errors import DatabaseError, InputError
 from .store import ModelBinding, Store
 
 
@@ -110,6 +110,65 @@ class PolarisIndex:
         if self.store.model is None:
             raise DatabaseError(f"{self.path} holds no index yet. Build one with `polaris index PATH`.")
         return self.searcher().search(query, **kwargs)
+
+    def status(self, check: bool = False) -> dict[str, Any]:
+        """What the index holds: model, counts, collections and their roots, the chunk budget.
+
+        ``check`` also reads every page (``PRAGMA quick_check``) into ``integrity``.
+        """
+        from .db.schema import schema_version
+
+        store = self.store
+        model, counts, roots = store.model, store.counts(), store.collections()
+        out: dict[str, Any] = {
+            "db_path": str(self.path), "model_id": model.model_id if model else None,
+            "embedding_dim": model.dim if model else None, "model_fingerprint": model.fingerprint if model else None,
+            "documents": counts["documents"], "chunks": counts["chunks"], "collections": counts["collections"],
+            "roots": roots, "root_exists": {n: bool(r) and Path(r).is_dir() for n, r in roots.items()},
+            "schema_version": schema_version(store.conn), "size_bytes": store.size_bytes(),
+            "chunk_budget": self._chunk_budget(),
+        }
+        if check:
+            out["integrity"] = store.quick_check()
+        return out
+
+    def _chunk_budget(self) -> dict[str, Any] | None:
+        """The budget chunks were cut at (recorded when indexing) and why it is that number."""
+        import json
+
+        from .embed import get_model_spec
+
+        recorded = self.store.meta.get("chunker")
+        model = self.store.model
+        if recorded is None or model is None:
+            return None
+        tokens = json.loads(recorded).get("max_tokens")
+        asked = self.config.max_chunk_tokens
+        try:
+            window = get_model_spec(model.model_id).window
+        except Exception:  # a model this Polaris does not know (a plugin's, or "unknown")
+            window = None
+        if tokens is not None and tokens < asked and window is not None:
+            source = (f"{model.model_id} reads {window} tokens (less its special tokens and prefix);"
+                      f" max_chunk_tokens {asked} ({self.config.sources.get('max_chunk_tokens', 'default')}) is larger")
+        else:
+            source = f"max_chunk_tokens ({self.config.sources.get('max_chunk_tokens', 'default')})"
+        return {"tokens": tokens, "model_window": window, "source": source}
+
+    def remove(self, collection: str, paths: Sequence[str | Path] | None = None) -> int:
+        """Remove ``collection`` (its documents and root), or only its files under ``paths``."""
+        from .lock import index_lock
+        from .sources import covers
+
+        with index_lock(self.store.path):
+            if not paths:
+                return self.store.remove_collection(collection)
+            root = self.store.collection_root(collection)
+            if root is None:
+                raise InputError(f"collection '{collection}' has no folder to remove paths from.")
+            scope = [Path(p).absolute() for p in paths]
+            gone = [d.id for rel, d in self.store.files(collection).items() if covers(scope, Path(root), rel)]
+            return self.store.delete_documents(gone) if gone else 0
 
     def indexer(self, collection: str = "default", progress: Any = None, on_wait: Any = None) -> Any:
         """An Indexer writing into this index."""

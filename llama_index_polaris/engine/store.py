@@ -14,17 +14,18 @@ import threading
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 
 from . import db
-from .db.schema import get_meta, has_table, set_meta, transaction
+from .db.schema import (
+    CHUNKS_WITH_DOCUMENTS, MERGED_METADATA, STATUSES, file_document_id, get_meta, has_table, set_meta, transaction,
+)
 from .config import SETTINGS_BY_NAME
 from .errors import ConfigError, DatabaseError, InputError, ModelMismatchError
 from .search.filters import Filter, filter_sql
 
-STATUSES = ("pending", "processing", "completed", "failed")
 DEFAULT_COLLECTION = "default"
 DEFAULT_FTS_TOKENIZER = "porter unicode61 remove_diacritics 2"
 
@@ -177,7 +178,11 @@ class Store:
     def _write(self) -> Any:
         if self.readonly:
             raise DatabaseError(f"{self.path} was opened read-only.")
-        return _LockedTransaction(self._lock, self.conn)
+        return _LockedTransaction(self._lock, self.conn, transaction(self.conn))
+
+    def read(self) -> Any:
+        """``with store.read() as conn:`` one consistent snapshot, the store's lock held."""
+        return _LockedTransaction(self._lock, self.conn, _read_transaction(self.conn))
 
     # -- model guard -------------------------------------------------------------
     @property
@@ -292,6 +297,7 @@ class Store:
     def _upsert_document_row(self, doc: DocumentRecord) -> None:
         if doc.status not in STATUSES:
             raise InputError(f"document status must be one of {', '.join(STATUSES)}, got {doc.status!r}.")
+        self.conn.execute("INSERT OR IGNORE INTO collections (name) VALUES (?)", (doc.collection,))
         self.conn.execute(
             """INSERT INTO documents (id, path, name, collection, status, error, content_hash, metadata)
                VALUES (?, ?, ?, ?, ?, ?, ?, ?)
@@ -319,6 +325,14 @@ class Store:
                 (status, error, document_id),
             )
 
+    def delete_documents(self, document_ids: Iterable[str]) -> int:
+        """Remove documents with their chunks, vectors and FTS rows, in one transaction."""
+        with self._write():
+            cur = self.conn.execute(
+                "DELETE FROM documents WHERE id IN (SELECT value FROM json_each(?))", (json.dumps(list(document_ids)),)
+            )
+            return cur.rowcount
+
     def delete_document(self, document_id: str) -> bool:
         """Remove a document with its chunks, vectors and FTS rows; False if it was absent."""
         with self._write():
@@ -339,13 +353,72 @@ class Store:
             raise InputError("delete_chunks needs node_ids or filters; use clear() to remove everything.")
         where, args = _chunk_where(node_ids, None, None, filters)
         with self._write():
-            return self.conn.execute(f"DELETE FROM chunks {where}", args).rowcount
+            return self.conn.execute(
+                f"DELETE FROM chunks WHERE id IN (SELECT c.id FROM {CHUNKS_WITH_DOCUMENTS} {where})", args
+            ).rowcount
 
     def clear(self) -> None:
         """Remove every document and chunk; the model binding stays."""
         with self._write():
             self.conn.execute("DELETE FROM chunks")
             self.conn.execute("DELETE FROM documents")
+
+    def remove_collection(self, collection: str) -> int:
+        """Remove a collection: its documents (with chunks, vectors, FTS rows) and its root."""
+        with self._write():
+            removed = self.conn.execute("DELETE FROM documents WHERE collection = ?", (collection,)).rowcount
+            self.conn.execute("DELETE FROM collections WHERE name = ?", (collection,))
+            return removed
+
+    # -- collections ------------------------------------------------------------------
+    def collection_root(self, collection: str) -> str | None:
+        """The folder a collection's file paths are relative to (None: not set yet)."""
+        with self._lock:
+            row = self.conn.execute("SELECT root FROM collections WHERE name = ?", (collection,)).fetchone()
+        return row[0] if row else None
+
+    def collections(self) -> dict[str, str | None]:
+        """Every collection and its root."""
+        with self._lock:
+            return dict(self.conn.execute("SELECT name, root FROM collections ORDER BY name").fetchall())
+
+    def set_collection_root(self, collection: str, root: str, renames: dict[str, str] | None = None) -> None:
+        """Set ``collection``'s root; ``renames`` (old path -> new path) re-keys its files with it.
+
+        One transaction: a file keyed ``collection:path`` gets the id of its new path;
+        chunks, vectors and FTS rows follow; nothing is re-embedded.
+        """
+        with self._write():
+            self.conn.execute(
+                "INSERT INTO collections (name, root) VALUES (?, ?) ON CONFLICT (name) DO UPDATE"
+                " SET root = excluded.root, updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')",
+                (collection, root),
+            )
+            for old, new in (renames or {}).items():
+                self._rename_file(collection, old, new)
+
+    def _rename_file(self, collection: str, old: str, new: str) -> None:
+        row = self.conn.execute(
+            "SELECT id, metadata FROM documents WHERE collection = ? AND path = ?", (collection, old)
+        ).fetchone()
+        if row is None:
+            return
+        old_id, meta = row
+        new_id = file_document_id(collection, new) if old_id == file_document_id(collection, old) else old_id
+        meta = {**json.loads(meta), "file_path": new}
+        if new_id != old_id:  # a new key: insert it, move the chunks, drop the old row (foreign keys stay on)
+            self.conn.execute(
+                "INSERT INTO documents (id, path, name, collection, status, error, content_hash, metadata,"
+                " created_at) SELECT ?, ?, name, collection, status, error, content_hash, ?, created_at"
+                " FROM documents WHERE id = ?",
+                (new_id, new, json.dumps(meta), old_id),
+            )
+            self.conn.execute("UPDATE chunks SET document_id = ? WHERE document_id = ?", (new_id, old_id))
+            self.conn.execute("DELETE FROM documents WHERE id = ?", (old_id,))
+        else:
+            self.conn.execute(
+                "UPDATE documents SET path = ?, metadata = ? WHERE id = ?", (new, json.dumps(meta), old_id)
+            )
 
     # -- reads --------------------------------------------------------------------
     def get_document(self, document_id: str) -> DocumentRecord | None:
@@ -358,6 +431,10 @@ class Store:
         if collection is None:
             return self._documents("", ())
         return self._documents("WHERE collection = ?", (collection,))
+
+    def files(self, collection: str) -> dict[str, DocumentRecord]:
+        """The documents of ``collection`` that are files under its root, by relative path."""
+        return {d.path: d for d in self.documents(collection) if d.path and is_relative_path(d.path)}
 
     def _documents(self, where: str, args: tuple) -> list[DocumentRecord]:
         sql = (
@@ -381,10 +458,10 @@ class Store:
     ) -> list[ChunkRecord]:
         """Chunks by node id, rowid, document and metadata filters (all that are given), in document order."""
         where, args = _chunk_where(node_ids, ids, document_id, filters)
-        columns = CHUNK_COLUMNS + (", embedding" if with_embedding else "")
+        columns = CHUNK_COLUMNS + (", c.embedding" if with_embedding else "")
         with self._lock:
             rows = self.conn.execute(
-                f"SELECT {columns} FROM chunks {where} ORDER BY document_id, ordinal", args
+                f"SELECT {columns} FROM {CHUNKS_WITH_DOCUMENTS} {where} ORDER BY c.document_id, c.ordinal", args
             ).fetchall()
         return [_chunk_from_row(r, with_embedding) for r in rows]
 
@@ -411,21 +488,10 @@ class Store:
             collections.setdefault(name, {})[status] = n
         return {"documents": docs, "chunks": chunks, "collections": collections}
 
-    def iter_embeddings(self, batch: int = 10_000) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        """(chunk ids, vectors) in batches, for building in-memory indexes."""
-        last = 0
-        while True:
-            with self._lock:
-                rows = self.conn.execute(
-                    "SELECT id, embedding FROM chunks WHERE id > ? AND embedding IS NOT NULL ORDER BY id LIMIT ?",
-                    (last, batch),
-                ).fetchall()
-            if not rows:
-                return
-            ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
-            vecs = np.frombuffer(b"".join(r[1] for r in rows), dtype="<f4").reshape(len(rows), -1)
-            yield ids, vecs
-            last = int(ids[-1])
+    def quick_check(self) -> list[str]:
+        """``PRAGMA quick_check``: ["ok"], or what is wrong with the file."""
+        with self._lock:
+            return [r[0] for r in self.conn.execute("PRAGMA quick_check").fetchall()]
 
     def size_bytes(self) -> int:
         """The size of the database file and its WAL on disk."""
@@ -433,25 +499,32 @@ class Store:
 
 
 CHUNK_COLUMNS = (
-    "id, node_id, document_id, ordinal, heading_path, heading_level, text, start_char, end_char,"
-    " token_count, metadata, text_hash"
+    "c.id, c.node_id, c.document_id, c.ordinal, c.heading_path, c.heading_level, c.text, c.start_char,"
+    f" c.end_char, c.token_count, {MERGED_METADATA}, c.text_hash"
 )
 
 
+def is_relative_path(path: str) -> bool:
+    """True for a clean relative POSIX path (what a file under a collection root is keyed by)."""
+    parts = path.split("/")
+    return not path.startswith("/") and ".." not in parts and "" not in parts
+
+
 def _chunk_where(node_ids: Any, ids: Any, document_id: Any, filters: Filter | None = None) -> tuple[str, tuple]:
+    """WHERE over ``CHUNKS_WITH_DOCUMENTS``; filters see the merged metadata."""
     parts: list[str] = []
     args: list[Any] = []
     if node_ids is not None:
-        parts.append("node_id IN (SELECT value FROM json_each(?))")
+        parts.append("c.node_id IN (SELECT value FROM json_each(?))")
         args.append(json.dumps(list(node_ids)))
     if ids is not None:
-        parts.append("id IN (SELECT value FROM json_each(?))")
+        parts.append("c.id IN (SELECT value FROM json_each(?))")
         args.append(json.dumps([int(i) for i in ids]))
     if document_id is not None:
-        parts.append("document_id = ?")
+        parts.append("c.document_id = ?")
         args.append(document_id)
     if filters is not None:
-        sql, params = filter_sql(filters, "metadata")
+        sql, params = filter_sql(filters, f"({MERGED_METADATA})")
         parts.append(f"({sql})")
         args += params
     return ("WHERE " + " AND ".join(parts) if parts else ""), tuple(args)
@@ -479,11 +552,26 @@ def _chunk_from_row(r: Sequence[Any], with_embedding: bool) -> ChunkRecord:
     )
 
 
-class _LockedTransaction:
-    """The store's lock held around one BEGIN IMMEDIATE ... COMMIT."""
+class _read_transaction:
+    """BEGIN ... COMMIT with no writes: every statement inside reads one snapshot."""
 
-    def __init__(self, lock: threading.RLock, conn: Any) -> None:
-        self.lock, self.tx = lock, transaction(conn)
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+
+    def __enter__(self) -> Any:
+        self.conn.execute("BEGIN")
+        return self.conn
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.conn.in_transaction:
+            self.conn.execute("COMMIT")
+
+
+class _LockedTransaction:
+    """The store's lock held around one transaction (a write, or a read snapshot)."""
+
+    def __init__(self, lock: threading.RLock, conn: Any, tx: Any) -> None:
+        self.lock, self.tx = lock, tx
 
     def __enter__(self) -> Any:
         self.lock.acquire()

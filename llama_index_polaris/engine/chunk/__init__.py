@@ -15,10 +15,10 @@ import functools
 from pathlib import Path
 from typing import Callable
 
-from ..errors import InputError
+from ..sources import decode_source
 from ..hookspecs import hookimpl
 from .assemble import chunk_sections
-from .frontmatter import split_front_matter
+from .frontmatter import read_front_matter
 from .markdown import heading_text, markdown_sections
 from .plain import chunk_text
 from .spans import ChunkedDocument, ChunkSettings, ChunkSpan
@@ -44,12 +44,12 @@ FALLBACK = "*"
 
 def chunk_markdown(text: str, settings: ChunkSettings = ChunkSettings(), *, title: str | None = None) -> ChunkedDocument:
     """Chunk Markdown; ``title`` (or the front matter's) heads the text before the first heading."""
-    metadata, body_start = split_front_matter(text)
+    metadata, body_start, warning = read_front_matter(text)
     matter_title = metadata.get("title") if isinstance(metadata.get("title"), str) else None
     preamble = title or matter_title
     sections, h1 = markdown_sections(text, body_start, (preamble,) if preamble else ())
     chunks = chunk_sections(text, sections, settings)
-    return ChunkedDocument(chunks, metadata, h1 or matter_title or title)
+    return ChunkedDocument(chunks, metadata, h1 or matter_title or title, (warning,) if warning else ())
 
 
 def chunk_document(
@@ -74,19 +74,6 @@ def chunkers() -> dict[str, Chunker]:
 
     plugin_manager().hook.register_chunkers(register=register)
     return table
-
-
-def decode_source(data: bytes, *, name: str = "input") -> str:
-    """UTF-8 text of a file's bytes (BOM dropped); binary or invalid UTF-8 raises ``InputError``."""
-    if b"\x00" in data[:8192]:
-        raise InputError(f"{name}: looks like a binary file (NUL bytes); Polaris indexes UTF-8 text.")
-    try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise InputError(
-            f"{name}: not valid UTF-8 (byte 0x{data[exc.start]:02x} at offset {exc.start}). "
-            "Convert it (e.g. `iconv -f latin1 -t utf-8`) or exclude it from the index."
-        ) from exc
 
 
 @hookimpl

@@ -4,33 +4,57 @@ A block counts as front matter when the file starts with a ``---`` line, a later
 is ``---`` or ``...``, and the YAML between them is a mapping (or empty). Anything else
 (prose between two rules, YAML that does not parse) stays body text, so no content is
 lost to a guess.
+
+Front matter is bounded: YAML aliases are refused (a few hundred bytes of nested
+aliases expand to gigabytes), and a block over ``MAX_FRONT_MATTER_BYTES`` (as YAML or
+as the JSON it becomes) is not parsed. Either way the block stays body text and a
+warning says why.
 """
 
 from __future__ import annotations
 
 import datetime
+import json
 from typing import Any
 
 import yaml
 
 OPENERS = ("---",)
 CLOSERS = ("---", "...")
+MAX_FRONT_MATTER_BYTES = 32_768
+
+
+class _NoAliasLoader(yaml.SafeLoader):
+    """SafeLoader that refuses anchors' aliases instead of expanding them."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            raise yaml.YAMLError("YAML aliases (*name) are not allowed in front matter")
+        return super().compose_node(parent, index)
 
 
 def split_front_matter(text: str) -> tuple[dict[str, Any], int]:
     """``(metadata, body_start)``: the parsed front matter and the offset where the body begins."""
+    metadata, body_start, _ = read_front_matter(text)
+    return metadata, body_start
+
+
+def read_front_matter(text: str) -> tuple[dict[str, Any], int, str | None]:
+    """``(metadata, body_start, warning)``; the warning says why a block was kept as text."""
     pos = 1 if text.startswith("\ufeff") else 0
     first = _next_line(text, pos)
     if text[pos:first].rstrip() not in OPENERS:
-        return {}, 0
+        return {}, 0, None
     line_start = first
     while line_start < len(text):
         line_end = _next_line(text, line_start)
         if text[line_start:line_end].rstrip() in CLOSERS:
-            data = _mapping(text[first:line_start])
-            return (data, line_end) if data is not None else ({}, 0)
+            if len(text[first:line_start].encode("utf-8", "surrogatepass")) > MAX_FRONT_MATTER_BYTES:
+                return {}, 0, f"front matter is over {MAX_FRONT_MATTER_BYTES} bytes: kept as text"
+            data, warning = _mapping(text[first:line_start])
+            return (data, line_end, None) if data is not None else ({}, 0, warning)
         line_start = line_end
-    return {}, 0
+    return {}, 0, None
 
 
 def _next_line(text: str, pos: int) -> int:
@@ -38,14 +62,22 @@ def _next_line(text: str, pos: int) -> int:
     return len(text) if newline < 0 else newline + 1
 
 
-def _mapping(block: str) -> dict[str, Any] | None:
+def _mapping(block: str) -> tuple[dict[str, Any] | None, str | None]:
+    """The block as a JSON-safe mapping, or None and why it stays text (None: no need to say)."""
     try:
-        data = yaml.safe_load(block)
-    except yaml.YAMLError:
-        return None
+        data = yaml.load(block, Loader=_NoAliasLoader)  # noqa: S506  a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        if "alias" in str(exc):
+            return None, "front matter uses YAML aliases, which are not expanded: kept as text"
+        return None, None
     if data is None:
-        return {}
-    return json_safe(data) if isinstance(data, dict) else None
+        return {}, None
+    if not isinstance(data, dict):
+        return None, None
+    data = json_safe(data)
+    if len(json.dumps(data)) > MAX_FRONT_MATTER_BYTES:
+        return None, f"front matter is over {MAX_FRONT_MATTER_BYTES} bytes as JSON: kept as text"
+    return data, None
 
 
 def json_safe(value: Any) -> Any:

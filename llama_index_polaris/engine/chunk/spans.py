@@ -28,11 +28,12 @@ class ChunkSpan:
 
 @dataclass(frozen=True)
 class ChunkedDocument:
-    """A document's chunks, its front matter and its title."""
+    """A document's chunks, its front matter, its title and what the reader should know."""
 
     chunks: list[ChunkSpan]
     metadata: dict[str, Any] = field(default_factory=dict)
     title: str | None = None
+    warnings: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -100,6 +100,27 @@ def _check_is_database(conn: Any, target: Path, sqlite: ModuleType) -> None:
         raise DatabaseError(f"{target}: cannot be read as an SQLite database ({exc}).") from exc
 
 
+def sqlite_error_message(exc: BaseException, path: str | os.PathLike[str]) -> str | None:
+    """What to tell a user about an SQLite error on ``path`` (None: not an SQLite error).
+
+    A damaged file ("database disk image is malformed") gets the check and the cure.
+    """
+    try:
+        module = sqlite_module()
+    except ExtensionError:
+        return None
+    if not isinstance(exc, module.Error):
+        return None
+    text = str(exc)
+    if isinstance(exc, module.DatabaseError) and ("malformed" in text or "not a database" in text):
+        return (
+            f"{path} is damaged ({text}). See how with `polaris status --check` (PRAGMA quick_check);"
+            " rebuild it by moving it aside and running `polaris index` on your folders again"
+            " (the documents themselves are on disk)."
+        )
+    return f"SQLite failed on {path}: {text}."
+
+
 def configure(conn: Any, *, readonly: bool = False) -> None:
     """Per-connection pragmas: WAL, busy timeout, foreign keys."""
     conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")

@@ -3,10 +3,17 @@
 ``PRAGMA user_version`` holds the number of the last migration applied, so a file
 made by this version opens in later ones. The vector table's size depends on the
 model, so ``chunks_vec`` is created when a model is first bound (``create_vec_table``).
+
+A document's identity is its collection plus its path relative to that collection's
+root (``collections.root``); ``documents.id`` is a key given once (``collection:path``
+for files, the LlamaIndex ref_doc_id for nodes added through the vector store).
 """
 
 from __future__ import annotations
 
+import json
+import posixpath
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..errors import DatabaseError
@@ -75,6 +82,12 @@ INSERT INTO chunks_fts (chunks_fts) VALUES ('rebuild');
 """
 
 
+VEC_DOCUMENT_TRIGGER = """
+CREATE TRIGGER chunks_vec_adoc AFTER UPDATE OF document_id ON chunks BEGIN
+    UPDATE chunks_vec SET document_id = new.document_id WHERE rowid = new.id;
+END;"""
+
+
 def vec_sql(dim: int) -> str:
     """The vec0 table (cosine) and the triggers that keep it equal to chunks.embedding."""
     return f"""
@@ -92,7 +105,7 @@ CREATE TRIGGER chunks_vec_au AFTER UPDATE OF embedding ON chunks BEGIN
     DELETE FROM chunks_vec WHERE rowid = old.id;
     INSERT INTO chunks_vec (rowid, embedding, document_id)
     SELECT new.id, new.embedding, new.document_id WHERE new.embedding IS NOT NULL;
-END;
+END;{VEC_DOCUMENT_TRIGGER}
 INSERT INTO chunks_vec (rowid, embedding, document_id)
     SELECT id, embedding, document_id FROM chunks WHERE embedding IS NOT NULL;
 """
@@ -109,11 +122,121 @@ def _migration_2(conn: Any, fts_tokenizer: str) -> None:
     set_meta(conn, fts_tokenizer=fts_tokenizer)
 
 
-MIGRATIONS: tuple[tuple[int, str, Callable[[Any, str], None]], ...] = (
-    (1, "core tables", _migration_1),
-    (2, "full-text index", _migration_2),
+STATUSES = ("pending", "processing", "completed", "stale", "failed")
+
+DOCUMENTS_V3_SQL = f"""
+CREATE TABLE collections (
+    name       TEXT PRIMARY KEY,
+    root       TEXT,
+    created_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+    updated_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
+);
+CREATE TABLE documents_v3 (
+    id           TEXT PRIMARY KEY,
+    path         TEXT,
+    name         TEXT,
+    collection   TEXT NOT NULL DEFAULT 'default',
+    status       TEXT NOT NULL DEFAULT 'pending'
+                 CHECK (status IN ({", ".join(repr(s) for s in STATUSES)})),
+    error        TEXT,
+    content_hash TEXT,
+    metadata     TEXT NOT NULL DEFAULT '{{}}',
+    created_at   TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')),
+    updated_at   TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now'))
+);
+INSERT INTO documents_v3 SELECT id, path, name, collection, status, error, content_hash, metadata,
+    created_at, updated_at FROM documents;
+DROP TABLE documents;
+ALTER TABLE documents_v3 RENAME TO documents;
+CREATE INDEX documents_collection_status ON documents (collection, status);
+CREATE INDEX documents_collection_path ON documents (collection, path);
+"""
+CHUNK_OWN_KEYS = ("heading_path", "heading_level", "chunk_index")
+# A chunk's metadata as readers see it: its document's (front matter, file_path), then its own.
+MERGED_METADATA = "CASE d.metadata WHEN '{}' THEN c.metadata ELSE json_patch(d.metadata, c.metadata) END"
+CHUNKS_WITH_DOCUMENTS = "chunks c JOIN documents d ON d.id = c.document_id"
+
+
+def _migration_3(conn: Any, fts_tokenizer: str) -> None:
+    """Collections with a root; file documents keyed by (collection, path under that root).
+
+    Release 0.1 keyed a file by its path relative to whatever folder was typed, so one
+    file could be stored twice (``docs`` and ``docs/auth`` indexed). Each collection's
+    root becomes the common folder of the roots its documents recorded; every file is
+    re-keyed relative to it, and of two rows for one file the one indexed from the outer
+    root is kept. Front matter moves from every chunk to its document (stored once).
+    """
+    _script(conn, DOCUMENTS_V3_SQL)
+    if has_table(conn, "chunks_vec"):
+        _script(conn, VEC_DOCUMENT_TRIGGER)
+    rows = conn.execute("SELECT id, path, collection, metadata, updated_at FROM documents").fetchall()
+    files: dict[str, list[tuple]] = {}
+    for doc_id, path, collection, metadata, updated in rows:
+        meta = json.loads(metadata)
+        if isinstance(meta.get("root"), str) and path and not posixpath.isabs(path):
+            files.setdefault(collection, []).append((doc_id, path, meta, updated))
+    for collection in {r[2] for r in rows}:
+        root = _common_root([m["root"] for _, _, m, _ in files.get(collection, [])])
+        conn.execute("INSERT INTO collections (name, root) VALUES (?, ?)", (collection, root))
+        if root is not None:
+            _rekey_0_1(conn, collection, root, files[collection])
+
+
+def _common_root(roots: list[str]) -> str | None:
+    return posixpath.commonpath(roots) if roots else None
+
+
+def _rekey_0_1(conn: Any, collection: str, root: str, docs: list[tuple]) -> None:
+    """Give each 0.1 file document its (collection, path under ``root``) identity."""
+    by_path: dict[str, list[tuple]] = {}
+    for doc in docs:
+        rel = posixpath.relpath(posixpath.join(doc[2]["root"], doc[1]), root)
+        by_path.setdefault(rel, []).append(doc)
+    for rel, same in by_path.items():
+        same.sort(key=lambda d: (d[2]["root"] == root, d[3]), reverse=True)  # outer root first, then newest
+        for doc_id, *_ in same[1:]:
+            conn.execute("DELETE FROM chunks WHERE document_id = ?", (doc_id,))
+            conn.execute("DELETE FROM documents WHERE id = ?", (doc_id,))
+        doc_id, _, meta, _ = same[0]
+        new_id = file_document_id(collection, rel)
+        taken = conn.execute("SELECT 1 FROM documents WHERE id = ?", (new_id,)).fetchone()
+        if taken and new_id != doc_id:
+            new_id = doc_id
+        doc_meta = {k: v for k, v in meta.items() if k != "root"} | {"file_path": rel}
+        conn.execute(
+            "UPDATE documents SET id = ?, path = ?, metadata = ? WHERE id = ?",
+            (new_id, rel, json.dumps(doc_meta), doc_id),
+        )
+        for chunk_id, chunk_meta in conn.execute(
+            "SELECT id, metadata FROM chunks WHERE document_id = ?", (doc_id,)
+        ).fetchall():
+            own = {k: v for k, v in json.loads(chunk_meta).items() if k in CHUNK_OWN_KEYS}
+            conn.execute(
+                "UPDATE chunks SET document_id = ?, metadata = ? WHERE id = ?", (new_id, json.dumps(own), chunk_id)
+            )
+
+
+def file_document_id(collection: str, path: str) -> str:
+    """The id a file gets when it is first indexed: ``collection:path``."""
+    return f"{collection}:{path}"
+
+
+@dataclass(frozen=True)
+class Migration:
+    """One numbered step; ``foreign_keys_off`` for steps that rebuild a referenced table."""
+
+    number: int
+    name: str
+    step: Callable[[Any, str], None]
+    foreign_keys_off: bool = False
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "core tables", _migration_1),
+    Migration(2, "full-text index", _migration_2),
+    Migration(3, "collections with roots, documents by (collection, path)", _migration_3, foreign_keys_off=True),
 )
-SCHEMA_VERSION = MIGRATIONS[-1][0]
+SCHEMA_VERSION = MIGRATIONS[-1].number
 
 
 def _script(conn: Any, sql: str) -> None:
@@ -149,18 +272,32 @@ def migrate(conn: Any, fts_tokenizer: str) -> list[int]:
             " upgrade Polaris (`pip install -U llama-index-polaris`)."
         )
     applied = []
-    for number, _name, step in MIGRATIONS:
-        if number <= current:
+    for m in MIGRATIONS:
+        if m.number <= current:
             continue
-        with transaction(conn):
-            if schema_version(conn) >= number:  # another process got there first
-                continue
-            if number == 1:
-                refuse_foreign_tables(conn)
-            step(conn, fts_tokenizer)
-            conn.execute(f"PRAGMA user_version = {number}")
-        applied.append(number)
+        if _apply(conn, m, fts_tokenizer):
+            applied.append(m.number)
     return applied
+
+
+def _apply(conn: Any, m: Migration, fts_tokenizer: str) -> bool:
+    """Run one migration in its own transaction; False when another process got there first."""
+    if m.foreign_keys_off:  # SQLite's table-rebuild recipe: a no-op inside a transaction
+        conn.execute("PRAGMA foreign_keys = OFF")
+    try:
+        with transaction(conn):
+            if schema_version(conn) >= m.number:
+                return False
+            if m.number == 1:
+                refuse_foreign_tables(conn)
+            m.step(conn, fts_tokenizer)
+            if m.foreign_keys_off and conn.execute("PRAGMA foreign_key_check").fetchone() is not None:
+                raise DatabaseError(f"migration {m.number} ({m.name}) left dangling rows; nothing was changed.")
+            conn.execute(f"PRAGMA user_version = {m.number}")
+        return True
+    finally:
+        if m.foreign_keys_off:
+            conn.execute("PRAGMA foreign_keys = ON")
 
 
 def refuse_foreign_tables(conn: Any, where: str = "this SQLite file") -> None:

@@ -2,7 +2,9 @@
 
 A natural-language question must not become an AND of all its words, and FTS5
 syntax in a query (quotes, ``*``, ``NEAR``, ``-``, ``:``) is text, never an operator.
-Any full-text error degrades to an empty list (the spec's asymmetry).
+A full-text error (FTS5 syntax, a missing or unreadable FTS table: SQLite's
+OperationalError) degrades to an empty list (the spec's asymmetry); a damaged
+database file is not a full-text error and is raised.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from ..db.connect import sqlite_module
 from .scope import Scope
 from .terms import STOP_WORDS, words
 
@@ -63,6 +66,6 @@ def bm25(conn: Any, query: str, limit: int, scope: Scope = Scope()) -> list[tupl
     # bind order: MATCH ?, scope args, LIMIT ?
     try:
         return [(int(r), float(s)) for r, s in conn.execute(sql, params).fetchall()]
-    except Exception as exc:  # FTS syntax or a missing table: vector-only, not an error
+    except sqlite_module().OperationalError as exc:  # FTS syntax or a missing table: vector-only
         log.debug("full-text search failed, continuing without it: %s", exc)
         return []

@@ -111,7 +111,7 @@ class Bm25Cache(StoreCache):
                 try:
                     terms = self._query_terms(words)
                     common = [t[0] for t in terms if len(t) == 1 and self._doc_freq(t[0]) >= self.common_df]
-                except sqlite_module().Error as exc:  # an unreadable FTS table: the plain path degrades alike
+                except sqlite_module().OperationalError as exc:  # an unreadable FTS table: the plain path degrades alike
                     log.debug("BM25 cache skipped: %s", exc)
                     common = []
             if not common:
@@ -156,7 +156,7 @@ class Bm25Cache(StoreCache):
                     )
         except Changed:
             raise
-        except Exception as exc:  # no FTS table (or not ours): BM25 takes the plain path, which degrades itself
+        except sqlite_module().OperationalError as exc:  # no FTS table (or not ours): the plain path degrades itself
             log.debug("BM25 cache off: %s", exc)
             return None, False
         codes: dict[str, int] = {}
@@ -229,7 +229,7 @@ class Bm25Cache(StoreCache):
         sql, args = bm25_sql(scope, ordered=False)
         try:
             found = self.store.conn.execute(sql, [match, *args]).fetchall()
-        except Exception:  # as the plain path: a full-text error loses the rare words only
+        except sqlite_module().OperationalError:  # as the plain path: a full-text error loses the rare words only
             return
         ids = np.fromiter((r[0] for r in found), dtype=np.int64, count=len(found))
         rows = np.searchsorted(base.ids, ids)

@@ -14,15 +14,15 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ..config import PolarisConfig
+from ..db.schema import CHUNKS_WITH_DOCUMENTS, MERGED_METADATA
 from ..errors import InputError
 from ..store import Store, from_blob
-from .boost import boost_terms, heading_boost
+from .boost import boost_terms, boosted_relevance, heading_boost
 from .bm25 import bm25
 from .bm25_cache import Bm25Cache
 from .filters import Filter
 from .fuse import Fused, rrf
-from .boost import boosted_relevance
-from .mmr import mmr, mmr_scores, normalise_relevance
+from .mmr import mmr, mmr_scores
 from .normalise import relative_to_top
 from .scope import Scope, resolve_scope
 from .vector import MAX_K, knn
@@ -66,6 +66,8 @@ class Hit:
     end_char: int | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
     explain: Explanation = field(default_factory=Explanation)
+    document_status: str = "completed"
+    document_error: str | None = None  # set when the document is stale: why its re-index failed
 
     def to_dict(self, explain: bool = True) -> dict[str, Any]:
         """A JSON-ready dict (the shape of `polaris search --json`)."""
@@ -86,6 +88,20 @@ class _Row:
     start_char: int | None
     end_char: int | None
     metadata: dict[str, Any]
+    status: str
+    error: str | None
+
+
+def check_query(query: Any, what: str = "the query") -> str:
+    """``query`` if it is a string of at most ``MAX_QUERY_CHARS``; InputError otherwise."""
+    if not isinstance(query, str):
+        raise InputError(f"{what} must be a string, got {type(query).__name__}.")
+    if len(query) > MAX_QUERY_CHARS:
+        raise InputError(
+            f"{what} is {len(query):,} characters; at most {MAX_QUERY_CHARS:,} are accepted. Shorten it"
+            " (the embedding model reads only its first few hundred tokens anyway)."
+        )
+    return query
 
 
 def clamp_top_k(top_k: int | None, default: int, upper: int = 100) -> int:
@@ -138,29 +154,21 @@ class Searcher:
         """
         if mode not in MODES:
             raise InputError(f"mode must be one of {', '.join(MODES)}, got {mode!r}.")
-        if not isinstance(query, str):
-            raise InputError(f"the query must be a string, got {type(query).__name__}.")
+        query = check_query(query).strip()
         lam = _check_lambda(self.config.mmr_lambda if mmr_lambda is None else mmr_lambda)
-        query = query.strip()[:MAX_QUERY_CHARS]
         k = clamp_top_k(top_k, self.config.top_k, self.max_top_k)
         if query_vector is not None:
             query_vector = self._check_vector(query_vector)
         if not query and query_vector is None:
             return []
-        with self.store._lock:
-            scope = resolve_scope(
-                self.store.conn, documents=documents, collections=collections, filters=filters, node_ids=node_ids
-            )
+        with self.store.read() as conn:
+            scope = resolve_scope(conn, documents=documents, collections=collections, filters=filters, node_ids=node_ids)
         if scope.empty:
             return []
         if mode != "bm25" and query_vector is None and self.store.model is not None:
             query_vector = self._check_vector(self._embed(query))  # outside the lock: other threads may read
-        with self.store._lock:
-            self.store.conn.execute("BEGIN")  # one read snapshot for every stage
-            try:
-                return self._run(query, k, mode, scope, query_vector, lam if mode == "hybrid" else mmr_lambda)
-            finally:
-                self.store.conn.execute("COMMIT")
+        with self.store.read():  # one snapshot for every stage
+            return self._run(query, k, mode, scope, query_vector, lam if mode == "hybrid" else mmr_lambda)
 
     def _run(self, query: str, k: int, mode: str, scope: Scope, qvec: np.ndarray | None,
              lam: float | None) -> list[Hit]:
@@ -279,13 +287,12 @@ class Searcher:
             return {}
         sql = (
             "SELECT c.id, c.document_id, coalesce(d.path, d.id), d.collection, c.node_id, c.heading_path, c.text,"
-            " c.start_char, c.end_char, c.metadata"
-            " FROM chunks c JOIN documents d ON d.id = c.document_id"
-            " WHERE c.id IN (SELECT value FROM json_each(?))"
+            f" c.start_char, c.end_char, {MERGED_METADATA}, d.status, d.error"
+            f" FROM {CHUNKS_WITH_DOCUMENTS} WHERE c.id IN (SELECT value FROM json_each(?))"
         )
         out = {}
         for r in self.store.conn.execute(sql, (json.dumps(ids),)).fetchall():
-            out[r[0]] = _Row(r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], json.loads(r[9]))
+            out[r[0]] = _Row(r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], json.loads(r[9]), r[10], r[11])
         return out
 
 
@@ -323,4 +330,5 @@ def _hit(rank: int, score: float, chunk_id: int, row: _Row, ex: Explanation) -> 
         rank=rank, score=score, chunk_id=chunk_id, node_id=row.node_id, document_id=row.document_id,
         document=row.document, collection=row.collection, heading_path=row.heading_path, text=row.text,
         start_char=row.start_char, end_char=row.end_char, metadata=row.metadata, explain=ex,
+        document_status=row.status, document_error=row.error if row.status == "stale" else None,
     )

@@ -1,8 +1,12 @@
 """Search scope: which documents and chunks a query may return (5ire's scoping).
 
 Documents and collections are resolved to a set of document ids (a collection means
-its completed documents, joined with the documents named); metadata filters and node
+its searchable documents, joined with the documents named); metadata filters and node
 ids to a set of chunk ids. Both are applied inside the KNN and FTS queries.
+
+5ire scopes a collection to its completed documents. Polaris adds ``stale`` ones: a
+file whose re-index failed keeps serving its last good version, and each such hit says
+so, whether or not the query was scoped to a collection.
 """
 
 from __future__ import annotations
@@ -11,8 +15,11 @@ import json
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from ..db.schema import CHUNKS_WITH_DOCUMENTS, MERGED_METADATA
 from ..errors import InputError
 from .filters import Filter, filter_sql
+
+SEARCHABLE = ("completed", "stale")  # the statuses a collection scope includes
 
 
 @dataclass(frozen=True)
@@ -69,8 +76,9 @@ def resolve_documents(conn: Any, documents: Sequence[str] | None, collections: S
         found.update((r[0], None) for r in rows)
     if cols:
         rows = conn.execute(
-            "SELECT id FROM documents WHERE status = 'completed' AND collection IN (SELECT value FROM json_each(?))",
-            (json.dumps(cols),),
+            "SELECT id FROM documents WHERE status IN (SELECT value FROM json_each(?))"
+            " AND collection IN (SELECT value FROM json_each(?))",
+            (json.dumps(SEARCHABLE), json.dumps(cols)),
         ).fetchall()
         found.update((r[0], None) for r in rows)
     return tuple(found)
@@ -80,16 +88,16 @@ def resolve_chunks(conn: Any, filters: Filter | None, node_ids: Sequence[str] | 
     """Chunk ids passing ``filters`` and in ``node_ids`` (an empty node_ids list means no filter)."""
     where, args = [], []
     if filters is not None:
-        sql, params = filter_sql(filters, "metadata")
+        sql, params = filter_sql(filters, f"({MERGED_METADATA})")
         where.append(f"({sql})")
         args += params
     if node_ids:
         node_ids = _unique(node_ids, "node_ids")
-        where.append("node_id IN (SELECT value FROM json_each(?))")
+        where.append("c.node_id IN (SELECT value FROM json_each(?))")
         args.append(json.dumps(list(node_ids)))
     if not where:
         return None
-    rows = conn.execute(f"SELECT id FROM chunks WHERE {' AND '.join(where)}", args).fetchall()
+    rows = conn.execute(f"SELECT c.id FROM {CHUNKS_WITH_DOCUMENTS} WHERE {' AND '.join(where)}", args).fetchall()
     return tuple(r[0] for r in rows)
 
 
