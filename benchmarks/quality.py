@@ -278,12 +278,13 @@ def scifact_metrics(run: dict, qrels: dict) -> dict[str, float]:
 
 
 def section_metrics(run: dict, qrels: dict) -> dict[str, float]:
-    """Recall@3, MRR@3 (the dataset authors' figures), nDCG@10, Recall@10."""
-    out = {"recall@3": 0.0, "mrr@3": 0.0, "ndcg@10": 0.0, "recall@10": 0.0}
+    """Recall@3, MRR@3 (the dataset authors' figures), nDCG@10, Recall@10, MRR@10."""
+    out = {"recall@3": 0.0, "mrr@3": 0.0, "ndcg@10": 0.0, "recall@10": 0.0, "mrr@10": 0.0}
     for qid, rels in qrels.items():
         ranked = run.get(qid, [])
         out["recall@3"] += recall_at_k(ranked, rels, 3)
         out["mrr@3"] += mrr_at_k(ranked, rels, 3)
+        out["mrr@10"] += mrr_at_k(ranked, rels, 10)
         out["ndcg@10"] += ndcg_at_k(ranked, rels, 10)
         out["recall@10"] += recall_at_k(ranked, rels, 10)
     return {k: v / max(len(qrels), 1) for k, v in out.items()}

@@ -20,6 +20,7 @@ from llama_index.core.vector_stores.types import MetadataFilters
 
 from .engine.errors import InputError, ModelError
 from .engine.search.pipeline import MODES, Explanation
+from .engine.search.vector import MAX_K
 from .vector_store import UNKNOWN_MODEL, PolarisVectorStore, binding_of, hit_to_node, to_engine_filter
 
 
@@ -37,12 +38,15 @@ class PolarisRetriever(BaseRetriever):
     """Retrieve from a ``PolarisVectorStore`` with the Polaris pipeline.
 
     ``PolarisRetriever(vector_store=store, embed_model=embed, similarity_top_k=10,
-    mode="hybrid", documents=None, collections=None, filters=None)``. ``documents``
-    (ids or paths) and ``collections`` (their completed documents) scope the search as in
-    5ire: an empty list scopes to nothing. ``filters`` are LlamaIndex ``MetadataFilters``.
-    Left out: the store is opened at the config's ``db_path``, ``similarity_top_k`` is the
+    mode="hybrid", documents=None, collections=None, filters=None, alpha=None)``. The
+    store's collection bounds every search; ``documents`` (ids or paths) and
+    ``collections`` narrow it as in 5ire: an empty list scopes to nothing. ``filters`` are
+    LlamaIndex ``MetadataFilters``; ``alpha`` weighs vector against BM25 in hybrid fusion
+    (1 = vector only, 0 = BM25 only). ``similarity_top_k`` is returned as asked. Left
+    out: the store is opened at the config's ``db_path``, ``similarity_top_k`` is the
     config's ``top_k``, and queries are embedded with the model the database records
-    (the engine's embedder), so ``embed_model`` is needed only to embed elsewhere.
+    (the engine's embedder), so ``embed_model`` is needed only to embed elsewhere; a
+    query vector from another model is refused as the store refuses it.
     """
 
     def __init__(
@@ -55,6 +59,7 @@ class PolarisRetriever(BaseRetriever):
         collections: Optional[Sequence[str]] = None,
         filters: Optional[MetadataFilters] = None,
         mmr_lambda: Optional[float] = None,
+        alpha: Optional[float] = None,
         callback_manager: Optional[CallbackManager] = None,
         **kwargs: Any,
     ) -> None:
@@ -71,12 +76,16 @@ class PolarisRetriever(BaseRetriever):
         self.collections = collections
         self.filters = filters
         self.mmr_lambda = mmr_lambda
+        self.alpha = alpha
         self._engine_filters = to_engine_filter(filters)  # fails now on a filter of the wrong type
         super().__init__(callback_manager=callback_manager, **kwargs)
 
     def _embed_query(self, query: str) -> Any:
         if self.embed_model is not None:
-            return self.embed_model.get_query_embedding(query)
+            vector = self.embed_model.get_query_embedding(query)
+            if binding_of(self.embed_model) is None:  # not a PolarisEmbedding: check it is the index's model
+                self.vector_store.check_query_vector(query, vector)
+            return vector
         recorded = self.vector_store.client.model
         if recorded is not None and recorded.model_id == UNKNOWN_MODEL:
             raise ModelError(
@@ -86,10 +95,14 @@ class PolarisRetriever(BaseRetriever):
         return self.vector_store.index.embedder.embed_query(query)
 
     def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
+        if self.mode != "bm25" and query_bundle.embedding is not None:
+            self.vector_store.check_query_vector(query_bundle.query_str, query_bundle.embedding)
         hits = self.vector_store.search(
             query_bundle.query_str,
             embed_query=self._embed_query,
             top_k=self.similarity_top_k,
+            max_top_k=MAX_K,
+            alpha=self.alpha,
             mode=self.mode,
             documents=self.documents,
             collections=self.collections,

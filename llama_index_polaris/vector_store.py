@@ -4,35 +4,45 @@ A thin adapter: it translates LlamaIndex types (nodes, ``VectorStoreQuery``,
 ``MetadataFilters``) into engine calls and back; every piece of retrieval logic lives
 in ``engine.search``.
 
-Model binding. The store embeds nothing itself, yet a ``polaris.db`` records the model
-its vectors came from (``polaris_meta``) and refuses vectors from another one. The
-binding written on the first ``add`` comes from, in order:
+Collections. A store reads and writes one collection (``collection="default"``, the one
+`polaris index` fills by default): ``add``, ``query``, ``get_nodes``, ``delete``,
+``delete_nodes`` and ``clear`` never touch another. ``collection=None`` reads every
+collection and refuses writes.
 
-* ``embed_model=PolarisEmbedding(...)``: model id, dim, ONNX fingerprint and prefixes;
-* ``model_id="..."``: that id, with the dim of the nodes' embeddings;
-* neither: the model the file already records, else ``"unknown"`` at the nodes' dim.
+Nodes round-trip: the node's class, excluded metadata keys, templates and relationships
+are stored with it (``chunks.node``) and restored by ``get_nodes`` and ``query``.
 
-Nodes whose embeddings have another dim, or an ``embed_model``/``model_id`` naming
-another model than the file records, are refused with ``ModelMismatchError``.
+Model identity. A ``polaris.db`` records the model its vectors came from and refuses
+vectors from another one. The model of an ``add`` is, in order: ``embed_model=`` given
+here, ``model_id=`` given here, ``Settings.embed_model`` when it is set, else the one the
+file records. A ``PolarisEmbedding`` is recorded by id, dim and ONNX fingerprint; another
+embedding class by ``ClassName:model_name``. Same-dimension vectors that no identity
+proves are checked against the recorded model when it is a Polaris model: one node of
+each ``add`` and each query string are embedded again and refused below cosine 0.98
+(a query embedded by a PolarisEmbedding of that model in this process is not embedded twice).
 
 Query modes: ``DEFAULT`` is vector KNN (similarities are cosine similarities,
 ``1 - distance``); ``TEXT_SEARCH`` is BM25 over ``query_str``; ``HYBRID`` is the full
-pipeline (KNN + BM25, RRF, heading boost, MMR; needs ``query_str`` and
-``query_embedding``); ``MMR`` re-ranks the vector candidates by MMR with
-``mmr_threshold`` as lambda (default: the config's ``mmr_lambda``). Non-DEFAULT
-similarities are the pipeline's scores, the top hit 1.0. ``alpha`` is not used: fusion is
-by rank (RRF), not by a weighted sum of scores. Empty ``doc_ids``/``node_ids`` lists mean
-no filter (``VectorStoreIndex.as_retriever()`` passes ``node_ids=[]``).
+pipeline (KNN + BM25, RRF weighted by ``alpha`` when given: 1 = vector only, 0 = BM25
+only; heading boost; MMR when ``mmr_threshold`` is given); ``MMR`` re-ranks the vector
+candidates by MMR with ``mmr_threshold`` as lambda (default: the config's ``mmr_lambda``).
+``mmr_threshold`` may come with the query or as a keyword of ``query`` (LlamaIndex's
+``vector_store_kwargs``). ``similarity_top_k`` is returned as asked (up to 4,096; the
+1..100 clamp is the command line's rule for agents). Non-DEFAULT similarities are the
+pipeline's scores, the top hit 1.0. Empty ``doc_ids``/``node_ids`` lists mean no filter
+(``VectorStoreIndex.as_retriever()`` passes ``node_ids=[]``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections import defaultdict
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
+from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.schema import BaseNode, MetadataMode, NodeRelationship, RelatedNodeInfo, TextNode
 from llama_index.core.vector_stores.types import (
     BasePydanticVectorStore,
@@ -42,16 +52,21 @@ from llama_index.core.vector_stores.types import (
     VectorStoreQueryMode,
     VectorStoreQueryResult,
 )
+from llama_index.core.vector_stores.utils import metadata_dict_to_node
 from pydantic import PrivateAttr
 
 from .engine.config import PolarisConfig, load_config
-from .engine.errors import InputError, ModelMismatchError
+from .engine.embed import get_model_spec
+from .engine.errors import InputError, ModelError, ModelMismatchError
+from .engine.recipe import STRUCTURAL_KEYS
 from .engine.search.filters import Condition, Filter, FilterGroup
 from .engine.search.pipeline import Hit, Searcher
+from .engine.search.vector import MAX_K
 from .engine.session import PolarisIndex
 from .engine.store import DEFAULT_COLLECTION, ChunkRecord, DocumentRecord, ModelBinding, Store
 
 UNKNOWN_MODEL = "unknown"
+MIN_COSINE = 0.98  # the same model re-embedding the same text gives > 0.999; another model far less
 
 _MODES = {
     VectorStoreQueryMode.DEFAULT: "vector",
@@ -59,6 +74,8 @@ _MODES = {
     VectorStoreQueryMode.HYBRID: "hybrid",
     VectorStoreQueryMode.MMR: "vector",
 }
+# the node fields kept in their own columns, not in chunks.node
+_COLUMN_FIELDS = ("id_", "embedding", "metadata", "text", "start_char_idx", "end_char_idx")
 
 
 def to_engine_filter(filters: MetadataFilters | MetadataFilter | None) -> Filter | None:
@@ -75,23 +92,26 @@ def to_engine_filter(filters: MetadataFilters | MetadataFilter | None) -> Filter
 
 def to_node(
     node_id: str, text: str, metadata: Dict[str, Any], document_id: str,
-    start_char: int | None, end_char: int | None, embedding: Any = None,
-) -> TextNode:
-    """A stored chunk as a ``TextNode`` whose SOURCE relationship is its document (ref_doc_id)."""
+    start_char: int | None, end_char: int | None, embedding: Any = None, node: str | None = None,
+) -> BaseNode:
+    """A stored chunk as a LlamaIndex node: the node that was added, or a TextNode for `polaris index` chunks."""
+    vector = None if embedding is None else [float(x) for x in embedding]
+    if node is not None:
+        fields = json.loads(node)
+        fields.update(id_=node_id, text=text, metadata=metadata, start_char_idx=start_char, end_char_idx=end_char,
+                      embedding=vector)
+        return metadata_dict_to_node({"_node_content": json.dumps(fields), "_node_type": fields.get("class_name")})
     return TextNode(
-        id_=node_id,
-        text=text,
-        metadata=metadata,
-        start_char_idx=start_char,
-        end_char_idx=end_char,
-        embedding=None if embedding is None else [float(x) for x in embedding],
-        relationships={NodeRelationship.SOURCE: RelatedNodeInfo(node_id=document_id)},
+        id_=node_id, text=text, metadata=metadata, start_char_idx=start_char, end_char_idx=end_char,
+        embedding=vector, relationships={NodeRelationship.SOURCE: RelatedNodeInfo(node_id=document_id)},
+        excluded_llm_metadata_keys=[k for k in STRUCTURAL_KEYS if k in metadata],
+        excluded_embed_metadata_keys=[k for k in metadata if k != "heading_path"],
     )
 
 
-def hit_to_node(hit: Hit) -> TextNode:
-    """A search hit as a ``TextNode``."""
-    return to_node(hit.node_id, hit.text, hit.metadata, hit.document_id, hit.start_char, hit.end_char)
+def hit_to_node(hit: Hit) -> BaseNode:
+    """A search hit as a LlamaIndex node."""
+    return to_node(hit.node_id, hit.text, hit.metadata, hit.document_id, hit.start_char, hit.end_char, node=hit.node)
 
 
 def _int_or(value: Any, default: int) -> int:
@@ -101,6 +121,7 @@ def _int_or(value: Any, default: int) -> int:
 def _chunk(node: BaseNode, position: int) -> ChunkRecord:
     meta = dict(node.metadata)
     heading = meta.get("heading_path")
+    rest = {k: v for k, v in node.model_dump(mode="json").items() if k not in _COLUMN_FIELDS}
     return ChunkRecord(
         node_id=node.node_id,
         text=node.get_content(metadata_mode=MetadataMode.NONE),
@@ -110,15 +131,16 @@ def _chunk(node: BaseNode, position: int) -> ChunkRecord:
         start_char=node.start_char_idx,
         end_char=node.end_char_idx,
         metadata=meta,
+        node=json.dumps(rest, ensure_ascii=False),
     )
 
 
 class PolarisVectorStore(BasePydanticVectorStore):
     """LlamaIndex vector store over a ``polaris.db`` (SQLite + sqlite-vec + FTS5).
 
-    ``PolarisVectorStore(db_path="polaris.db")``; arguments left out come from the
-    merged ``polaris.toml`` (``load_config()``). New documents created by ``add`` go to
-    ``collection``. See the module docstring for the model binding and query modes.
+    ``PolarisVectorStore(db_path="polaris.db", collection="default", embed_model=None)``;
+    arguments left out come from the merged ``polaris.toml``. See the module docstring for
+    collections, model identity and query modes.
     """
 
     stores_text: bool = True
@@ -126,10 +148,10 @@ class PolarisVectorStore(BasePydanticVectorStore):
     flat_metadata: bool = False
     db_path: str
     model_id: Optional[str] = None
-    collection: str = DEFAULT_COLLECTION
+    collection: Optional[str] = DEFAULT_COLLECTION
 
     _index: PolarisIndex = PrivateAttr()
-    _binding: Optional[ModelBinding] = PrivateAttr(default=None)
+    _embed_model: Any = PrivateAttr(default=None)
 
     def __init__(
         self,
@@ -137,22 +159,33 @@ class PolarisVectorStore(BasePydanticVectorStore):
         *,
         model_id: Optional[str] = None,
         embed_model: Any = None,
-        collection: str = DEFAULT_COLLECTION,
+        collection: Optional[str] = DEFAULT_COLLECTION,
         config: Optional[PolarisConfig] = None,
         **kwargs: Any,
     ) -> None:
+        if kwargs:
+            raise InputError(
+                f"PolarisVectorStore does not take {', '.join(sorted(kwargs))}; it takes db_path, collection,"
+                " embed_model, model_id and config."
+            )
         cfg = config if config is not None else load_config()
         path = str(db_path if db_path is not None else cfg.db_path)
-        binding = binding_of(embed_model)
-        if binding is not None and model_id is not None and model_id != binding.model_id:
-            raise InputError(f"model_id {model_id!r} and embed_model ({binding.model_id}) disagree; pass one.")
+        if embed_model is not None and not isinstance(embed_model, BaseEmbedding):
+            raise InputError(
+                f"embed_model must be a LlamaIndex embedding (a BaseEmbedding such as PolarisEmbedding),"
+                f" got {type(embed_model).__name__}."
+            )
+        if embed_model is not None and model_id is not None and model_id != model_name(embed_model):
+            raise InputError(f"model_id {model_id!r} and embed_model ({model_name(embed_model)}) disagree; pass one.")
         super().__init__(
-            db_path=path, model_id=binding.model_id if binding else model_id, collection=collection, **kwargs
+            db_path=path, model_id=model_name(embed_model) if embed_model is not None else model_id,
+            collection=collection,
         )
         self._index = PolarisIndex(path, config=cfg)
-        self._binding = binding
-        if binding is not None:
-            self._index.store.check_model(binding)
+        self._embed_model = embed_model
+        polaris = binding_of(embed_model)
+        if polaris is not None:
+            self._index.store.check_model(polaris)
 
     @classmethod
     def class_name(cls) -> str:
@@ -177,28 +210,33 @@ class PolarisVectorStore(BasePydanticVectorStore):
         """Close the database connection."""
         self._index.close()
 
+    def _writable(self) -> str:
+        if self.collection is None:
+            raise InputError("this store reads every collection (collection=None); open one with collection=NAME to write.")
+        return self.collection
+
     # -- writes -------------------------------------------------------------------
     def add(self, nodes: Sequence[BaseNode], **add_kwargs: Any) -> List[str]:
-        """Upsert ``nodes`` by node id, grouped into documents by ``ref_doc_id``."""
+        """Upsert ``nodes`` by node id, grouped into documents by ``ref_doc_id``, in this collection."""
+        collection = self._writable()
         if not nodes:
             return []
         vectors = self._vectors(nodes)
         groups: Dict[str, List[int]] = defaultdict(list)
         for i, node in enumerate(nodes):
             groups[node.ref_doc_id or node.node_id].append(i)
-        store = self.client
         for doc_id, members in groups.items():
             first = nodes[members[0]].metadata
             doc = DocumentRecord(
                 doc_id, path=_str_or_none(first.get("file_path")), name=_str_or_none(first.get("file_name")),
-                collection=self.collection,
+                collection=collection,
             )
             chunks = [_chunk(nodes[i], pos) for pos, i in enumerate(members)]
-            store.upsert_chunks(doc, chunks, None if vectors is None else vectors[members])
+            self.client.upsert_chunks(doc, chunks, None if vectors is None else vectors[members])
         return [n.node_id for n in nodes]
 
     def _vectors(self, nodes: Sequence[BaseNode]) -> Optional[np.ndarray]:
-        """The nodes' embeddings as one matrix (None when none has one), model bound first."""
+        """The nodes' embeddings as one matrix (None when none has one), their model bound and checked."""
         have = [n.embedding is not None for n in nodes]
         if not any(have):
             return None
@@ -208,65 +246,100 @@ class PolarisVectorStore(BasePydanticVectorStore):
         dims = {len(n.embedding) for n in nodes}
         if len(dims) != 1:
             raise InputError(f"the nodes' embeddings have different sizes: {sorted(dims)}.")
-        self._bind(dims.pop())
-        return np.asarray([n.embedding for n in nodes], dtype=np.float32)
+        vectors = np.asarray([n.embedding for n in nodes], dtype=np.float32)
+        proven = self._bind(vectors.shape[1])
+        if not proven:
+            self._check_vector(nodes[0].get_content(metadata_mode=MetadataMode.EMBED), vectors[0], query=False)
+        return vectors
 
-    def _bind(self, dim: int) -> None:
+    def _wanted(self, dim: int) -> Optional[ModelBinding]:
+        """The model these vectors claim to come from (None: nothing says)."""
+        if self._embed_model is not None:
+            return binding_of(self._embed_model, dim)
+        if self.model_id is not None:
+            return ModelBinding(self.model_id, dim)
+        settings_model = _settings_embed_model()
+        return binding_of(settings_model, dim) if settings_model is not None else None
+
+    def _bind(self, dim: int) -> bool:
+        """Record or check the model of ``dim``-dim vectors; True when an identity proves them."""
         store = self.client
-        recorded = store.model
-        if self._binding is not None:
-            wanted = self._binding
-            if wanted.dim != dim:
-                raise ModelMismatchError(
-                    f"the nodes carry {dim}-dim embeddings but embed_model {wanted.model_id} makes {wanted.dim}."
-                )
-        elif recorded is not None and self.model_id is None:
-            wanted = ModelBinding(recorded.model_id, dim)
-        else:
-            wanted = ModelBinding(self.model_id or UNKNOWN_MODEL, dim)
+        recorded, wanted = store.model, self._wanted(dim)
         if recorded is not None and recorded.dim != dim:
             raise ModelMismatchError(
                 f"{store.path} holds {recorded.dim}-dim vectors of {recorded.model_id}, but these nodes carry"
                 f" {dim}-dim embeddings; vectors from two models cannot be compared. Embed with"
                 f" {recorded.model_id} or write to a new file."
             )
-        store.bind_model(wanted)
+        store.bind_model(wanted or recorded or ModelBinding(UNKNOWN_MODEL, dim))
+        return wanted is not None and bool(wanted.fingerprint)  # a PolarisEmbedding: id, dim and file agree
+
+    def _check_vector(self, text: str, vector: np.ndarray, *, query: bool) -> None:
+        """Embed ``text`` with the recorded Polaris model and refuse ``vector`` if it is not that model's."""
+        recorded = self.client.model
+        if recorded is None or not _is_polaris_model(recorded.model_id):
+            return  # another library's model: only its recorded name and dim can be checked
+        try:
+            embedder = self._index.embedder
+        except ModelError as exc:
+            raise ModelError(
+                f"cannot check that these vectors come from {recorded.model_id}, which {self.client.path} records:"
+                f" {exc} Pass embed_model=PolarisEmbedding(...) to the store to vouch for them."
+            ) from exc
+        mine = embedder.embed_query(text) if query else embedder.embed_documents([text])[0]
+        given = np.asarray(vector, dtype=np.float32)
+        cosine = float(mine @ given / (np.linalg.norm(mine) * np.linalg.norm(given) or 1.0))
+        if cosine < MIN_COSINE:
+            what = "the query embedding" if query else "these nodes' embeddings"
+            raise ModelMismatchError(
+                f"{what} do not come from {recorded.model_id}, which {self.client.path} was built with"
+                f" (cosine {cosine:.3f} against {recorded.model_id}'s own embedding of the same text);"
+                f" embed with PolarisEmbedding(model_id={recorded.model_id!r}) or use another file."
+            )
+
+    def check_query_vector(self, query: str, vector: Any) -> None:
+        """Refuse a query vector that the recorded Polaris model would not make for ``query``."""
+        self._check_vector(query, np.asarray(vector, dtype=np.float32), query=True)
 
     def delete(self, ref_doc_id: str, **delete_kwargs: Any) -> None:
-        """Remove the document ``ref_doc_id`` with all its nodes."""
-        self.client.delete_document(ref_doc_id)
+        """Remove the document ``ref_doc_id`` of this collection with all its nodes."""
+        self.client.delete_document(ref_doc_id, collection=self._writable())
 
     def delete_nodes(
         self, node_ids: Optional[List[str]] = None, filters: Optional[MetadataFilters] = None, **delete_kwargs: Any
     ) -> None:
-        """Remove the nodes in ``node_ids`` that pass ``filters``; with neither, nothing is removed."""
+        """Remove this collection's nodes in ``node_ids`` that pass ``filters``; with neither, nothing."""
+        collection = self._writable()
         if node_ids is None and filters is None:
             return
-        self.client.delete_chunks(node_ids=node_ids, filters=to_engine_filter(filters))
+        self.client.delete_chunks(node_ids=node_ids, filters=to_engine_filter(filters), collection=collection)
 
     def clear(self) -> None:
-        """Remove every document and node (the model binding stays)."""
-        self.client.clear()
+        """Remove every document and node of this collection (the model binding stays)."""
+        self.client.remove_collection(self._writable())
 
     # -- reads --------------------------------------------------------------------
     def get_nodes(
         self, node_ids: Optional[List[str]] = None, filters: Optional[MetadataFilters] = None
     ) -> List[BaseNode]:
-        """Nodes by id and/or metadata filters (all nodes when both are None), with embeddings."""
-        chunks = self.client.get_chunks(node_ids=node_ids, filters=to_engine_filter(filters), with_embedding=True)
+        """This collection's nodes by id and/or metadata filters (all when both are None), with embeddings."""
+        chunks = self.client.get_chunks(
+            node_ids=node_ids, filters=to_engine_filter(filters), with_embedding=True, collection=self.collection
+        )
         if node_ids is not None:  # in the order asked for
             order = {n: i for i, n in enumerate(node_ids)}
             chunks.sort(key=lambda c: order[c.node_id])
         return [
-            to_node(c.node_id, c.text, c.metadata, c.document_id or "", c.start_char, c.end_char, c.embedding)
+            to_node(c.node_id, c.text, c.metadata, c.document_id or "", c.start_char, c.end_char, c.embedding, c.node)
             for c in chunks
         ]
 
     def search(self, query: str, *, embed_query: Callable[[str], Any] | None = None, **kwargs: Any) -> List[Hit]:
-        """Run the engine pipeline (``Searcher.search``) on this store; ``embed_query`` embeds the query."""
-        return Searcher(
+        """Run the engine pipeline (``Searcher.search``) in this collection; ``embed_query`` embeds the query."""
+        searcher = self._index.searcher() if embed_query is None else Searcher(
             self.client, embed_query, self.config, self._index.vector_cache, self._index.bm25_cache
-        ).search(query, **kwargs)
+        )
+        return searcher.search(query, within_collection=self.collection, **kwargs)
 
     def query(self, query: VectorStoreQuery, **kwargs: Any) -> VectorStoreQueryResult:
         """Answer a LlamaIndex query in mode DEFAULT, TEXT_SEARCH, HYBRID or MMR."""
@@ -278,21 +351,22 @@ class PolarisVectorStore(BasePydanticVectorStore):
             raise InputError(f"query mode {query.mode.name} needs query_embedding.")
         if query.mode in (VectorStoreQueryMode.HYBRID, VectorStoreQueryMode.TEXT_SEARCH) and query.query_str is None:
             raise InputError(f"query mode {query.mode.name} needs query_str.")
+        if mode != "bm25" and query.query_str:
+            self.check_query_vector(query.query_str, query.query_embedding)
         top_k = query.similarity_top_k
         if query.mode == VectorStoreQueryMode.HYBRID and query.hybrid_top_k is not None:
             top_k = query.hybrid_top_k
-        mmr_lambda = None
-        if query.mode == VectorStoreQueryMode.MMR:
-            mmr_lambda = query.mmr_threshold if query.mmr_threshold is not None else self.config.mmr_lambda
         hits = self.search(
             query.query_str or "",
             top_k=top_k,
+            max_top_k=MAX_K,
             mode=mode,
             documents=query.doc_ids or None,
             filters=to_engine_filter(query.filters),
             node_ids=query.node_ids or None,
             query_vector=None if mode == "bm25" else query.query_embedding,
-            mmr_lambda=mmr_lambda,
+            mmr_lambda=self._mmr_lambda(query, kwargs),
+            alpha=query.alpha if query.mode == VectorStoreQueryMode.HYBRID else None,
         )
         if query.mode == VectorStoreQueryMode.DEFAULT:
             similarities = [1.0 - h.explain.vector_distance for h in hits]
@@ -301,6 +375,18 @@ class PolarisVectorStore(BasePydanticVectorStore):
         return VectorStoreQueryResult(
             nodes=[hit_to_node(h) for h in hits], similarities=similarities, ids=[h.node_id for h in hits]
         )
+
+    def _mmr_lambda(self, query: VectorStoreQuery, kwargs: Dict[str, Any]) -> Optional[float]:
+        """MMR's lambda: the query's mmr_threshold, else the keyword, else (MMR mode) the config's."""
+        unknown = set(kwargs) - {"mmr_threshold"}
+        if unknown:
+            raise InputError(f"PolarisVectorStore.query does not take {', '.join(sorted(unknown))}.")
+        threshold = query.mmr_threshold if query.mmr_threshold is not None else kwargs.get("mmr_threshold")
+        if threshold is not None and query.mode in (VectorStoreQueryMode.DEFAULT, VectorStoreQueryMode.TEXT_SEARCH):
+            raise InputError(f"mmr_threshold applies to the MMR and HYBRID query modes, not {query.mode.name}.")
+        if threshold is None and query.mode == VectorStoreQueryMode.MMR:
+            return self.config.mmr_lambda
+        return threshold
 
     # -- async: the same calls in a worker thread (the store is thread-safe) ------------
     async def async_add(self, nodes: Sequence[BaseNode], **kwargs: Any) -> List[str]:
@@ -326,19 +412,42 @@ class PolarisVectorStore(BasePydanticVectorStore):
         return await asyncio.to_thread(self.query, query, **kwargs)
 
 
-def binding_of(embed_model: Any) -> Optional[ModelBinding]:
-    """The model binding of a ``PolarisEmbedding`` (None when no embed_model is given)."""
+def binding_of(embed_model: Any, dim: Optional[int] = None) -> Optional[ModelBinding]:
+    """The model binding of an embedding model: full for a ``PolarisEmbedding``, by name for others.
+
+    None for no model, or for another class when ``dim`` is not known yet.
+    """
     if embed_model is None:
         return None
     embedder = getattr(embed_model, "embedder", None)
-    if embedder is None or not hasattr(embedder, "fingerprint"):
-        raise InputError(
-            f"embed_model must be a PolarisEmbedding, got {type(embed_model).__name__};"
-            " for another embedding model pass model_id='...' to record its name."
+    if embedder is not None and hasattr(embedder, "fingerprint"):
+        return ModelBinding(
+            embedder.model_id, embedder.dim, embedder.fingerprint, embedder.spec.doc_prefix, embedder.spec.query_prefix
         )
-    return ModelBinding(
-        embedder.model_id, embedder.dim, embedder.fingerprint, embedder.spec.doc_prefix, embedder.spec.query_prefix
-    )
+    return None if dim is None else ModelBinding(model_name(embed_model), dim)
+
+
+def model_name(embed_model: Any) -> str:
+    """How a model is recorded: a Polaris model id, else ``ClassName:model_name``."""
+    embedder = getattr(embed_model, "embedder", None)
+    if embedder is not None and hasattr(embedder, "fingerprint"):
+        return embedder.model_id
+    return f"{type(embed_model).__name__}:{getattr(embed_model, 'model_name', None) or 'unknown'}"
+
+
+def _settings_embed_model() -> Any:
+    """``Settings.embed_model`` if the user set one (reading the property would resolve a default)."""
+    from llama_index.core import Settings
+
+    return getattr(Settings, "_embed_model", None)
+
+
+def _is_polaris_model(model_id: str) -> bool:
+    try:
+        get_model_spec(model_id)
+    except ModelError:
+        return False
+    return True
 
 
 def _str_or_none(value: Any) -> Optional[str]:

@@ -103,7 +103,7 @@ def test_search_output_for_people(project: Path) -> None:
     assert out.splitlines()[0].startswith(" 1. 1.000  auth/tokens.md  ›  Tokens > Token lifetime")
     status = json.loads(run("status", "--json", cwd=project).stdout)
     assert status["model_id"] == "all-minilm-l6-v2" and status["embedding_dim"] == 384
-    assert (status["documents"], status["schema_version"]) == (3, 3)
+    assert (status["documents"], status["schema_version"]) == (3, 4)
     assert status["config"]["model_id"]["source"].endswith("polaris.toml")
 
 

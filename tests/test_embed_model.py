@@ -153,5 +153,5 @@ def test_embedders_of_one_model_share_one_session():
     a = load_embedder("all-minilm-l6-v2", batch_size=3)
     b = load_embedder("all-minilm-l6-v2", batch_size=5)
     a.embed_query("x")
-    b.embed_query("x")
+    b.embed_query("y")  # not "x": b would answer that from the recent queries without a session
     assert a is not b and a._session is b._session and a._tokenizers is b._tokenizers

@@ -6,8 +6,7 @@ from pathlib import Path
 
 from llama_index_polaris.engine.config import load_config
 from llama_index_polaris.engine.embed import load_embedder
-from llama_index_polaris.engine.index import Indexer, SourceDocument, embed_input
-from llama_index_polaris.engine.chunk import ChunkSpan
+from llama_index_polaris.engine.index import Indexer, SourceDocument
 from llama_index_polaris.engine.store import Store
 
 DOC = """# Guide
@@ -45,19 +44,14 @@ def test_embedded_text_carries_parent_headings_and_fits_the_window(tmp_path: Pat
             return embedder.embed_documents(texts)
 
     with Store(tmp_path / "p.db") as store:
-        Indexer(store, Recording(), config()).index_documents([SourceDocument(id="g.md", text=DOC, path="g.md")])
+        indexer = Indexer(store, Recording(), config())
+        indexer.index_documents([SourceDocument(id="g.md", text=DOC, path="g.md")])
         chunks = store.get_chunks(document_id="g.md")
     assert [c.heading_path for c in chunks][-1] == "Guide > Security > Authorisation"
-    assert any(t.startswith("Guide > Security\n\n### Authorisation") for t in seen)
+    spans = indexer.recipe.chunk(DOC, path="g.md", title="g.md").chunks
+    assert seen == [indexer.recipe.embed_text(s) for s in spans]
+    assert any(t.startswith("section: Guide > Security\n\n### Authorisation") for t in seen)
     assert all(embedder.count_tokens(t) <= embedder.max_chunk_tokens for t in seen)
-
-
-def test_context_is_trimmed_from_the_top_when_the_window_is_tight() -> None:
-    span = ChunkSpan("### Auth\n\nbody", 0, 14, ("Guide", "Security", "Auth"), 3, 5)
-    words = lambda t: len(t.split())  # noqa: E731
-    assert embed_input(span, words, 100).startswith("Guide > Security\n\n")
-    assert embed_input(span, words, 6).startswith("Security\n\n")
-    assert embed_input(span, words, 5) == span.text
 
 
 def test_reindex_reuses_vectors_and_detects_changed_settings(tmp_path: Path) -> None:

@@ -48,14 +48,16 @@ def test_ids_are_deterministic_and_relationships_link_the_document():
         assert nxt.relationships[NodeRelationship.PREVIOUS].node_id == prev.id_
 
 
-def test_heading_path_in_embed_text_is_configurable():
-    _, nodes = parse()
+def test_the_embedded_text_is_the_engine_recipe_and_the_llm_sees_where_a_chunk_is():
+    parser, nodes = parse()
+    spans = parser.recipe.chunk(SOURCE, path="/srv/docs/sessions.md", title="sessions.md").chunks
+    for node, span in zip(nodes, spans, strict=True):
+        assert node.get_content(MetadataMode.EMBED) == parser.recipe.embed_text(span)
     embed = nodes[-1].get_content(MetadataMode.EMBED)
-    assert embed.startswith("heading_path: Guide > Expiry")
     assert "chunk_index" not in embed and "owner" not in embed and "file_path" not in embed
-    assert "file_path: /srv/docs/sessions.md" in nodes[-1].get_content(MetadataMode.LLM)
-    _, plain = parse(embed_heading_path=False)
-    assert plain[-1].get_content(MetadataMode.EMBED) == plain[-1].text
+    llm = nodes[-1].get_content(MetadataMode.LLM)
+    assert "file_path: /srv/docs/sessions.md" in llm and "heading_path: Guide > Expiry" in llm
+    assert "chunk_index" not in llm and "heading_level" not in llm
 
 
 def test_defaults_come_from_polaris_toml(tmp_path, monkeypatch):
@@ -89,7 +91,7 @@ def test_node_ids_match_the_engine_indexer(tmp_path):
 
 
 def test_with_a_polaris_embedding_nothing_embedded_is_truncated():
-    """The budget is the model's tokens, capped so that chunk and heading line fit its window."""
+    """The budget is the model's window, in its tokens; the heading line is added only where it fits."""
     from llama_index_polaris import PolarisEmbedding
 
     embed = PolarisEmbedding(model_id="all-minilm-l6-v2")
@@ -99,20 +101,23 @@ def test_with_a_polaris_embedding_nothing_embedded_is_truncated():
     code = "# Code\n\n```python\n" + "x_value = compute(a, b, c)  # 12 tokens or so\n" * 80 + "```\n"
     docs = [Document(text=t, id_=f"d{i}") for i, t in enumerate([SOURCE, long_heading, code])]
     parser = PolarisNodeParser(config=load_config(use_user_config=False), embed_model=embed)
-    assert parser.settings.max_tokens == embedder.max_chunk_tokens - 32 == 222
+    assert parser.recipe.max_tokens == embedder.max_chunk_tokens == 254
     nodes = parser.get_nodes_from_documents(docs)
     for node in nodes:
         embedded = node.get_content(metadata_mode=MetadataMode.EMBED)
         assert len(raw.encode(embedded, add_special_tokens=False).ids) <= embedder.max_chunk_tokens, embedded[:80]
-    assert any("heading_path" in n.excluded_embed_metadata_keys for n in nodes)  # the 40-word heading
-    assert any("heading_path" not in n.excluded_embed_metadata_keys for n in nodes)
-    # without it the estimate overruns the window: what this option exists to prevent
-    plain = PolarisNodeParser(config=load_config(use_user_config=False)).get_nodes_from_documents(docs)
-    assert max(len(raw.encode(n.text, add_special_tokens=False).ids) for n in plain) > embedder.max_chunk_tokens
+    assert any(n.get_content(MetadataMode.EMBED) == n.text for n in nodes)  # a full chunk: no room for context
+    assert any(n.get_content(MetadataMode.EMBED) != n.text for n in nodes)
+    # counted as len/4 (a model Polaris cannot see) the chunks overrun the window
+    plain = PolarisNodeParser(config=load_config(use_user_config=False), count_tokens=lambda t: -(-len(t) // 4))
+    assert max(len(raw.encode(n.text, add_special_tokens=False).ids)
+               for n in plain.get_nodes_from_documents(docs)) > embedder.max_chunk_tokens
 
 
 def test_embed_model_must_be_a_polaris_embedding():
     import pytest
 
-    with pytest.raises(TypeError, match="count_tokens"):
+    from llama_index_polaris.engine.errors import InputError
+
+    with pytest.raises(InputError, match="count_tokens"):
         PolarisNodeParser(config=load_config(use_user_config=False), embed_model=object())

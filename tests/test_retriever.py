@@ -48,11 +48,12 @@ def nodes_for(embed_text) -> dict[str, list[TextNode]]:
 
 @pytest.fixture
 def stores(db_path):
-    """Two adapters on one file: 'docs' and 'blog' collections."""
+    """Three adapters on one file: the 'docs' and 'blog' collections, and all of them (None)."""
     cfg = load_config(use_user_config=False)
     made = {c: PolarisVectorStore(db_path, model_id="fake-bow", collection=c, config=cfg) for c in ("docs", "blog")}
     for collection, nodes in nodes_for(lambda t: [float(x) for x in embed(t)]).items():
         made[collection].add(nodes)
+    made["all"] = PolarisVectorStore(db_path, collection=None, config=cfg)
     yield made
     for s in made.values():
         s.close()
@@ -79,11 +80,13 @@ def test_hybrid_by_default_top_score_one_and_explanations(retriever):
 def test_documents_collections_and_filters_scope_the_search(stores):
     embed_model = BowEmbedding(embed_dim=DIM)
 
-    def kinds(**kw):
-        r = PolarisRetriever(vector_store=stores["docs"], embed_model=embed_model, similarity_top_k=10, **kw)
+    def kinds(store="all", **kw):
+        r = PolarisRetriever(vector_store=stores[store], embed_model=embed_model, similarity_top_k=10, **kw)
         return {h.node.metadata["kind"] for h in r.retrieve("sessions lifetime backups")}
 
     assert kinds() == {"guide", "runbook", "post"}
+    assert kinds("docs") == {"guide", "runbook"} and kinds("blog") == {"post"}  # a store sees its collection
+    assert kinds("docs", collections=["blog"]) == set()  # ... and a scope only narrows it
     assert kinds(collections=["blog"]) == {"post"}
     assert kinds(collections=["docs"]) == {"guide", "runbook"}
     assert kinds(documents=["runbook"]) == {"runbook"}

@@ -26,14 +26,14 @@ import numpy as np
 
 from .config import PolarisConfig
 from .db.schema import file_document_id
-from .errors import ConfigError, InputError
-from .ids import node_id_for
+from .errors import InputError
 from .lock import index_lock
+from .recipe import DEFAULT_CONTEXT, Recipe, make_recipe, node_id
 from .sources import RootPlan, SourceFile, covers, plan_root, read_source, walk
 from .store import ChunkRecord, DocumentRecord, ModelBinding, Store, text_hash
 
 if TYPE_CHECKING:
-    from .chunk import ChunkedDocument, ChunkSettings, ChunkSpan
+    from .chunk import ChunkedDocument
 
 EMBED_BATCH_CHUNKS = 32  # chunks gathered across documents before one embedding call
 
@@ -105,36 +105,6 @@ def content_hash(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def embed_input(span: "ChunkSpan", count_tokens: Callable[[str], int] | None = None, window: int = 0) -> str:
-    """The text embedded for a chunk: its parent headings, then its own text.
-
-    The chunk's own heading is already in its text; the parents ("Guide > Auth") tell
-    the model where the section sits. With ``count_tokens``, the outermost parents are
-    dropped until context and chunk fit in ``window`` tokens together, so nothing is
-    silently truncated by the embedder.
-    """
-    parents = list(span.heading_path[:-1] if span.heading_level else span.heading_path)
-    room = window - span.token_count
-    while parents and count_tokens is not None and count_tokens(" > ".join(parents)) > room:
-        parents.pop(0)
-    if not parents:
-        return span.text
-    return " > ".join(parents) + "\n\n" + span.text
-
-
-def chunk_budget(config: PolarisConfig, model_max: int) -> int:
-    """max_chunk_tokens, capped at the model's window (an explicit larger value is an error)."""
-    if config.max_chunk_tokens <= model_max:
-        return config.max_chunk_tokens
-    if config.sources.get("max_chunk_tokens", "default") != "default":
-        raise ConfigError(
-            f"{config.sources['max_chunk_tokens']}: 'max_chunk_tokens' is {config.max_chunk_tokens}, but"
-            f" {config.model_id} reads at most {model_max} tokens per chunk; the rest would be silently"
-            f" truncated. Set max_chunk_tokens <= {model_max}."
-        )
-    return model_max
-
-
 class Indexer:
     """Writes documents into a store with one embedder and one chunker configuration."""
 
@@ -146,37 +116,28 @@ class Indexer:
         *,
         collection: str = "default",
         progress: Progress | None = None,
-        heading_context: bool = True,
+        heading_context: str = DEFAULT_CONTEXT,
         on_wait: Callable[[str], None] | None = None,
         whole_documents: bool = False,
     ) -> None:
         self.store, self.embedder, self.config = store, embedder, config
         self.collection = collection
         self.progress = progress or (lambda stage, done, total: None)
-        self.heading_context = heading_context
         self.on_wait = on_wait
         self.whole_documents = whole_documents  # one chunk per document, cut at the window (BEIR/MTEB setup)
         self.window = embedder.max_chunk_tokens
-        budget = chunk_budget(config, self.window)
-        self.chunker_settings = {
-            "max_tokens": budget, "overlap_chars": config.chunk_overlap_chars,
-            "min_chars": config.min_chunk_chars, "heading_context": heading_context,
-        }
+        self._heading_context = heading_context
+        self.chunker_settings = dict(make_recipe(config, self.window, None, heading_context, embedder.model_id).key)
         if whole_documents:
             self.chunker_settings["whole_documents"] = True
         self.settings_key = json.dumps(self.chunker_settings, sort_keys=True)  # as Store.bind_model records it
         store.check_model(self.binding)
 
     @functools.cached_property
-    def settings(self) -> "ChunkSettings":
-        """The chunker settings (the chunker is imported on first use: unchanged runs skip it)."""
-        from .chunk import ChunkSettings
-
-        return ChunkSettings(
-            max_tokens=self.chunker_settings["max_tokens"],
-            overlap_chars=self.config.chunk_overlap_chars,
-            min_chars=self.config.min_chunk_chars,
-            count_tokens=self.embedder.token_counter,
+    def recipe(self) -> Recipe:
+        """The engine's ingestion recipe with this model's tokenizer (loaded on first use)."""
+        return make_recipe(
+            self.config, self.window, self.embedder.token_counter, self._heading_context, self.embedder.model_id
         )
 
     @property
@@ -305,20 +266,18 @@ class Indexer:
         doc.metadata = {**chunked.metadata, **doc.metadata}
         records, inputs = [], []
         for i, span in enumerate(chunked.chunks):
-            embedded = embed_input(span, self.embedder.count_tokens, self.window) if self.heading_context else span.text
-            meta = {"heading_path": span.heading_path_str, "heading_level": span.heading_level, "chunk_index": i}
+            embedded = self.recipe.embed_text(span)
             records.append(ChunkRecord(
-                node_id=node_id_for(doc.id or "", i, span.text), text=span.text, ordinal=i,
+                node_id=node_id(doc.id or "", i, span), text=span.text, ordinal=i,
                 heading_path=span.heading_path_str, heading_level=span.heading_level, start_char=span.start,
-                end_char=span.end, token_count=span.token_count, metadata=meta, text_hash=text_hash(embedded),
+                end_char=span.end, token_count=span.token_count, metadata=self.recipe.chunk_metadata(span, i),
+                text_hash=text_hash(embedded),
             ))
             inputs.append(embedded)
         return records, inputs
 
     def _chunked(self, doc: SourceDocument, text: str, title: str) -> "ChunkedDocument":
-        from .chunk import chunk_document
-
-        return chunk_document(text, self.settings, path=doc.path, title=title)
+        return self.recipe.chunk(text, path=doc.path, title=title)
 
     def _whole(self, text: str, title: str) -> "ChunkedDocument":
         """The whole text as one chunk; the embedder reads its first ``window`` tokens."""

@@ -78,6 +78,7 @@ class ChunkRecord:
     id: int | None = None
     embedding: np.ndarray | None = None
     text_hash: str = ""  # hash of the text that was embedded; defaults to the text's
+    node: str | None = None  # JSON of a LlamaIndex node's other fields (None for chunks `polaris index` made)
 
     def __post_init__(self) -> None:
         if not self.text_hash:
@@ -256,14 +257,31 @@ class Store:
 
         Unlike ``upsert_document`` the document's other chunks stay, and an existing
         document row is left as it is (``doc`` is inserted only when absent). A node id
-        already stored under another document moves to this one.
+        already stored under another document of the same collection moves to this one;
+        a document or node id that belongs to another collection is refused.
         """
         _check_unique(doc, chunks)
         blobs = self._blobs(chunks, vectors)
         with self._write():
-            if self.conn.execute("SELECT 1 FROM documents WHERE id = ?", (doc.id,)).fetchone() is None:
+            row = self.conn.execute("SELECT collection FROM documents WHERE id = ?", (doc.id,)).fetchone()
+            if row is None:
                 self._upsert_document_row(doc)
+            elif row[0] != doc.collection:
+                raise InputError(
+                    f"document {doc.id!r} belongs to collection {row[0]!r}, not {doc.collection!r};"
+                    " give the node another ref_doc_id, or use a store for that collection."
+                )
+            self._refuse_foreign_nodes(doc.collection, chunks)
             self._replace_chunks(doc.id, chunks, blobs)
+
+    def _refuse_foreign_nodes(self, collection: str, chunks: Sequence[ChunkRecord]) -> None:
+        clash = self.conn.execute(
+            f"SELECT c.node_id, d.collection FROM {CHUNKS_WITH_DOCUMENTS}"
+            " WHERE c.node_id IN (SELECT value FROM json_each(?)) AND d.collection != ? LIMIT 1",
+            (json.dumps([c.node_id for c in chunks]), collection),
+        ).fetchone()
+        if clash:
+            raise InputError(f"node {clash[0]!r} belongs to collection {clash[1]!r}, not {collection!r}.")
 
     def _replace_chunks(self, document_id: str, chunks: Sequence[ChunkRecord], blobs: list[bytes | None]) -> None:
         """Insert ``chunks`` under ``document_id``, first removing any chunk with the same node id."""
@@ -271,8 +289,8 @@ class Store:
         self.conn.execute("DELETE FROM chunks WHERE node_id IN (SELECT value FROM json_each(?))", (node_ids,))
         self.conn.executemany(
             """INSERT INTO chunks (node_id, document_id, ordinal, heading_path, heading_level, text,
-                   start_char, end_char, token_count, text_hash, metadata, embedding)
-               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+                   start_char, end_char, token_count, text_hash, metadata, embedding, node)
+               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
             [_chunk_row(document_id, c, b) for c, b in zip(chunks, blobs)],
         )
 
@@ -333,10 +351,13 @@ class Store:
             )
             return cur.rowcount
 
-    def delete_document(self, document_id: str) -> bool:
-        """Remove a document with its chunks, vectors and FTS rows; False if it was absent."""
+    def delete_document(self, document_id: str, collection: str | None = None) -> bool:
+        """Remove a document (of ``collection``, when given) with its chunks, vectors and FTS rows."""
         with self._write():
-            cur = self.conn.execute("DELETE FROM documents WHERE id = ?", (document_id,))
+            if collection is None:
+                cur = self.conn.execute("DELETE FROM documents WHERE id = ?", (document_id,))
+            else:
+                cur = self.conn.execute("DELETE FROM documents WHERE id = ? AND collection = ?", (document_id, collection))
             return cur.rowcount > 0
 
     def delete_nodes(self, node_ids: Iterable[str]) -> int:
@@ -347,11 +368,13 @@ class Store:
             )
             return cur.rowcount
 
-    def delete_chunks(self, *, node_ids: Sequence[str] | None = None, filters: Filter | None = None) -> int:
-        """Remove the chunks in ``node_ids`` that pass ``filters`` (either may be None, not both)."""
+    def delete_chunks(
+        self, *, node_ids: Sequence[str] | None = None, filters: Filter | None = None, collection: str | None = None
+    ) -> int:
+        """Remove the chunks in ``node_ids`` that pass ``filters`` (either may be None, not both), in ``collection``."""
         if node_ids is None and filters is None:
             raise InputError("delete_chunks needs node_ids or filters; use clear() to remove everything.")
-        where, args = _chunk_where(node_ids, None, None, filters)
+        where, args = _chunk_where(node_ids, None, None, filters, collection)
         with self._write():
             return self.conn.execute(
                 f"DELETE FROM chunks WHERE id IN (SELECT c.id FROM {CHUNKS_WITH_DOCUMENTS} {where})", args
@@ -455,9 +478,10 @@ class Store:
         document_id: str | None = None,
         filters: Filter | None = None,
         with_embedding: bool = False,
+        collection: str | None = None,
     ) -> list[ChunkRecord]:
-        """Chunks by node id, rowid, document and metadata filters (all that are given), in document order."""
-        where, args = _chunk_where(node_ids, ids, document_id, filters)
+        """Chunks by node id, rowid, document, metadata filters and collection (all given), in document order."""
+        where, args = _chunk_where(node_ids, ids, document_id, filters, collection)
         columns = CHUNK_COLUMNS + (", c.embedding" if with_embedding else "")
         with self._lock:
             rows = self.conn.execute(
@@ -500,7 +524,7 @@ class Store:
 
 CHUNK_COLUMNS = (
     "c.id, c.node_id, c.document_id, c.ordinal, c.heading_path, c.heading_level, c.text, c.start_char,"
-    f" c.end_char, c.token_count, {MERGED_METADATA}, c.text_hash"
+    f" c.end_char, c.token_count, {MERGED_METADATA}, c.text_hash, c.node"
 )
 
 
@@ -510,10 +534,15 @@ def is_relative_path(path: str) -> bool:
     return not path.startswith("/") and ".." not in parts and "" not in parts
 
 
-def _chunk_where(node_ids: Any, ids: Any, document_id: Any, filters: Filter | None = None) -> tuple[str, tuple]:
+def _chunk_where(
+    node_ids: Any, ids: Any, document_id: Any, filters: Filter | None = None, collection: str | None = None
+) -> tuple[str, tuple]:
     """WHERE over ``CHUNKS_WITH_DOCUMENTS``; filters see the merged metadata."""
     parts: list[str] = []
     args: list[Any] = []
+    if collection is not None:
+        parts.append("d.collection = ?")
+        args.append(collection)
     if node_ids is not None:
         parts.append("c.node_id IN (SELECT value FROM json_each(?))")
         args.append(json.dumps(list(node_ids)))
@@ -540,7 +569,7 @@ def _check_unique(doc: DocumentRecord, chunks: Sequence[ChunkRecord]) -> None:
 def _chunk_row(document_id: str, c: ChunkRecord, blob: bytes | None) -> tuple:
     return (
         c.node_id, document_id, c.ordinal, c.heading_path, c.heading_level, c.text, c.start_char,
-        c.end_char, c.token_count, c.text_hash, json.dumps(c.metadata, default=str), blob,
+        c.end_char, c.token_count, c.text_hash, json.dumps(c.metadata, default=str), blob, c.node,
     )
 
 
@@ -548,7 +577,7 @@ def _chunk_from_row(r: Sequence[Any], with_embedding: bool) -> ChunkRecord:
     return ChunkRecord(
         id=r[0], node_id=r[1], document_id=r[2], ordinal=r[3], heading_path=r[4], heading_level=r[5],
         text=r[6], start_char=r[7], end_char=r[8], token_count=r[9], metadata=json.loads(r[10]),
-        text_hash=r[11], embedding=from_blob(r[12]) if with_embedding and r[12] is not None else None,
+        text_hash=r[11], node=r[12], embedding=from_blob(r[13]) if with_embedding and r[13] is not None else None,
     )
 
 

@@ -231,10 +231,16 @@ class Migration:
     foreign_keys_off: bool = False
 
 
+def _migration_4(conn: Any, fts_tokenizer: str) -> None:
+    """``chunks.node``: the rest of a LlamaIndex node (class, excluded keys, templates, relationships)."""
+    conn.execute("ALTER TABLE chunks ADD COLUMN node TEXT")
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "core tables", _migration_1),
     Migration(2, "full-text index", _migration_2),
     Migration(3, "collections with roots, documents by (collection, path)", _migration_3, foreign_keys_off=True),
+    Migration(4, "LlamaIndex node fields", _migration_4),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].number
 

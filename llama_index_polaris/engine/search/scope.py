@@ -101,6 +101,22 @@ def resolve_chunks(conn: Any, filters: Filter | None, node_ids: Sequence[str] | 
     return tuple(r[0] for r in rows)
 
 
+def within(conn: Any, document_ids: tuple[str, ...] | None, collection: str) -> tuple[str, ...] | None:
+    """``document_ids`` (None: all) narrowed to the documents of ``collection``."""
+    if document_ids is None:
+        others = conn.execute("SELECT 1 FROM documents WHERE collection != ? LIMIT 1", (collection,)).fetchone()
+        if others is None:
+            return None  # the whole index is this collection: no filter to pay for
+        rows = conn.execute("SELECT id FROM documents WHERE collection = ?", (collection,)).fetchall()
+        return tuple(r[0] for r in rows)
+    rows = conn.execute(
+        "SELECT id FROM documents WHERE collection = ? AND id IN (SELECT value FROM json_each(?))",
+        (collection, json.dumps(list(document_ids))),
+    ).fetchall()
+    keep = {r[0] for r in rows}
+    return tuple(d for d in document_ids if d in keep)
+
+
 def resolve_scope(
     conn: Any,
     *,
@@ -108,6 +124,10 @@ def resolve_scope(
     collections: Sequence[str] | None = None,
     filters: Filter | None = None,
     node_ids: Sequence[str] | None = None,
+    within_collection: str | None = None,
 ) -> Scope:
-    """The Scope for these restrictions."""
-    return Scope(resolve_documents(conn, documents, collections), resolve_chunks(conn, filters, node_ids))
+    """The Scope for these restrictions (``within_collection`` intersects, the others unite)."""
+    document_ids = resolve_documents(conn, documents, collections)
+    if within_collection is not None:
+        document_ids = within(conn, document_ids, within_collection)
+    return Scope(document_ids, resolve_chunks(conn, filters, node_ids))
