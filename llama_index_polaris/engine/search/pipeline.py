@@ -68,7 +68,8 @@ class Hit:
     explain: Explanation = field(default_factory=Explanation)
 
     def to_dict(self, explain: bool = True) -> dict[str, Any]:
-        """A JSON-ready dict (the shape of `polaris search --json`)."""
+        """A JSON-ready dict: the one shape of a hit in `polaris search --json [--explain]`,
+        `polaris_search()` and the Datasette explorer's JSON (``explain`` adds the stage figures)."""
         out = asdict(self)
         if not explain:
             out.pop("explain")
