@@ -133,7 +133,7 @@ async def document_page(datasette: Any, request: Any) -> Response:
     context.update(form=form, back_url=_url(context["overview_url"], form.state()))
     if form.errors:
         return await page.failure(400, _joined(form.errors), "polaris_document.html", context, errors=form.errors)
-    doc, rows = await _in_thread(datasette, lambda: _document(engine, doc_id, form))
+    doc, rows = await _in_thread(datasette, lambda: _document(engine, doc_id, form, html=not page.wants_json))
     if doc is None:
         return await page.failure(404, f"No document with id {doc_id!r} in {name}.", "polaris_document.html", context)
     context.update(
@@ -200,7 +200,7 @@ async def _search_page(page: "_Page", name: str, names: list[str]) -> Response:
             hits = await _in_thread(datasette, lambda: _search(engine, form))
         except PolarisError as exc:
             status, error = (400 if isinstance(exc, InputError) else 500), str(exc)
-    results = await _in_thread(datasette, lambda: _results(engine, hits, form)) if hits else []
+    results = await _in_thread(datasette, lambda: _results(engine, hits, form)) if hits and not page.wants_json else []
     settings = {key: getattr(engine.config, key) for key in SEARCH_SETTINGS}
     context.update(overview)
     context.update(
@@ -277,30 +277,40 @@ def _text_html(text: str, marker: render.Highlighter, view: str, heading_offset:
     return render.markdown(text, marker, heading_offset)
 
 
-def _document(engine: Engine, doc_id: str, form: SearchForm) -> tuple[Any, list[dict[str, Any]]]:
+def _document(engine: Engine, doc_id: str, form: SearchForm, html: bool) -> tuple[Any, list[dict[str, Any]]]:
+    """The document and, per chunk, its figures (and, for the page, its marked-up text)."""
     doc = engine.store.get_document(doc_id)
     if doc is None:
         return None, []
     chunks = engine.store.get_chunks(document_id=doc_id)
     count_tokens = _token_counter(engine) if any(c.token_count is None for c in chunks) else None
     shared = render.overlaps([(c.text, c.start_char, c.end_char) for c in chunks])
-    marker = _highlighter(engine, form.q)
-    texts = [p for c in chunks for p in (c.heading_path or "").split(" > ")]
-    for c in chunks:
-        texts += render.markdown_texts(c.text) if form.view == "rendered" else [c.text]
-    marker.prime(texts)
     rows = []
     for c, (before, after) in zip(chunks, shared):
         tokens, computed = c.token_count, False
         if tokens is None and count_tokens is not None:
             tokens, computed = count_tokens(c.text), True
-        rows.append({
-            "chunk": c, "tokens": tokens, "tokens_computed": computed, "overlap_prev": before, "overlap_next": after,
-            "heading": [marker.mark(p) for p in (c.heading_path or "(no heading)").split(" > ")],
-            "parts": render.segments(c.text, before, after, marker) if form.view == "raw" else None,
-            "html": None if form.view == "raw" else render.markdown(c.text, marker, HEADING_OFFSET["document"]),
-        })
+        rows.append({"chunk": c, "tokens": tokens, "tokens_computed": computed, "overlap_prev": before, "overlap_next": after})
+    if html:
+        _mark_up_chunks(engine, rows, form)
     return doc, rows
+
+
+def _mark_up_chunks(engine: Engine, rows: list[dict[str, Any]], form: SearchForm) -> None:
+    """Add each chunk's heading parts and text, marked (raw: cut at the overlaps; else rendered)."""
+    marker = _highlighter(engine, form.q)
+    headings = [(row["chunk"].heading_path or "(no heading)").split(" > ") for row in rows]
+    texts = [p for parts in headings for p in parts]
+    for row in rows:
+        texts += render.markdown_texts(row["chunk"].text) if form.view == "rendered" else [row["chunk"].text]
+    marker.prime(texts)
+    for row, parts in zip(rows, headings):
+        c = row["chunk"]
+        row["heading"] = [marker.mark(p) for p in parts]
+        if form.view == "raw":
+            row["parts"], row["html"] = render.segments(c.text, row["overlap_prev"], row["overlap_next"], marker), None
+        else:
+            row["parts"], row["html"] = None, render.markdown(c.text, marker, HEADING_OFFSET["document"])
 
 
 def _token_counter(engine: Engine) -> Callable[[str], int] | None:
