@@ -3,8 +3,15 @@
 Hooks (all here; the work is in the modules they name):
 
     prepare_connection  load sqlite-vec, add polaris_embed / polaris_search  (functions)
-    register_routes     /-/polaris, /<db>/-/polaris, /<db>/-/polaris/document  (views)
+    register_routes     /-/polaris, /<db>/-/polaris, /<db>/-/polaris/document, each
+                        also as .json  (views)
+    get_metadata        hide the vec0 tables and their shadow tables, as Datasette
+                        hides full-text tables  (hidden)
+    render_cell         on the row pages of chunks and documents, a link to the
+                        document in the explorer
     extra_css_urls      the page's stylesheet, on the plugin's pages only
+    extra_body_script   keep the explorer's panels open (Datasette's menu script closes
+                        every open <details> on any click), on the plugin's pages only
     menu_links          "Polaris search" when a visible database is a Polaris index
     table_actions       links from the chunks and documents tables to the explorer
     database_actions    a link from a Polaris database's page to the explorer
@@ -23,8 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from datasette import hookimpl
+from markupsafe import Markup
 
-from . import engines, functions, views
+from . import engines, functions, hidden, views
 
 PLUGIN_NAME = "polaris"
 PAGE_VIEWS = ("polaris",)
@@ -39,9 +47,9 @@ def prepare_connection(conn: Any, database: str, datasette: Any) -> None:
 @hookimpl
 def register_routes() -> list[tuple[str, Any]]:
     return [
-        (r"^/-/polaris$", views.instance_page),
-        (r"^/(?P<database>[^/]+)/-/polaris$", views.database_page),
-        (r"^/(?P<database>[^/]+)/-/polaris/document$", views.document_page),
+        (r"^/-/polaris(?P<format>\.json)?$", views.instance_page),
+        (r"^/(?P<database>[^/]+)/-/polaris(?P<format>\.json)?$", views.database_page),
+        (r"^/(?P<database>[^/]+)/-/polaris/document(?P<format>\.json)?$", views.document_page),
     ]
 
 
@@ -50,6 +58,49 @@ def extra_css_urls(view_name: str, datasette: Any) -> list[str]:
     if view_name in PAGE_VIEWS:
         return [datasette.urls.static_plugins(static_mount(), "polaris.css")]
     return []
+
+
+# Datasette's base template closes every open <details> on any click outside it (its
+# menus need that). The explorer's panels (score legend, settings) are reading aids: only
+# their own summary opens or closes them. Scripts may still open them.
+KEEP_PANELS_OPEN = """
+document.querySelectorAll("details.polaris-panel").forEach(function (details) {
+  Object.defineProperty(details, "open", {
+    configurable: true,
+    get: function () { return this.hasAttribute("open"); },
+    set: function (value) { if (value) { this.setAttribute("open", ""); } },
+  });
+});
+"""
+
+
+@hookimpl
+def extra_body_script(view_name: str) -> str | None:
+    return KEEP_PANELS_OPEN if view_name in PAGE_VIEWS else None
+
+
+@hookimpl
+def get_metadata(datasette: Any) -> dict[str, Any] | None:
+    return hidden.metadata(datasette)
+
+
+@hookimpl
+def render_cell(row: Any, value: Any, column: str, table: str | None, database: str, datasette: Any) -> Any:
+    """The id on a chunks or documents row page links to that document in the explorer."""
+    if column != "id" or table not in ("chunks", "documents") or value is None:
+        return None
+    doc_id = value if table == "documents" else (row["document_id"] if "document_id" in row.keys() else None)
+    if doc_id is None:
+        return None
+
+    async def cell() -> Markup | None:
+        if not await engines.is_polaris(datasette.databases[database]):
+            return None
+        href = views.document_href(datasette, database, str(doc_id), value if table == "chunks" else None)
+        label = "this chunk in its document" if table == "chunks" else "this document"
+        return Markup('{} <a class="polaris-cell-link" href="{}">Polaris: {}</a>').format(value, href, label)
+
+    return cell
 
 
 @functools.lru_cache(maxsize=1)

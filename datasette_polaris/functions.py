@@ -5,15 +5,22 @@
 
 ``opts`` is a JSON object with any of ``mode`` ("hybrid", "vector", "bm25"),
 ``collections`` and ``documents`` (lists of names). Both functions use the model
-recorded in the database they run on. A failure raises, so SQLite reports a SQL error
-and no row pretends to be data. Python's sqlite3 fixes the text of that error ("user-
-defined function raised exception"); the reason, this error's message, is printed to
-Datasette's stderr with the traceback (Datasette turns on ``enable_callback_tracebacks``).
+recorded in the database they run on.
+
+A function that cannot answer returns ``{"error": "<function>: <reason>"}`` (JSON text)
+instead of its result. Raising would fail the query, but Python's sqlite3 replaces the
+message of any exception raised in a SQL function by "user-defined function raised
+exception", and that fixed text is all Datasette (or any client) ever receives: the
+reason would only reach the server's stderr. A JSON object cannot be mistaken for the
+hits (always an array) and ``json_each`` over it yields one row, key ``error``; for
+``polaris_embed`` a vec0 ``MATCH`` refuses the text, as it should, and selecting the
+function alone shows why. Unexpected failures (bugs) are also logged with a traceback.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any, Callable
 
 from llama_index_polaris.engine.errors import DatabaseError, InputError, PolarisError
@@ -21,8 +28,7 @@ from llama_index_polaris.engine.store import to_blob
 
 from .engines import database_path, engine_for
 
-class PolarisFunctionError(Exception):
-    """Raised inside a SQL function; its message names the function and the reason."""
+log = logging.getLogger(__name__)
 
 
 def register(conn: Any, database: str, datasette: Any) -> None:
@@ -73,15 +79,22 @@ def _type(value: Any) -> str:
 
 
 def _reported(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Wrap ``fn`` so every failure is one error type whose message names the function."""
+    """Wrap ``fn`` so that a failure returns ``{"error": ...}`` naming the function and the reason."""
 
     def call(*args: Any) -> Any:
         try:
             return fn(*args)
         except PolarisError as exc:  # meant for users: the message is the whole story
-            raise PolarisFunctionError(f"{name}: {exc}") from None
-        except Exception as exc:  # a bug: keep the cause for the traceback
-            raise PolarisFunctionError(f"{name}: {type(exc).__name__}: {exc}") from exc
+            return error_value(name, str(exc))
+        except Exception as exc:  # a bug: the traceback goes to the log, the gist to the client
+            log.exception("%s failed", name)
+            return error_value(name, f"{type(exc).__name__}: {exc}")
 
     call.__name__ = name
     return call
+
+
+def error_value(name: str, reason: str) -> str:
+    """The JSON text a failed function returns: ``{"error": "name: reason"}``."""
+    message = reason if reason.startswith(name) else f"{name}: {reason}"
+    return json.dumps({"error": message}, ensure_ascii=False)

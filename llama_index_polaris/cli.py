@@ -132,7 +132,7 @@ def cmd_search(args: argparse.Namespace) -> int:
             documents=args.document or None, collections=args.collection or None,
         )
     if args.json:
-        print(json.dumps([_hit_json(h, args.explain) for h in hits], indent=2, ensure_ascii=False))
+        print(json.dumps([h.to_dict(explain=args.explain) for h in hits], indent=2, ensure_ascii=False))
         return 0
     if not hits:
         print("no results", file=sys.stderr)
@@ -141,18 +141,6 @@ def cmd_search(args: argparse.Namespace) -> int:
     for hit in hits:
         print(_hit_text(hit, args.query, color, args.explain))
     return 0
-
-
-def _hit_json(hit: Any, explain: bool) -> dict[str, Any]:
-    out = {
-        "rank": hit.rank, "score": round(hit.score, 6), "node_id": hit.node_id, "document": hit.document,
-        "document_id": hit.document_id, "collection": hit.collection, "heading_path": hit.heading_path,
-        "start_char": hit.start_char, "end_char": hit.end_char, "text": hit.text,
-        "document_status": hit.document_status, "document_error": hit.document_error,
-    }
-    if explain:
-        out["explain"] = {k: v for k, v in vars(hit.explain).items()}
-    return out
 
 
 def _hit_text(hit: Any, query: str, color: bool, explain: bool) -> str:

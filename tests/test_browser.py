@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -92,7 +93,19 @@ def page(browser):
     page.close()
 
 
+def _settings(server: str) -> dict:
+    with urllib.request.urlopen(server + "/polaris/-/polaris.json") as r:
+        return json.load(r)["settings"]
+
+
+def _no_page_scroll(page) -> None:
+    """The page itself never scrolls sideways (an inner code block or table may)."""
+    width = page.evaluate("document.documentElement.scrollWidth")
+    assert width <= page.viewport_size["width"], f"page is {width}px wide"
+
+
 def test_search_in_the_browser(server: str, page) -> None:
+    page.set_viewport_size({"width": 1280, "height": 900})
     page.goto(server + "/polaris/-/polaris")
     assert page.title().startswith("Polaris")
     page.fill("input[name=q]", "how do expired sessions work")
@@ -103,19 +116,122 @@ def test_search_in_the_browser(server: str, page) -> None:
     assert "Expired sessions" in first.locator(".polaris-heading").inner_text()
     assert first.locator(".polaris-score").inner_text().startswith("1.000")
     assert first.locator("mark").count() >= 2
+    # FTS5's tokenizer splits token_expired: the highlighter marks "expired" inside it
+    assert first.locator("code mark").all_inner_texts() == ["expired"]
+    assert first.locator("code").first.inner_text() == "token_expired"
+    # the legend states the formula with the settings in effect; every figure has a tooltip
+    rrf_k = _settings(server)["rrf_k"]
+    assert f"1/({rrf_k} + vector rank)" in page.locator(".polaris-formula").inner_text()
+    labels = first.locator(".polaris-stages dt")
+    assert labels.count() == 11
+    assert all(labels.nth(i).get_attribute("title") for i in range(11))
+    assert "Relevance" in labels.all_inner_texts()
+    _no_page_scroll(page)
     ARTIFACTS.mkdir(exist_ok=True)
-    page.screenshot(path=str(ARTIFACTS / "polaris-page.png"), full_page=True)
+    page.screenshot(path=str(ARTIFACTS / "polaris-page-1280.png"), full_page=True)
+    assert page.problems == []
+
+
+def test_phone_width_has_no_sideways_scroll(server: str, page) -> None:
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.goto(server + "/polaris/-/polaris?q=how+do+expired+sessions+work")
+    page.wait_for_selector(".polaris-hit")
+    _no_page_scroll(page)
+    for box in [s.bounding_box() for s in page.locator(".polaris-stage-score").all()]:
+        assert box and box["x"] >= 0 and box["x"] + box["width"] <= 390  # Score in view, no inner scroll
+    assert page.locator(".polaris-hit").evaluate_all("hits => hits.every(h => h.scrollWidth <= h.clientWidth)")
+    docs = page.locator(".polaris-docs").bounding_box()
+    assert docs["x"] + docs["width"] <= 390
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "polaris-page-390.png"), full_page=True)
+    for url in ("/polaris/-/polaris?q=session&view=raw", "/polaris/-/polaris/document?id=notes/evil.md",
+                "/polaris/-/polaris/document?id=docs/auth.md&q=session&view=raw"):
+        page.goto(server + url)
+        _no_page_scroll(page)
+    page.goto(server + "/polaris/-/polaris/document?id=docs/auth.md&q=expired+session")
+    _no_page_scroll(page)
+    page.screenshot(path=str(ARTIFACTS / "polaris-document-390.png"), full_page=True)
+    assert page.problems == []
+
+
+def test_sidebar_stays_readable_while_scrolling(server: str, page) -> None:
+    page.set_viewport_size({"width": 1280, "height": 600})
+    page.goto(server + "/polaris/-/polaris?q=session")
+    aside = page.locator(".polaris-aside")
+    for summary in aside.locator("summary").all():
+        summary.click()
+    assert aside.evaluate("a => a.scrollHeight") > 600  # taller than the window once both panels are open
+    layout = page.locator(".polaris-layout")
+    # scroll to the middle of the results (a sticky box leaves with the end of its column)
+    page.evaluate("l => window.scrollTo(0, l.offsetTop + (l.offsetHeight - innerHeight) / 2)", layout.element_handle())
+    assert page.evaluate("scrollY") > 300
+    box = aside.bounding_box()
+    assert box["y"] >= 0 and box["y"] + box["height"] <= 600  # the whole box is on screen...
+    aside.evaluate("a => { a.scrollTop = a.scrollHeight; }")
+    links = aside.locator(".polaris-links").bounding_box()
+    assert 0 <= links["y"] and links["y"] + links["height"] <= 600  # ...and its end can be scrolled to
+    assert page.problems == []
+
+
+def test_panels_stay_open_when_another_opens(server: str, page) -> None:
+    page.set_viewport_size({"width": 1280, "height": 900})
+    page.goto(server + "/polaris/-/polaris?q=session")
+    panels = page.locator("details.polaris-panel")
+    assert panels.count() == 3  # the legend's terms, the settings, polaris_meta
+    for i in range(3):
+        panels.nth(i).locator("summary").click()
+    page.locator(".polaris-hit .polaris-text").first.click()  # a click elsewhere on the page
+    assert panels.evaluate_all("ps => ps.map(p => p.open)") == [True, True, True]
+    panels.nth(1).locator("summary").click()  # the reader can still close one
+    assert panels.evaluate_all("ps => ps.map(p => p.open)") == [True, False, True]
+    menu = page.locator("details.nav-menu")  # Datasette's own menu keeps its behaviour
+    menu.locator("summary").click()
+    assert menu.evaluate("m => m.open")
+    page.locator("h1").click()
+    assert not menu.evaluate("m => m.open")
+    assert panels.evaluate_all("ps => ps.map(p => p.open)") == [True, False, True]
+    assert page.problems == []
+
+
+def test_state_survives_the_links(server: str, page) -> None:
+    page.goto(server + "/polaris/-/polaris?q=session&mode=bm25&k=4&collection=guides")
+    page.click("text=raw text")
+    page.wait_for_selector(".polaris-text-raw")
+    assert page.url.endswith("?q=session&mode=bm25&k=4&collection=guides&view=raw")
+    page.click(".polaris-hit .polaris-source a")
+    page.wait_for_selector(".polaris-chunk")
+    assert "q=session&mode=bm25&k=4&collection=guides&view=raw#chunk-" in page.url
+    page.fill(".polaris-searchbar input[name=q]", "cookie")
+    page.click(".polaris-searchbar button")
+    page.wait_for_selector(".polaris-chunk mark")
+    assert "q=cookie" in page.url and "mode=bm25" in page.url and "view=raw" in page.url
+    page.click("a.polaris-back")
+    page.wait_for_selector(".polaris-hit")
+    assert page.url.endswith("/polaris/-/polaris?q=cookie&mode=bm25&k=4&collection=guides&view=raw")
+    assert page.locator("select[name=mode]").input_value() == "bm25"
+    assert page.locator("input[name=k]").input_value() == "4"
     assert page.problems == []
 
 
 def test_chunk_view_and_payloads_stay_inert(server: str, page) -> None:
-    page.goto(server + "/polaris/-/polaris?q=payloads+alert+script")
-    page.wait_for_selector(".polaris-hit")
-    page.click(".polaris-hit .polaris-source a")
-    page.wait_for_selector(".polaris-chunk")
-    assert "<script>alert('xss-script')</script>" in page.locator(".polaris-chunk .polaris-text").first.inner_text()
-    assert page.locator(".polaris-chunk img").count() == 0
+    page.set_viewport_size({"width": 1280, "height": 900})
+    for view in ("rendered", "raw"):
+        page.goto(server + f"/polaris/-/polaris?q=payloads+alert+script&view={view}")
+        page.wait_for_selector(".polaris-hit")
+        page.click(".polaris-hit .polaris-source a")
+        page.wait_for_selector(".polaris-chunk")
+        text = page.locator(".polaris-chunk .polaris-text").first
+        assert "<script>alert('xss-script')</script>" in text.inner_text()
+        assert page.locator(".polaris-chunk img, .polaris-chunk script, .polaris-chunk iframe").count() == 0
+        hrefs = text.locator("a").evaluate_all("links => links.map(a => a.protocol)")
+        assert set(hrefs) <= {"http:", "https:"}, hrefs
+        for link in text.locator("a").all():
+            link.hover()  # an injected onmouseover would fire here
+        if view == "rendered":
+            assert text.locator("a[title]").get_attribute("title") == "x\" onmouseover=\"alert('xss-title')"
+            assert text.locator("a").count() == 4  # http(s), relative and the image's link; nothing else
     page.goto(server + "/polaris/-/polaris/document?id=docs/auth.md&q=session")
     assert page.locator(".polaris-chunk").count() == 3
-    page.screenshot(path=str(ARTIFACTS / "polaris-document.png"), full_page=True)
+    assert page.locator("main h2.polaris-heading").count() == 3
+    page.screenshot(path=str(ARTIFACTS / "polaris-document-1280.png"), full_page=True)
     assert page.problems == []

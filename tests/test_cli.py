@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from llama_index_polaris.engine.db import SCHEMA_VERSION
+
 from llama_index_polaris.engine.store import Store
 
 POLARIS = str(Path(sys.executable).with_name("polaris"))
@@ -103,7 +105,7 @@ def test_search_output_for_people(project: Path) -> None:
     assert out.splitlines()[0].startswith(" 1. 1.000  auth/tokens.md  ›  Tokens > Token lifetime")
     status = json.loads(run("status", "--json", cwd=project).stdout)
     assert status["model_id"] == "all-minilm-l6-v2" and status["embedding_dim"] == 384
-    assert (status["documents"], status["schema_version"]) == (3, 4)
+    assert (status["documents"], status["schema_version"]) == (3, SCHEMA_VERSION)
     assert status["config"]["model_id"]["source"].endswith("polaris.toml")
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
+import subprocess
+import sys
 import threading
 from html.parser import HTMLParser
 from pathlib import Path
@@ -12,7 +14,7 @@ from pathlib import Path
 import pytest
 from datasette.app import Datasette
 
-from datasette_polaris import engines
+from datasette_polaris import engines, render
 from llama_index_polaris.engine.embed import load_embedder
 from llama_index_polaris.engine.store import ChunkRecord, DocumentRecord, ModelBinding, Store
 
@@ -21,10 +23,20 @@ OVERLAP = 20
 XSS_SCRIPT = "<script>alert('xss-script')</script>"
 XSS_IMG = '<img src=x onerror="alert(\'xss-img\')">'
 XSS_LINK = "[click me](javascript:alert('xss-link'))"
+# Markdown that must stay inert once rendered: raw HTML, script URLs, images, a title that
+# tries to close its attribute, and two links that are fine (http and relative).
+MD_PAYLOADS = (
+    "<a href=\"javascript:alert('xss-a')\">raw anchor</a> <javascript:alert('xss-auto')>"
+    " [data](data:text/html;base64,PHNjcmlwdD5hbGVydCgxKTwvc2NyaXB0Pg==) [vb](vbscript:msgbox)"
+    " [entity](&#106;avascript:alert('xss-entity')) ![pixel](https://tracker.example/p.png)"
+    " [titled](https://example.com/a \"x\\\" onmouseover=\\\"alert('xss-title')\")"
+    " [the docs](https://example.com/docs) [next page](../deploy.md)"
+)
 
 SESSIONS = (
     "When a session expires the server answers 401 and the client refreshes its token."
     " Expired sessions are swept every ten minutes by the janitor job."
+    " A stale token gets the error code `token_expired`."
 )
 # (document id, collection, [(heading path, text, token_count or None)])
 CORPUS = [
@@ -38,15 +50,15 @@ CORPUS = [
         ("Deployment > Backups", "Back up the SQLite file with the online backup API, never by copying it.", None),
     ]),
     ("notes/evil.md", "notes", [
-        (f"Evil {XSS_SCRIPT}", f"Payloads: {XSS_SCRIPT} {XSS_IMG} and a link {XSS_LINK}.", None),
+        (f"Evil {XSS_SCRIPT}", f"Payloads: {XSS_SCRIPT} {XSS_IMG} and a link {XSS_LINK}.\n\n{MD_PAYLOADS}", None),
     ]),
 ]
 
 
-def build_polaris_db(path: Path) -> Path:
+def build_polaris_db(path: Path, fts_tokenizer: str | None = None) -> Path:
     """A small index: three documents, overlapping chunks, a failed document, XSS payloads."""
     embedder = load_embedder(MODEL)
-    with Store(path) as store:
+    with Store(path, fts_tokenizer=fts_tokenizer) as store:
         store.bind_model(ModelBinding(embedder.model_id, embedder.dim, embedder.fingerprint))
         for doc_id, collection, specs in CORPUS:
             chunks, end, prev = [], 0, ""
@@ -120,7 +132,7 @@ def assert_inert(html: str) -> None:
     for tag, attrs in parsed.tags:
         assert not any(name.startswith("on") for name in attrs), (tag, attrs)
         for name in ("href", "src", "action"):
-            assert not (attrs.get(name) or "").strip().lower().startswith("javascript:"), (tag, attrs)
+            assert not (attrs.get(name) or "").strip().lower().startswith(("javascript:", "data:", "vbscript:")), (tag, attrs)
         assert not (tag == "img" and attrs.get("src") == "x"), attrs
     assert not any("alert(" in script for script in parsed.scripts)
 
@@ -172,8 +184,6 @@ async def test_search_scope_and_mode(ds: Datasette) -> None:
     assert r.status_code == 200 and "0 results" in r.text
     r = await ds.client.get("/polaris/-/polaris", params={"q": "backup", "mode": "bm25", "document": "docs/deploy.md"})
     assert "1 result " in r.text and "Backups" in text_of(r.text)
-    r = await ds.client.get("/polaris/-/polaris", params={"q": "backup", "mode": "fuzzy"})
-    assert r.status_code == 200 and "mode must be one of" in r.text
 
 
 async def test_polaris_search_sql_function_returns_json_hits(ds: Datasette) -> None:
@@ -203,19 +213,30 @@ async def test_polaris_embed_drives_a_vec0_knn_query(ds: Datasette) -> None:
     assert size == [{"n": 384 * 4}]
 
 
-async def test_function_errors_are_sql_errors(ds: Datasette, capfd: pytest.CaptureFixture) -> None:
+async def test_function_errors_reach_the_client_with_the_reason(ds: Datasette) -> None:
     cases = [
-        ("plain", "select polaris_search('dogs', 3)", "is not a Polaris index"),
-        ("polaris", "select polaris_search('x', 3, 'not json')", "options must be a JSON object"),
-        ("polaris", "select polaris_search('x', 3, '{\"mode\": \"fuzzy\"}')", "mode must be one of"),
-        ("polaris", "select polaris_embed(42)", "polaris_embed(text) needs text, got int"),
+        ("plain", "select polaris_search('dogs', 3) as v", "polaris_search: ", "is not a Polaris index"),
+        ("polaris", "select polaris_search('x', 3, 'not json') as v", "polaris_search: ", "options must be a JSON object"),
+        ("polaris", "select polaris_search('x', 3, '{\"mode\": \"fuzzy\"}') as v", "polaris_search: ",
+         "mode must be one of hybrid, vector, bm25, got 'fuzzy'"),
+        ("polaris", "select polaris_search('x', 'three') as v", "polaris_search: ", "k must be an integer, got str"),
+        ("polaris", "select polaris_embed(42) as v", "polaris_embed", "needs text, got int"),
     ]
-    for database, sql, reason in cases:
-        r = await ds.client.get(f"/{database}.json", params={"sql": sql})
-        assert r.status_code == 400 and r.json()["ok"] is False  # an SQL error, not a row
-        assert r.json()["rows"] == []
-        # CPython's sqlite3 fixes the SQL error's text; the reason goes to Datasette's stderr
-        assert reason in capfd.readouterr().err
+    for database, sql, prefix, reason in cases:
+        r = await ds.client.get(f"/{database}.json", params={"sql": sql, "_shape": "array"})
+        assert r.status_code == 200, r.text
+        error = json.loads(r.json()[0]["v"])["error"]  # an object where the hits (an array) would be
+        assert error.startswith(prefix) and reason in error, error
+        html = await ds.client.get(f"/{database}", params={"sql": sql})
+        assert reason.replace("'", "&#39;") in html.text  # shown in the result cell of Datasette's query page
+    # the documented json_each usage yields one row saying why, not hits
+    sql = "select key, value from json_each(polaris_search('x', 3, '{\"mode\": \"fuzzy\"}'))"
+    rows = sql_json(await ds.client.get("/polaris.json", params={"sql": sql, "_shape": "array"}))
+    assert len(rows) == 1 and rows[0]["key"] == "error" and "mode must be one of" in rows[0]["value"]
+    # and a vec0 MATCH given an error instead of a vector refuses it: no row pretends to be a neighbour
+    sql = "select rowid from chunks_vec where embedding match polaris_embed(42) and k = 3"
+    r = await ds.client.get("/polaris.json", params={"sql": sql})
+    assert r.status_code == 400 and r.json()["rows"] == []
 
 
 async def test_chunk_view_lists_chunks_in_order(ds: Datasette) -> None:
@@ -224,7 +245,7 @@ async def test_chunk_view_lists_chunks_in_order(ds: Datasette) -> None:
     html = r.text
     ids = [int(i) for i in re.findall(r'<li class="polaris-chunk" id="chunk-(\d+)">', html)]
     assert len(ids) == 3 and ids == sorted(ids)
-    assert html.index("Expired sessions") < html.index("Logout")
+    assert text_of(html).index("Expired sessions") < text_of(html).index("Logout")
     assert "<strong>11</strong> tokens" in html  # stored
     assert "(counted now)" in html  # computed with the model's tokenizer
     assert "overlap with previous <strong>20</strong>" in html
@@ -237,13 +258,17 @@ async def test_chunk_view_lists_chunks_in_order(ds: Datasette) -> None:
 
 async def test_database_without_polaris_tables(ds: Datasette) -> None:
     r = await ds.client.get("/plain/-/polaris", params={"q": "dogs"})
-    assert r.status_code == 200
+    assert r.status_code == 404  # a page that explains, with links to the Polaris databases
     assert "has no Polaris tables" in r.text and 'href="/polaris/-/polaris"' in r.text
+    r = await ds.client.get("/plain/-/polaris.json", params={"q": "dogs"})
+    assert r.status_code == 404 and r.json()["ok"] is False and "has no Polaris tables" in r.json()["error"]
     assert (await ds.client.get("/plain/dogs.json")).status_code == 200  # the rest of Datasette still works
     assert (await ds.client.get("/plain/-/polaris/document", params={"id": "x"})).status_code == 404
     only_plain = Datasette([str(ds.databases["plain"].path)])
     r = await only_plain.client.get("/-/polaris")
-    assert r.status_code == 200 and "No database served here is a Polaris index" in r.text
+    assert r.status_code == 404 and "No database served here is a Polaris index" in r.text
+    r = await only_plain.client.get("/-/polaris.json")
+    assert r.status_code == 404 and "No database served here is a Polaris index" in r.json()["error"]
 
 
 async def test_menu_and_table_actions(ds: Datasette) -> None:
@@ -263,9 +288,11 @@ async def test_denied_actor_cannot_search(polaris_db: Path, plain_db: Path) -> N
     assert r.status_code == 403
     # the functions only ever search the database they run in: the allowed one has no index
     r = await ds.client.get("/plain.json", params={"sql": "select polaris_search('session', 3)"})
-    assert r.status_code == 400 and "Expired" not in r.text
+    assert r.status_code == 200 and "is not a Polaris index" in r.text and "Expired" not in r.text
     r = await ds.client.get("/-/polaris", params={"q": "session"})
-    assert r.status_code == 200 and "Expired sessions" not in text_of(r.text) and "No database served here" in r.text
+    assert r.status_code == 404 and "Expired sessions" not in text_of(r.text) and "No database served here" in r.text
+    r = await ds.client.get("/polaris/-/polaris.json", params={"q": "session"})
+    assert r.status_code == 403 and "Expired" not in r.text
     assert "Polaris search" not in (await ds.client.get("/")).text
     root = {"ds_actor": ds.sign({"a": {"id": "root"}}, "actor")}
     r = await ds.client.get("/polaris/-/polaris", params={"q": "session"}, cookies=root)
@@ -280,13 +307,41 @@ async def test_documents_render_inert_on_every_page(ds: Datasette) -> None:
         ("/-/polaris", {"q": "payloads"}),
     ]
     for path, params in pages:
-        r = await ds.client.get(path, params=params)
-        assert r.status_code == 200
-        assert "xss-script" in r.text  # the payload is shown, as text
-        assert_inert(r.text)
-    doc = (await ds.client.get("/polaris/-/polaris/document", params={"id": "notes/evil.md"})).text
-    assert "&lt;script&gt;alert(" in doc and "&lt;img src=x onerror=" in doc
-    assert "[click me](javascript:alert(" in doc  # Markdown is not rendered: the link is text
+        for view in ("rendered", "raw"):
+            r = await ds.client.get(path, params={**params, "view": view})
+            assert r.status_code == 200
+            assert f"polaris-text-{view}" in r.text
+            assert "xss-script" in text_of(r.text) and "xss-title" in r.text  # the payloads are shown, as text
+            assert_inert(r.text)
+    raw = (await ds.client.get("/polaris/-/polaris/document", params={"id": "notes/evil.md", "view": "raw"})).text
+    assert "&lt;script&gt;alert(" in raw and "&lt;img src=x onerror=" in raw
+    assert "[click me](javascript:alert(" in raw and "[the docs](https://example.com/docs)" in raw  # raw: nothing rendered
+
+
+async def test_chunk_text_is_rendered_as_markdown_safely(ds: Datasette) -> None:
+    r = await ds.client.get("/polaris/-/polaris/document", params={"id": "notes/evil.md"})
+    assert r.status_code == 200
+    html = r.text.split('class="polaris-text polaris-text-rendered"')[1].split("</li>")[0]
+    assert_inert(html)
+    parsed = _Elements()
+    parsed.feed(html)
+    links = {attrs.get("href"): attrs for tag, attrs in parsed.tags if tag == "a"}
+    # http(s) and relative links are links, marked rel=nofollow; an image is a link, never loaded
+    assert set(links) == {"https://example.com/docs", "../deploy.md", "https://example.com/a",
+                          "https://tracker.example/p.png"}
+    assert all("nofollow" in (a.get("rel") or "") for a in links.values())
+    assert links["https://example.com/a"]["title"] == "x\" onmouseover=\"alert('xss-title')"  # one attribute
+    assert not [t for t, _ in parsed.tags if t in ("img", "script", "iframe", "object", "embed")]
+    assert "image: pixel" in html
+    # every other scheme stays literal Markdown text
+    for literal in ("[click me](javascript:alert(", "[data](data:text/html", "[vb](vbscript:msgbox)",
+                    "&lt;javascript:alert(", "&lt;a href=&#34;javascript:alert("):
+        assert literal in html, literal
+    # inline code is rendered; the toggle shows the raw text instead
+    auth = (await ds.client.get("/polaris/-/polaris/document", params={"id": "docs/auth.md"})).text
+    assert "<code>token_expired</code>" in auth
+    toggled = await ds.client.get("/polaris/-/polaris/document", params={"id": "docs/auth.md", "view": "raw"})
+    assert "`token_expired`" in toggled.text and "<code>token_expired</code>" not in toggled.text
 
 
 async def test_query_with_html_is_escaped_in_the_results_header(ds: Datasette) -> None:
@@ -329,3 +384,191 @@ def test_connection_that_cannot_load_extensions_warns_once(monkeypatch: pytest.M
     warnings = [r.getMessage() for r in caplog.records]
     assert len(warnings) == 1 and "sqlite-vec could not be loaded" in warnings[0] and "pysqlite3-binary" in warnings[0]
     assert conn.execute("select 1").fetchone() == (1,)  # the connection itself still works
+
+
+# -- issue 14: JSON twins, native FTS, hidden vec0 tables, legend, layout state, 400s ----------
+
+def test_markdown_headings_sit_below_the_page_headings() -> None:
+    marker = render.Highlighter("", "unicode61")
+    assert render.markdown("# Title\n\n## Part", marker, heading_offset=2).startswith('<h3 class="polaris-md-heading">Title</h3>\n<h4')
+    assert "<h6" in render.markdown("##### Deep", marker, heading_offset=3)  # never past h6
+
+
+def test_highlighting_follows_the_fts5_tokenizer() -> None:
+    porter = render.Highlighter("how do expired sessions work", "porter unicode61 remove_diacritics 2")
+    text = "A stale token gets `token_expired`; the session expires. Expiry is not stemmed alike."
+    assert str(porter.mark(text)) == (
+        "A stale token gets `token_<mark>expired</mark>`; the <mark>session</mark> <mark>expires</mark>."
+        " Expiry is not stemmed alike.")
+    plain = render.Highlighter("expired sessions", "unicode61")  # no stemming: only the same words
+    assert str(plain.mark(text)) == "A stale token gets `token_<mark>expired</mark>`; the session expires. Expiry is not stemmed alike."
+    assert str(porter.mark("<b>expired</b> &amp;")) == "&lt;b&gt;<mark>expired</mark>&lt;/b&gt; &amp;amp;"
+    assert str(render.Highlighter("rrf_k", "unicode61").mark("set rrf_k = 20")) == "set <mark>rrf_k</mark> = 20"
+
+
+async def test_search_page_has_a_json_twin_with_the_cli_hit_fields(ds: Datasette, polaris_db: Path) -> None:
+    params = {"q": "how do expired sessions work", "k": "3"}
+    twin = await ds.client.get("/polaris/-/polaris.json", params=params)
+    assert twin.status_code == 200 and twin.headers["content-type"].startswith("application/json")
+    data = twin.json()
+    assert data["ok"] is True and data["database"] == "polaris"
+    assert data["query"] == {"q": params["q"], "mode": "hybrid", "k": 3, "collections": [], "documents": []}
+    assert set(data["settings"]) >= {"rrf_k", "heading_boost", "mmr_lambda", "mmr_candidate_multiplier", "top_k"}
+    assert data["index"]["model_id"] == MODEL and data["index"]["embedding_dim"] == 384 and data["index"]["chunks"] == 6
+    assert [h["rank"] for h in data["hits"]] == [1, 2, 3] and data["hits"][0]["score"] == 1.0
+    assert data["hits"][0]["heading_path"] == "Authentication > Sessions > Expired sessions"
+    # the same hits, field for field, as `polaris search --json --explain` on the same file
+    cli = subprocess.run(
+        [sys.executable, "-m", "llama_index_polaris.cli", "search", params["q"], "-k", "3", "--json", "--explain",
+         "--db", str(polaris_db)], cwd=polaris_db.parent, capture_output=True, text=True, timeout=120,
+    )
+    assert cli.returncode == 0, cli.stderr
+    cli_hits = json.loads(cli.stdout)
+    assert [{**h, "explain": None} for h in data["hits"]] == [{**h, "explain": None} for h in cli_hits]
+    for ours, theirs in zip(data["hits"], cli_hits):  # a one-shot ONNX session may differ in the 7th digit
+        assert ours["explain"].keys() == theirs["explain"].keys()
+        for key, value in ours["explain"].items():
+            assert value == (None if theirs["explain"][key] is None else pytest.approx(theirs["explain"][key], abs=1e-5)), key
+    # ?_format=json and the instance page answer the same
+    assert (await ds.client.get("/polaris/-/polaris", params={**params, "_format": "json"})).json() == data
+    instance = (await ds.client.get("/-/polaris.json", params=params)).json()
+    assert instance["hits"] == data["hits"] and instance["databases"] == ["polaris"]
+
+
+async def test_pages_link_to_their_json(ds: Datasette) -> None:
+    r = await ds.client.get("/polaris/-/polaris", params={"q": "backup", "mode": "bm25"})
+    link = re.search(r'<p class="export-links">This data as <a href="([^"]+)">json</a>', r.text).group(1)
+    assert link == "/polaris/-/polaris.json?q=backup&amp;mode=bm25"
+    assert '<link rel="alternate" type="application/json+datasette" href="/polaris/-/polaris.json?q=backup&amp;mode=bm25">' in r.text
+    followed = await ds.client.get(link.replace("&amp;", "&"))
+    assert followed.status_code == 200 and followed.json()["hits"][0]["heading_path"] == "Deployment > Backups"
+    doc = await ds.client.get("/polaris/-/polaris/document", params={"id": "docs/auth.md", "q": "session"})
+    link = re.search(r'This data as <a href="([^"]+)">json</a>', doc.text).group(1).replace("&amp;", "&")
+    assert link == "/polaris/-/polaris/document.json?id=docs%2Fauth.md&q=session"
+    data = (await ds.client.get(link)).json()
+    assert data["document"]["id"] == "docs/auth.md" and data["document"]["collection"] == "guides"
+    chunks = data["chunks"]
+    assert [c["ordinal"] for c in chunks] == [0, 1, 2]
+    assert chunks[1]["heading_path"] == "Authentication > Sessions > Expired sessions"
+    assert (chunks[0]["token_count"], chunks[0]["token_count_source"]) == (11, "stored")
+    assert chunks[1]["token_count_source"] == "counted now" and chunks[1]["token_count"] > 0
+    assert chunks[1]["overlap_previous"] == 20 and chunks[0]["overlap_next"] == 20
+    assert set(chunks[0]) >= {"chunk_id", "node_id", "text", "start_char", "end_char", "metadata"}
+    assert (await ds.client.get("/polaris/-/polaris/document", params={"id": "docs/auth.md", "_format": "json"})).json() == \
+        (await ds.client.get("/polaris/-/polaris/document.json", params={"id": "docs/auth.md"})).json()
+
+
+async def test_bad_parameters_answer_400_naming_each(ds: Datasette) -> None:
+    bad = {"q": "rate limits", "mode": "fuzzy", "k": "abc"}
+    page = await ds.client.get("/polaris/-/polaris", params=bad)
+    assert page.status_code == 400
+    alert = page.text.split('role="alert"')[1].split("</div>")[0]
+    assert "2 bad parameters" in alert and "mode must be one of hybrid, vector, bm25, not &#39;fuzzy&#39;" in alert
+    assert "k must be a whole number" in alert and "&#39;abc&#39;" in alert
+    assert "0 results" not in page.text and 'aria-invalid="true"' in page.text
+    for url, params in (("/polaris/-/polaris.json", bad), ("/polaris/-/polaris", {**bad, "_format": "json"})):
+        r = await ds.client.get(url, params=params)
+        assert r.status_code == 400 and r.json()["ok"] is False and r.json()["status"] == 400
+        assert set(r.json()["errors"]) == {"mode", "k"} and r.json()["hits"] == []
+    r = await ds.client.get("/polaris/-/polaris", params={"q": "x", "view": "fancy", "_format": "xml"})
+    assert r.status_code == 400 and "view must be one of rendered, raw" in r.text and "_format must be json" in r.text
+    r = await ds.client.get("/polaris/-/polaris/document.json", params={"mode": "fuzzy"})
+    assert r.status_code == 400 and set(r.json()["errors"]) == {"id", "mode"}
+    r = await ds.client.get("/polaris/-/polaris/document")
+    assert r.status_code == 400 and "id is required" in r.text
+    r = await ds.client.get("/polaris/-/polaris/document.json", params={"id": "nope"})
+    assert r.status_code == 404 and r.json()["error"] == "No document with id 'nope' in polaris."
+    assert (await ds.client.get("/polaris/-/polaris", params={"q": "x", "k": "1000"})).status_code == 200  # clamped
+
+
+async def test_chunks_table_uses_the_full_text_index(ds: Datasette, polaris_db: Path) -> None:
+    r = await ds.client.get("/polaris/chunks.json", params={"_search": "expired", "_shape": "objects"})
+    assert r.status_code == 200
+    found = {row["id"] for row in r.json()["rows"]}
+    with Store(polaris_db, readonly=True) as store:
+        expected = {row[0] for row in store.conn.execute("SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH '\"expired\"'")}
+        total = store.conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
+    assert found == expected and 0 < len(found) < total
+    assert all("xpire" in row["text"] + row["heading_path"] for row in r.json()["rows"])
+    page = await ds.client.get("/polaris/chunks")
+    assert 'name="_search"' in page.text  # Datasette's search box on the table
+
+
+async def test_vec0_tables_are_hidden_like_fts_tables(ds: Datasette) -> None:
+    tables = {t["name"]: t["hidden"] for t in (await ds.client.get("/polaris.json")).json()["tables"]}
+    vec = {name for name in tables if name.startswith("chunks_vec")}
+    assert len(vec) == 7 and all(tables[name] for name in vec)  # chunks_vec and its six shadow tables
+    assert all(tables[name] for name in tables if name.startswith("chunks_fts"))  # Datasette's own rule
+    assert not any(tables[name] for name in ("chunks", "documents", "polaris_meta"))
+    for path in ("/", "/polaris"):
+        html = (await ds.client.get(path)).text
+        assert "chunks_vec" not in html and "chunks" in html, path
+    assert "chunks_vec_rowids" in (await ds.client.get("/polaris", params={"_show_hidden": "1"})).text
+    assert (await ds.client.get("/polaris/chunks_vec.json", params={"_size": "1"})).status_code == 200  # still there
+    assert not any(t["hidden"] for t in (await ds.client.get("/plain.json")).json()["tables"])
+
+
+async def test_score_legend_shows_the_settings_in_effect(tmp_path: Path) -> None:
+    db = build_polaris_db(tmp_path / "tuned.db", fts_tokenizer="unicode61")
+    (tmp_path / "polaris.toml").write_text("rrf_k = 33\nheading_boost = 0.07\nmmr_lambda = 0.6\n")
+    tuned = Datasette([str(db)])
+    r = await tuned.client.get("/tuned/-/polaris", params={"q": "expired sessions", "k": "3"})
+    assert r.status_code == 200
+    legend_html = r.text.split('class="polaris-legend"')[1].split("</section>")[0]
+    assert "RRF = 1/(33 + vector rank) + 1/(33 + BM25 rank)" in legend_html
+    assert "0.07 × heading match" in legend_html and "Score = (0.6 × relevance − MMR penalty + 0.4)" in legend_html
+    assert "3 × 3 = 9 candidates" in legend_html
+    first = r.text.split('id="hit-1"')[1].split('id="hit-2"')[0]
+    titles = dict(re.findall(r'<dt title="([^"]+)" aria-describedby="legend-(\w+)">', first)[i][::-1] for i in range(11))
+    assert list(titles) == ["vector_rank", "vector_distance", "bm25_rank", "bm25_score", "rrf_vector", "rrf_bm25", "rrf",
+                            "boost", "relevance", "mmr_penalty", "score"]
+    assert "rrf_k = 33" in titles["rrf_vector"] and "mmr_lambda = 0.6" in titles["mmr_penalty"]
+    hit = (await tuned.client.get("/tuned/-/polaris.json", params={"q": "expired sessions", "k": "3"})).json()["hits"][0]
+    assert f">{hit['explain']['relevance']:.4f}<" in first and hit["explain"]["relevance"] is not None
+    assert f">{hit['explain']['rrf']:.5f}<" in first
+    # this index was built without porter: "expired" marks "expired", never "expires"
+    assert "token_<mark>expired</mark>" in first and "<mark>expires</mark>" not in first
+    bm25 = await tuned.client.get("/tuned/-/polaris", params={"q": "backup", "mode": "bm25"})
+    assert "Score = BM25 score ÷ the top hit&#39;s BM25 score" in bm25.text
+    assert "Vector rank" not in bm25.text.split('id="hit-1"')[1]  # a bm25 hit has no vector figures
+
+
+async def test_links_keep_the_search_state(ds: Datasette) -> None:
+    state = {"q": "session", "mode": "bm25", "k": "4", "collection": "guides"}
+    page = await ds.client.get("/polaris/-/polaris", params=state)
+    doc_link = re.search(r'<p class="polaris-source"><a href="([^"]+)">docs/auth.md</a>', page.text).group(1)
+    doc_url = doc_link.replace("&amp;", "&")
+    assert doc_url.startswith("/polaris/-/polaris/document?id=docs%2Fauth.md&q=session&mode=bm25&k=4&collection=guides#chunk-")
+    doc = await ds.client.get(doc_url.split("#")[0])
+    back = re.search(r'<a class="polaris-back" href="([^"]+)">', doc.text).group(1).replace("&amp;", "&")
+    assert back == "/polaris/-/polaris?q=session&mode=bm25&k=4&collection=guides"
+    hidden = dict(re.findall(r'<input type="hidden" name="(\w+)" value="([^"]*)">', doc.text))
+    assert hidden == {"id": "docs/auth.md", "mode": "bm25", "k": "4", "collection": "guides"}
+    toggle = re.search(r'<a href="([^"]+)">raw text</a>', page.text).group(1).replace("&amp;", "&")
+    assert toggle == "/polaris/-/polaris?q=session&mode=bm25&k=4&collection=guides&view=raw"
+    raw = await ds.client.get(toggle)
+    assert "polaris-text-raw" in raw.text and "&amp;view=raw#chunk-" in raw.text  # carried to the document links
+
+
+async def test_row_pages_link_to_the_document_view(ds: Datasette) -> None:
+    chunk_id = sql_json(await ds.client.get("/polaris.json", params={
+        "sql": "select id from chunks where heading_path like '%Expired sessions'", "_shape": "array"}))[0]["id"]
+    row = await ds.client.get(f"/polaris/chunks/{chunk_id}")
+    assert f'href="/polaris/-/polaris/document?id=docs%2Fauth.md#chunk-{chunk_id}">Polaris: this chunk in its document</a>' in row.text
+    row = await ds.client.get("/polaris/documents/docs~2Fauth~2Emd")
+    assert 'href="/polaris/-/polaris/document?id=docs%2Fauth.md">Polaris: this document</a>' in row.text
+    followed = await ds.client.get("/polaris/-/polaris/document", params={"id": "docs/auth.md"})
+    assert followed.status_code == 200
+    assert "Polaris:" not in (await ds.client.get("/plain/dogs/1")).text
+
+
+async def test_pages_are_accessible_and_show_the_datasette_version(ds: Datasette) -> None:
+    from datasette.version import __version__
+
+    doc = (await ds.client.get("/polaris/-/polaris/document", params={"id": "docs/auth.md"})).text
+    assert doc.count("<main") == 1 and doc.count("<h1") == 1
+    assert re.findall(r'<h2 class="polaris-heading">', doc) and len(re.findall(r'<h2 class="polaris-heading">', doc)) == 3
+    search = (await ds.client.get("/polaris/-/polaris", params={"q": "session", "k": "3"})).text
+    assert search.count("<main") == 1 and len(re.findall(r'<h3 class="polaris-heading">', search)) == 3
+    for html in (doc, search, (await ds.client.get("/-/polaris")).text):
+        assert f'title="Datasette v{__version__}"' in html and 'title="Datasette v"' not in html

@@ -33,8 +33,8 @@ def test_a_new_file_gets_the_schema(db_path: Path, open_store: Callable[..., Sto
     found = tables(conn)
     assert {"polaris_meta", "documents", "chunks", "chunks_fts"} <= set(found)
     assert "chunks_vec" not in found  # its size comes from the model
-    assert "content='chunks'" in found["chunks_fts"] and "content_rowid='id'" in found["chunks_fts"]
-    assert db.schema_version(conn) == SCHEMA_VERSION == 4
+    assert 'content="chunks"' in found["chunks_fts"] and "content_rowid='id'" in found["chunks_fts"]
+    assert db.schema_version(conn) == SCHEMA_VERSION == 5
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
     assert conn.execute("PRAGMA busy_timeout").fetchone()[0] == 10_000
@@ -138,6 +138,54 @@ def test_migrated_from_version_1(db_path: Path, open_store: Callable[..., Store]
     store.upsert_document(DocumentRecord("old-doc"), make_chunks("old-doc", 1), unit_vectors(1, 4))
     assert store.conn.execute("SELECT count(*) FROM chunks_fts WHERE chunks_fts MATCH 'purged'").fetchone()[0] == 0
     assert store.counts()["chunks"] == 1
+
+
+# What version 2 added to version 1 (frozen here as written then): the FTS table declared
+# with content='chunks' in single quotes, which Datasette's FTS detection does not match.
+SCHEMA_V2_FTS = """
+CREATE VIRTUAL TABLE chunks_fts USING fts5(
+    text, heading_path, content='chunks', content_rowid='id', tokenize='unicode61'
+);
+CREATE TRIGGER chunks_fts_ai AFTER INSERT ON chunks BEGIN
+    INSERT INTO chunks_fts (rowid, text, heading_path) VALUES (new.id, new.text, new.heading_path);
+END;
+CREATE TRIGGER chunks_fts_ad AFTER DELETE ON chunks BEGIN
+    INSERT INTO chunks_fts (chunks_fts, rowid, text, heading_path)
+    VALUES ('delete', old.id, old.text, old.heading_path);
+END;
+CREATE TRIGGER chunks_fts_au AFTER UPDATE OF text, heading_path ON chunks BEGIN
+    INSERT INTO chunks_fts (chunks_fts, rowid, text, heading_path)
+    VALUES ('delete', old.id, old.text, old.heading_path);
+    INSERT INTO chunks_fts (rowid, text, heading_path) VALUES (new.id, new.text, new.heading_path);
+END;
+INSERT INTO chunks_fts (chunks_fts) VALUES ('rebuild');
+INSERT INTO polaris_meta (key, value) VALUES ('fts_tokenizer', 'unicode61');
+PRAGMA user_version = 2;
+"""
+
+
+def test_migrated_from_version_2_fts_declared_for_datasette(db_path: Path, open_store: Callable[..., Store]) -> None:
+    from datasette.utils import detect_fts
+
+    write_v1_fixture(db_path)
+    conn = sqlite3.connect(db_path)
+    conn.executescript(SCHEMA_V2_FTS)  # recorded tokenizer: unicode61, not the default porter
+    assert detect_fts(conn, "chunks") is None  # what Datasette saw in version 2 files
+    conn.close()
+    store = open_store(db_path)
+    assert db.schema_version(store.conn) == SCHEMA_VERSION
+    sql = tables(store.conn)["chunks_fts"]
+    assert 'content="chunks"' in sql and "tokenize='unicode61'" in sql  # the recorded tokenizer, kept
+    assert store.meta["fts_tokenizer"] == "unicode61"
+    assert detect_fts(store.conn, "chunks") == "chunks_fts"
+    match = "SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH ?"
+    assert store.conn.execute(match, ("purged",)).fetchall() == [(11,)]  # rebuilt from chunks
+    assert store.conn.execute(match, ("purge",)).fetchall() == []  # no porter stemming: unicode61 as recorded
+    store.conn.execute("INSERT INTO chunks_fts (chunks_fts, rank) VALUES ('integrity-check', 1)")
+    store.bind_model(fake_binding(4))
+    store.upsert_document(DocumentRecord("old-doc"), make_chunks("old-doc", 1), unit_vectors(1, 4))
+    assert store.conn.execute(match, ("purged",)).fetchall() == []  # the new triggers keep it in sync
+    assert store.conn.execute("SELECT count(*) FROM chunks_fts").fetchone()[0] == 1
 
 
 def test_a_newer_schema_is_refused(db_path: Path, open_store: Callable[..., Store]) -> None:

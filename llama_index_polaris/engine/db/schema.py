@@ -61,10 +61,15 @@ CREATE INDEX chunks_text_hash ON chunks (text_hash);
 
 
 def fts_sql(tokenizer: str) -> str:
-    """The FTS5 external-content table over chunks and the triggers that sync it."""
+    """The FTS5 external-content table over chunks and the triggers that sync it.
+
+    ``content="chunks"`` is double-quoted because that is the declaration Datasette (and
+    sqlite-utils) recognise as the full-text index of ``chunks``: its table search box and
+    ``?_search=`` use it. FTS5 reads the quoted and single-quoted forms the same way.
+    """
     return f"""
 CREATE VIRTUAL TABLE chunks_fts USING fts5(
-    text, heading_path, content='chunks', content_rowid='id', tokenize='{tokenizer}'
+    text, heading_path, content="chunks", content_rowid='id', tokenize='{tokenizer}'
 );
 CREATE TRIGGER chunks_fts_ai AFTER INSERT ON chunks BEGIN
     INSERT INTO chunks_fts (rowid, text, heading_path) VALUES (new.id, new.text, new.heading_path);
@@ -231,6 +236,14 @@ class Migration:
     foreign_keys_off: bool = False
 
 
+def _migration_fts_for_datasette(conn: Any, fts_tokenizer: str) -> None:
+    """Re-declare chunks_fts with content="chunks" (was content='chunks', which Datasette's
+    FTS detection does not see): the table and its triggers are rebuilt from chunks with
+    the tokenizer the file records, not the one configured now."""
+    recorded = get_meta(conn).get("fts_tokenizer") or fts_tokenizer
+    rebuild_fts(conn, recorded)
+
+
 def _migration_4(conn: Any, fts_tokenizer: str) -> None:
     """``chunks.node``: the rest of a LlamaIndex node (class, excluded keys, templates, relationships)."""
     conn.execute("ALTER TABLE chunks ADD COLUMN node TEXT")
@@ -241,6 +254,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(2, "full-text index", _migration_2),
     Migration(3, "collections with roots, documents by (collection, path)", _migration_3, foreign_keys_off=True),
     Migration(4, "LlamaIndex node fields", _migration_4),
+    Migration(5, "full-text index declared so that Datasette detects it", _migration_fts_for_datasette),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].number
 

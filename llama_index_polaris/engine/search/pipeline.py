@@ -71,7 +71,8 @@ class Hit:
     node: str | None = None  # the rest of a LlamaIndex node added through the vector store (JSON)
 
     def to_dict(self, explain: bool = True) -> dict[str, Any]:
-        """A JSON-ready dict (the shape of `polaris search --json`)."""
+        """A JSON-ready dict: the one shape of a hit in `polaris search --json [--explain]`,
+        `polaris_search()` and the Datasette explorer's JSON (``explain`` adds the stage figures)."""
         out = asdict(self)
         out.pop("node")
         if not explain:

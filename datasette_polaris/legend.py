@@ -1,0 +1,88 @@
+"""What each figure of a hit means, written with the settings in effect.
+
+The search page shows these sentences as the score legend and as each column's tooltip;
+they describe the engine's formulas (``engine/search``: fuse, boost, mmr) and compute
+nothing themselves.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+COLUMNS_BY_MODE = {
+    "hybrid": ("vector_rank", "vector_distance", "bm25_rank", "bm25_score", "rrf_vector", "rrf_bm25", "rrf",
+               "boost", "relevance", "mmr_penalty", "score"),
+    "vector": ("vector_rank", "vector_distance", "score"),
+    "bm25": ("bm25_rank", "bm25_score", "score"),
+}
+LABELS = {
+    "vector_rank": "Vector rank", "vector_distance": "Distance", "bm25_rank": "BM25 rank", "bm25_score": "BM25 score",
+    "rrf_vector": "RRF vector", "rrf_bm25": "RRF BM25", "rrf": "RRF", "boost": "Boost", "relevance": "Relevance",
+    "mmr_penalty": "MMR penalty", "score": "Score",
+}
+DIGITS = {"rrf_vector": 5, "rrf_bm25": 5, "rrf": 5, "score": 3}
+
+
+@dataclass(frozen=True)
+class Column:
+    key: str  # the field of Hit.explain
+    label: str
+    digits: int
+    meaning: str
+
+
+def columns(mode: str, settings: Mapping[str, Any]) -> list[Column]:
+    """The figures shown for a hit in ``mode``, each with what it means under ``settings``."""
+    meanings = _meanings(mode, settings)
+    return [Column(key, LABELS[key], DIGITS.get(key, 4), meanings[key]) for key in COLUMNS_BY_MODE[mode]]
+
+
+def formula(mode: str, settings: Mapping[str, Any]) -> str:
+    """The final score in one line, with the live numbers."""
+    if mode == "vector":
+        return "Score = (1 − distance) ÷ the top hit's (1 − distance)"
+    if mode == "bm25":
+        return "Score = BM25 score ÷ the top hit's BM25 score"
+    k, boost, lam = settings["rrf_k"], settings["heading_boost"], settings["mmr_lambda"]
+    rrf = f"RRF = 1/({k} + vector rank) + 1/({k} + BM25 rank)"
+    relevance = f"relevance = (RRF ÷ best RRF + {boost} × heading match) ÷ best"
+    if lam >= 1.0:
+        return f"{rrf};  {relevance};  Score = relevance (MMR off: mmr_lambda = {lam})"
+    return (f"{rrf};  {relevance};  Score = ({lam} × relevance − MMR penalty + {_num(1 - lam)}) ÷ hit 1's,"
+            f"  MMR penalty = {_num(1 - lam)} × highest similarity to a hit above")
+
+
+def candidates(settings: Mapping[str, Any], k: int) -> int:
+    """How many chunks each list returns before fusion (the pipeline's pool, capped by vec0)."""
+    return k * settings["mmr_candidate_multiplier"]
+
+
+def _meanings(mode: str, s: Mapping[str, Any]) -> dict[str, str]:
+    k, boost, lam = s.get("rrf_k"), s.get("heading_boost"), s.get("mmr_lambda")
+    top = "the top hit reads 1.000"
+    score = {
+        "hybrid": (f"the final score: relevance after MMR, divided by the first hit's, so {top}"
+                   + (" (MMR is off, so Score = Relevance)" if lam is not None and lam >= 1.0 else "")),
+        "vector": f"cosine similarity (1 − distance) divided by the first hit's, so {top}",
+        "bm25": f"the BM25 score divided by the first hit's, so {top}",
+    }[mode]
+    return {
+        "vector_rank": "place in the vector list (nearest first); – : the vector search did not return this chunk",
+        "vector_distance": "cosine distance between the query and the chunk vectors (0 = same direction, lower is closer)",
+        "bm25_rank": "place in the full-text (FTS5) list; – : no query word matched this chunk",
+        "bm25_score": "FTS5's BM25 score over text and heading path (higher is better)",
+        "rrf_vector": f"the vector list's share of RRF: 1 / (rrf_k + vector rank), rrf_k = {k}",
+        "rrf_bm25": f"the full-text list's share of RRF: 1 / (rrf_k + BM25 rank), rrf_k = {k}",
+        "rrf": "Reciprocal Rank Fusion: RRF vector + RRF BM25 (ranks are fused, the lists' scores are not)",
+        "boost": (f"heading boost: heading_boost ({boost}) × the share of the query's words (3+ letters,"
+                  " stop words left out) found in the heading path"),
+        "relevance": "RRF divided by the best RRF among the candidates, plus the boost, divided again so the best is 1.000",
+        "mmr_penalty": (f"(1 − mmr_lambda) × the highest cosine similarity to a hit ranked above; mmr_lambda = {lam}"
+                        + (", so MMR is off and the penalty is 0" if lam is not None and lam >= 1.0 else "")),
+        "score": score,
+    }
+
+
+def _num(x: float) -> str:
+    return f"{x:.2f}".rstrip("0").rstrip(".")
