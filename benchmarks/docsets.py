@@ -179,6 +179,17 @@ def engine_sections(docs: Path) -> dict[str, list[tuple[str, int, int]]]:
     return out
 
 
+def write_spans(name: str) -> Path:
+    """``engine_sections.json`` beside the docs: what a peer's adapter maps its sections onto.
+
+    relpath -> [[heading path, start char, end char], ...] for every chunk the engine's
+    chunker makes (offsets into the file decoded as UTF-8, BOM dropped).
+    """
+    path = set_dir(name) / "engine_sections.json"
+    path.write_text(json.dumps(engine_sections(set_dir(name) / "docs")), encoding="utf-8")
+    return path
+
+
 def section_ids(docs: Path) -> set[str]:
     return {section_id(rel, hp) for rel, chunks in engine_sections(docs).items() for hp, _, _ in chunks}
 
@@ -335,6 +346,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("prepare", help="extract the pinned docs into ../shared/eval/docsets/<name>/")
     p.add_argument("names", nargs="*", default=list(ALL_SETS))
+    w = sub.add_parser("spans", help="(re)write engine_sections.json for peers' adapters")
+    w.add_argument("names", nargs="*", default=list(ALL_SETS))
     s = sub.add_parser("sections", help="heading paths the engine's chunker makes (TSV: file, heading path, chunks)")
     s.add_argument("name")
     s.add_argument("--file", action="append", help="only these relative paths")
@@ -349,6 +362,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 prepare_anthropic()
             else:
                 raise SystemExit(f"unknown set {name!r}; sets: {', '.join(ALL_SETS)}")
+            print(f"{name}: chunker sections -> {write_spans(name)}")
+        return 0
+    if args.cmd == "spans":
+        for name in args.names:
+            print(f"{name}: {write_spans(name)}")
         return 0
     if args.cmd == "sections":
         docs = set_dir(args.name) / "docs"
