@@ -188,15 +188,62 @@ def read_peer(path: Path, name: str) -> dict[str, list[str]]:
     return run
 
 
+SYSTEM_LABELS = {
+    "polaris-hybrid-chunk": "Polaris hybrid, chunks (today)",
+    "polaris-vector-chunk": "Polaris vector, chunks",
+    "polaris-bm25-chunk": "Polaris bm25, chunks",
+    "polaris-hybrid-dedup": "Polaris hybrid, chunks then dedup sections",
+    "polaris-vector-dedup": "Polaris vector, chunks then dedup sections",
+    "polaris-bm25-dedup": "Polaris bm25, chunks then dedup sections",
+    "markdown-memory": "markdown-memory 0.7.13 (same MiniLM)",
+}
+
+
+def render(results: dict[str, Any]) -> str:
+    """Markdown tables: one per set, every system, all questions and per kind."""
+    from common import table
+
+    lines = []
+    for name, entry in results["sets"].items():
+        systems = entry["systems"]
+        any_sys = next(iter(systems.values()))
+        n_all = any_sys["all"]["all"]["n"]
+        kinds = [k for k in KINDS if k in any_sys["all"]]
+        counts = ", ".join(f"{k} {any_sys['all'][k]['n']}" for k in kinds)
+        splits = ", ".join(f"{sp} {any_sys[sp]['all']['n']}" for sp in ("train", "test") if sp in any_sys)
+        lines += [f"### {name}", "", f"{n_all} questions ({splits}; {counts}). Index: {entry['index'].get('documents')}"
+                  f" files, {entry['index'].get('chunks')} Polaris chunks.", ""]
+        headers = ["system", "nDCG@10", "R@10", "MRR@10", "dup share"] + [f"nDCG@10 {k}" for k in kinds] + ["nDCG@10 test"]
+        rows = []
+        for sy, r in systems.items():
+            a = r["all"]
+            rows.append([SYSTEM_LABELS.get(sy, sy), a["all"]["ndcg@10"], a["all"]["recall@10"], a["all"]["mrr@10"],
+                         a["all"]["dup_share"]] + [a[k]["ndcg@10"] for k in kinds]
+                        + [r["test"]["all"]["ndcg@10"] if "test" in r else float("nan")])
+        lines += [table(headers, rows, ".3f"), ""]
+        rows = []
+        for sy, r in systems.items():
+            a = r["all"]
+            rows.append([SYSTEM_LABELS.get(sy, sy)] + [f"{a[k]['recall@10']:.3f} / {a[k]['mrr@10']:.3f} / {a[k]['dup_share']:.3f}"
+                                                      for k in kinds])
+        lines += ["R@10 / MRR@10 / dup share by kind:", "", table(["system"] + kinds, rows), ""]
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
+    rp = sub.add_parser("report", help="render benchmarks/out/sections.json as Markdown tables")
+    rp.add_argument("--json", default=str(out_dir() / "sections.json"))
     i = sub.add_parser("index")
     i.add_argument("names", nargs="*", default=list(ALL_SETS))
     s = sub.add_parser("score")
     s.add_argument("names", nargs="*", default=list(ALL_SETS))
     s.add_argument("--peer", action="append", default=[], metavar="RUN.jsonl", help="a peer's ranked sections")
     args = ap.parse_args(argv)
+    if args.cmd == "report":
+        print(render(json.loads(Path(args.json).read_text())))
+        return 0
     if args.cmd == "index":
         for name in args.names:
             ds = load_set(name)
@@ -226,7 +273,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{name}: " + "; ".join(f"{sy} nDCG@10 {a[sy]['all']['all']['ndcg@10']:.3f}"
                                       f" dup {a[sy]['all']['all']['dup_share']:.3f}" for sy in a), flush=True)
     path = save_json("sections.json", results)
-    print(f"wrote {path}")
+    (out_dir() / "sections.md").write_text(render(results))
+    print(f"wrote {path} and sections.md")
     return 0
 
 
