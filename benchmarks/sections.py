@@ -230,11 +230,41 @@ def render(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def compare(results: dict[str, Any], a: str, b: str, names: Sequence[str] | None = None) -> str:
+    """Per set: questions where ``a`` scores a lower nDCG@10 than ``b``, by kind, with top sections."""
+    lines = []
+    for name, entry in results["sets"].items():
+        if names and name not in names:
+            continue
+        ds = load_set(name)
+        sa, sb = entry["systems"][a], entry["systems"][b]
+        pa, pb = sa["all"]["per_query"], sb["all"]["per_query"]
+        worse = [q for q in pa if pa[q]["ndcg@10"] < pb[q]["ndcg@10"] - 1e-9]
+        better = [q for q in pa if pa[q]["ndcg@10"] > pb[q]["ndcg@10"] + 1e-9]
+        by_kind = {k: (sum(ds.queries[q]["kind"] == k for q in worse), sum(ds.queries[q]["kind"] == k for q in better))
+                   for k in KINDS}
+        lines.append(f"## {name}: {a} below {b} on {len(worse)}, above on {len(better)} of {len(pa)}"
+                     f" (by kind, below/above: {by_kind})")
+        for q in sorted(worse, key=lambda q: pa[q]["ndcg@10"] - pb[q]["ndcg@10"]):
+            rels = ds.all_qrels[q]
+            top_a = (sa["run"].get(q) or ["-"])[0]
+            top_b = (sb["run"].get(q) or ["-"])[0]
+            lines.append(f"- {q} [{ds.queries[q]['kind']}] {ds.queries[q]['text']!r}: nDCG {pa[q]['ndcg@10']:.2f} vs"
+                         f" {pb[q]['ndcg@10']:.2f}\n    {a} #1: {top_a} (grade {rels.get(top_a, 0)})"
+                         f"\n    {b} #1: {top_b} (grade {rels.get(top_b, 0)})")
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
     rp = sub.add_parser("report", help="render benchmarks/out/sections.json as Markdown tables")
     rp.add_argument("--json", default=str(out_dir() / "sections.json"))
+    cp = sub.add_parser("compare", help="questions where system A trails system B, with each one's first section")
+    cp.add_argument("a")
+    cp.add_argument("b")
+    cp.add_argument("--json", default=str(out_dir() / "sections.json"))
+    cp.add_argument("--names", nargs="*")
     i = sub.add_parser("index")
     i.add_argument("names", nargs="*", default=list(ALL_SETS))
     s = sub.add_parser("score")
@@ -243,6 +273,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.cmd == "report":
         print(render(json.loads(Path(args.json).read_text())))
+        return 0
+    if args.cmd == "compare":
+        print(compare(json.loads(Path(args.json).read_text()), args.a, args.b, args.names))
         return 0
     if args.cmd == "index":
         for name in args.names:
