@@ -292,7 +292,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         with index:
             runs = polaris_runs(ds, index)
         for peer in args.peer:
-            runs[Path(peer).stem] = {"run": read_peer(Path(peer), name)}
+            run = read_peer(Path(peer), name)
+            if run:  # a peer not run on this set is left out, not scored as zero
+                runs[Path(peer).stem] = {"run": run}
         entry: dict[str, Any] = {"index": info, "systems": {}}
         for system, r in runs.items():
             entry["systems"][system] = {
