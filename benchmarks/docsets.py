@@ -145,15 +145,13 @@ def section_id(relpath: str, heading_path: str) -> str:
 @functools.lru_cache(maxsize=1)
 def chunk_settings() -> Any:
     """The settings the Indexer chunks with for the bundled model (budget capped at its window)."""
-    from llama_index_polaris.engine.chunk import ChunkSettings
     from llama_index_polaris.engine.config import load_config
     from llama_index_polaris.engine.embed import load_embedder
-    from llama_index_polaris.engine.index import chunk_budget
+    from llama_index_polaris.engine.recipe import make_recipe
 
     cfg = load_config(model_id=MODEL, use_user_config=False)
     embedder = load_embedder(MODEL)
-    return ChunkSettings(max_tokens=chunk_budget(cfg, embedder.max_chunk_tokens), overlap_chars=cfg.chunk_overlap_chars,
-                         min_chars=cfg.min_chunk_chars, count_tokens=embedder.token_counter)
+    return make_recipe(cfg, embedder.max_chunk_tokens, embedder.token_counter, model=MODEL).settings
 
 
 def chunk_file(text: str, relpath: str) -> list[Any]:

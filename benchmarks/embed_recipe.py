@@ -40,13 +40,24 @@ def anthropic(eval_dir: Path):
     return build, queries, beir.qrels, lambda hits: sections_in_order(hits, spans)
 
 
-def docsets() -> dict:
-    """Labelled docs sets prepared on this machine (see benchmarks/docsets.py), if any."""
-    try:
-        import docsets as ds  # benchmarks/docsets.py
-    except ImportError:
-        return {}
-    return {name: ds.loader(name) for name in ds.prepared()}
+def docsets(split: str) -> dict:
+    """The hand-labelled docs sets prepared on this machine (benchmarks/docsets.py), ``split`` questions."""
+    from docsets import SOURCES, load_set, set_dir
+    from sections import dedup, hit_section
+
+    out = {}
+    for name in SOURCES:
+        if not (set_dir(name) / "docs").is_dir():
+            continue
+        ds = load_set(name)
+        qrels = ds.split(split)
+
+        def build(indexer: Indexer, docs: Path = ds.docs) -> None:
+            indexer.index_paths([docs])
+
+        queries = {q: ds.queries[q]["text"] for q in qrels}
+        out[name] = (build, queries, qrels, lambda hits: dedup(hit_section(h) for h in hits))
+    return out
 
 
 def score(index: PolarisIndex, queries: dict, qrels: dict, to_ranking, mode: str) -> dict[str, float]:
@@ -62,8 +73,9 @@ def main() -> None:
     ap.add_argument("--sets", default=None, help="comma-separated (default: anthropic_docs and every docs set)")
     ap.add_argument("--budgets", default="254,222", help="chunk budgets in tokens (254 = MiniLM's whole window)")
     ap.add_argument("--contexts", default=",".join(CONTEXTS))
+    ap.add_argument("--split", default="train", help="questions of the hand-labelled sets (decide on train)")
     args = ap.parse_args()
-    sets = {"anthropic_docs": anthropic(args.eval_dir), **docsets()}
+    sets = {"anthropic_docs": anthropic(args.eval_dir), **docsets(args.split)}
     if args.sets:
         sets = {k: v for k, v in sets.items() if k in args.sets.split(",")}
     results = []

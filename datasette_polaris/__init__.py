@@ -16,6 +16,8 @@ Hooks (all here; the work is in the modules they name):
     table_actions       links from the chunks and documents tables to the explorer
     database_actions    a link from a Polaris database's page to the explorer
     startup             warm the models when the plugin config asks for it
+    handle_exception    a damaged Polaris file: a page that says so and what to do (503),
+                        on Datasette's own pages too, instead of a bare 500
 
 Plugin configuration (metadata ``plugins: polaris:``): ``warm: true`` loads each Polaris
 database's model in a background thread at startup, so the first query does not pay
@@ -30,7 +32,10 @@ from pathlib import Path
 from typing import Any
 
 from datasette import hookimpl
+from datasette.utils.asgi import Response
 from markupsafe import Markup
+
+from llama_index_polaris.engine.db.connect import damage_message
 
 from . import engines, functions, hidden, views
 
@@ -151,6 +156,26 @@ def database_actions(datasette: Any, database: str) -> Any:
         return [{"href": datasette.urls.database(database) + "/-/polaris", "label": "Polaris explorer: search and explain"}]
 
     return links
+
+
+@hookimpl
+def handle_exception(datasette: Any, request: Any, exception: Exception) -> Any:
+    database = (request.url_vars or {}).get("database") if request is not None else None
+    message = damage_message(exception, database or "the database")
+    if message is None:
+        return None
+
+    async def page() -> Response:
+        if request is not None and (request.path.endswith(".json") or request.args.get("_format") == "json"):
+            return Response.json({"ok": False, "error": message, "status": views.DAMAGED_STATUS},
+                                 status=views.DAMAGED_STATUS)
+        html = await datasette.render_template(
+            "error.html", {"ok": False, "error": message, "title": "Damaged database", "status": views.DAMAGED_STATUS},
+            request=request,
+        )
+        return Response.html(html, status=views.DAMAGED_STATUS)
+
+    return page
 
 
 @hookimpl

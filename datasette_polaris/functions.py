@@ -23,7 +23,9 @@ import json
 import logging
 from typing import Any, Callable
 
+from llama_index_polaris.engine.db.connect import sqlite_error_message
 from llama_index_polaris.engine.errors import DatabaseError, InputError, PolarisError
+from llama_index_polaris.engine.search.pipeline import check_query
 from llama_index_polaris.engine.store import to_blob
 
 from .engines import database_path, engine_for
@@ -38,7 +40,7 @@ def register(conn: Any, database: str, datasette: Any) -> None:
     def embed(text: Any) -> bytes:
         if not isinstance(text, str):
             raise InputError(f"polaris_embed(text) needs text, got {_type(text)}.")
-        return to_blob(_engine(path, database).embed_query(text))
+        return to_blob(_engine(path, database).embed_query(check_query(text, "polaris_embed(text)")))
 
     def search(query: Any, k: Any = None, options: Any = None) -> str:
         if not isinstance(query, str):
@@ -48,9 +50,10 @@ def register(conn: Any, database: str, datasette: Any) -> None:
         hits = _engine(path, database).searcher.search(query, top_k=k, **_options(options))
         return json.dumps([h.to_dict() for h in hits], ensure_ascii=False)
 
-    conn.create_function("polaris_embed", 1, _reported("polaris_embed", embed), deterministic=True)
+    where = path or database
+    conn.create_function("polaris_embed", 1, _reported("polaris_embed", embed, where), deterministic=True)
     for n in (1, 2, 3):
-        conn.create_function("polaris_search", n, _reported("polaris_search", search))
+        conn.create_function("polaris_search", n, _reported("polaris_search", search, where))
 
 
 def _engine(path: str | None, database: str) -> Any:
@@ -78,7 +81,7 @@ def _type(value: Any) -> str:
     return "NULL" if value is None else type(value).__name__
 
 
-def _reported(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+def _reported(name: str, fn: Callable[..., Any], where: str) -> Callable[..., Any]:
     """Wrap ``fn`` so that a failure returns ``{"error": ...}`` naming the function and the reason."""
 
     def call(*args: Any) -> Any:
@@ -86,7 +89,10 @@ def _reported(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
             return fn(*args)
         except PolarisError as exc:  # meant for users: the message is the whole story
             return error_value(name, str(exc))
-        except Exception as exc:  # a bug: the traceback goes to the log, the gist to the client
+        except Exception as exc:  # a damaged file, or a bug: the traceback goes to the log, the gist to the client
+            damaged = sqlite_error_message(exc, where)
+            if damaged is not None:
+                return error_value(name, damaged)
             log.exception("%s failed", name)
             return error_value(name, f"{type(exc).__name__}: {exc}")
 

@@ -20,8 +20,9 @@ from datasette.utils.asgi import NotFound, Response
 from datasette.version import __version__ as datasette_version
 
 from llama_index_polaris.engine.config import describe
-from llama_index_polaris.engine.errors import InputError, PolarisError
-from llama_index_polaris.engine.search.pipeline import MODES, clamp_top_k
+from llama_index_polaris.engine.db.connect import sqlite_error_message
+from llama_index_polaris.engine.errors import DatabaseError, InputError, PolarisError
+from llama_index_polaris.engine.search.pipeline import MAX_QUERY_CHARS, MODES, clamp_top_k
 
 from . import legend, render
 from .engines import Engine, engine_for, is_polaris
@@ -68,6 +69,9 @@ class SearchForm:
 def parse_form(args: Any, default_k: int, json_path: bool = False) -> SearchForm:
     """Read q, k, mode, collection, document, view and _format; every bad value is named."""
     form = SearchForm(q=(args.get("q") or "").strip(), k=default_k)
+    if len(form.q) > MAX_QUERY_CHARS:
+        form.errors["q"] = f"q is {len(form.q):,} characters; at most {MAX_QUERY_CHARS:,} are searched. Shorten it."
+        form.q = form.q[:200]  # what the page echoes back
     form.collections = [c for c in args.getlist("collection") if c]
     form.documents = [d for d in args.getlist("document") if d]
     mode = args.get("mode") or "hybrid"
@@ -133,7 +137,12 @@ async def document_page(datasette: Any, request: Any) -> Response:
     context.update(form=form, back_url=_url(context["overview_url"], form.state()))
     if form.errors:
         return await page.failure(400, _joined(form.errors), "polaris_document.html", context, errors=form.errors)
-    doc, rows = await _in_thread(datasette, lambda: _document(engine, doc_id, form, html=not page.wants_json))
+    try:
+        doc, rows = await _in_thread(
+            datasette, lambda: _document(engine, doc_id, form, html=not page.wants_json), engine.path
+        )
+    except DatabaseError as exc:
+        return await page.failure(DAMAGED_STATUS, str(exc), "polaris_document.html", context)
     if doc is None:
         return await page.failure(404, f"No document with id {doc_id!r} in {name}.", "polaris_document.html", context)
     context.update(
@@ -189,7 +198,10 @@ async def _search_page(page: "_Page", name: str, names: list[str]) -> Response:
         return await page.failure(500, str(exc), "polaris.html", context)
     form = parse_form(request.args, engine.config.top_k, page.json_path)
     page.form = form
-    overview = await _in_thread(datasette, lambda: _overview(engine))
+    try:
+        overview = await _in_thread(datasette, lambda: _overview(engine), engine.path)
+    except DatabaseError as exc:
+        return await page.failure(DAMAGED_STATUS, str(exc), "polaris.html", context)
     chunk_counts = dict((await db.execute("SELECT document_id, count(*) FROM chunks GROUP BY 1")).rows)
     hits: list[Any] = []
     status, error = 200, None
@@ -197,9 +209,9 @@ async def _search_page(page: "_Page", name: str, names: list[str]) -> Response:
         status, error = 400, _joined(form.errors)
     elif form.q:
         try:
-            hits = await _in_thread(datasette, lambda: _search(engine, form))
+            hits = await _in_thread(datasette, lambda: _search(engine, form), engine.path)
         except PolarisError as exc:
-            status, error = (400 if isinstance(exc, InputError) else 500), str(exc)
+            status, error = _status_of(exc), str(exc)
     results = await _in_thread(datasette, lambda: _results(engine, hits, form)) if hits and not page.wants_json else []
     settings = {key: getattr(engine.config, key) for key in SEARCH_SETTINGS}
     context.update(overview)
@@ -400,5 +412,24 @@ def _document_url(datasette: Any, name: str, doc_id: str, form: SearchForm, chun
     return document_href(datasette, name, doc_id, chunk_id, form.state())
 
 
-async def _in_thread(datasette: Any, fn: Callable[[], Any]) -> Any:
-    return await asyncio.get_running_loop().run_in_executor(datasette.executor, fn)
+async def _in_thread(datasette: Any, fn: Callable[[], Any], where: str = "this database") -> Any:
+    """``fn()`` in Datasette's executor; an SQLite error on ``where`` (a damaged file) becomes a DatabaseError."""
+    try:
+        return await asyncio.get_running_loop().run_in_executor(datasette.executor, fn)
+    except PolarisError:
+        raise
+    except Exception as exc:
+        message = sqlite_error_message(exc, where)
+        if message is None:
+            raise
+        raise DatabaseError(message) from exc
+
+
+# A damaged file is not a bug in the page: 503 says the database cannot be served as it is.
+DAMAGED_STATUS = 503
+
+
+def _status_of(exc: PolarisError) -> int:
+    if isinstance(exc, InputError):
+        return 400
+    return DAMAGED_STATUS if isinstance(exc, DatabaseError) else 500

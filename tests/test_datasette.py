@@ -572,3 +572,53 @@ async def test_pages_are_accessible_and_show_the_datasette_version(ds: Datasette
     assert search.count("<main") == 1 and len(re.findall(r'<h3 class="polaris-heading">', search)) == 3
     for html in (doc, search, (await ds.client.get("/-/polaris")).text):
         assert f'title="Datasette v{__version__}"' in html and 'title="Datasette v"' not in html
+
+
+# -- bounded input, damaged files, stale documents (issue #12) -------------------------------------
+async def test_inputs_are_bounded_in_every_datasette_door(ds: Datasette) -> None:
+    import time
+
+    from llama_index_polaris.engine.search.pipeline import MAX_QUERY_CHARS
+
+    huge = "replace(hex(zeroblob(127500)), '00', 'expired ')"  # 1 MB made in SQL (a URL cannot carry it)
+    started = time.perf_counter()  # release 0.1 embedded all of it: 5 to 28 s and 2 GB
+    embed = await ds.client.get("/polaris.json", params={"sql": f"select polaris_embed({huge}) as v", "_shape": "array"})
+    search = await ds.client.get("/polaris.json", params={"sql": f"select polaris_search({huge}, 3) as v", "_shape": "array"})
+    page = await ds.client.get("/polaris/-/polaris.json", params={"q": "x" * 59_000})
+    assert time.perf_counter() - started < 5  # refused before any work, far inside sql_time_limit_ms
+    for response, name in ((embed, "polaris_embed"), (search, "polaris_search")):
+        error = json.loads(response.json()[0]["v"])["error"]
+        assert error.startswith(f"{name}") and "1,020,000 characters" in error and f"{MAX_QUERY_CHARS:,}" in error
+    assert page.status_code == 400 and "q is 59,000 characters" in page.json()["errors"]["q"]
+    ok = await ds.client.get("/polaris/-/polaris.json", params={"q": "expired " * 1200})  # just under the cap
+    assert ok.status_code == 200 and ok.json()["hits"]
+
+
+async def test_a_damaged_file_gets_a_page_that_says_so_not_a_500(tmp_path: Path) -> None:
+    from test_identity import corrupt_full_text_pages
+
+    path = build_polaris_db(tmp_path / "polaris.db")
+    corrupt_full_text_pages(path)
+    damaged = Datasette([str(path)])
+    for url in ("/polaris/-/polaris?q=expired", "/polaris/-/polaris.json?q=expired",
+                "/polaris.json?sql=select+polaris_search('expired',3)+as+v&_shape=array"):
+        response = await damaged.client.get(url)
+        assert response.status_code != 500, url
+        assert "polaris.db is damaged (database disk image is malformed)" in response.text, url
+        assert "polaris status --check" in response.text
+    search_page = await damaged.client.get("/polaris/-/polaris?q=expired")
+    assert search_page.status_code == 503
+    datasette_own = await damaged.client.get("/polaris/chunks?_search=expired")
+    assert datasette_own.status_code == 503 and "is damaged" in datasette_own.text
+
+
+async def test_a_stale_document_is_marked_on_the_page(tmp_path: Path) -> None:
+    path = build_polaris_db(tmp_path / "polaris.db")
+    with Store(path) as store:
+        store.set_status("docs/auth.md", "stale", "re-index failed, serving the version of 2026-11-30: not UTF-8")
+    stale = Datasette([str(path)])
+    page = await stale.client.get("/polaris/-/polaris", params={"q": "expired sessions janitor", "mode": "bm25"})
+    assert page.status_code == 200
+    assert 'polaris-status-stale">stale</span> re-index failed, serving the version of 2026-11-30' in page.text
+    hits = (await stale.client.get("/polaris/-/polaris.json", params={"q": "janitor", "mode": "bm25"})).json()["hits"]
+    assert hits[0]["document_status"] == "stale" and "not UTF-8" in hits[0]["document_error"]

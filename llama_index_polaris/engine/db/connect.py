@@ -111,14 +111,23 @@ def sqlite_error_message(exc: BaseException, path: str | os.PathLike[str]) -> st
         return None
     if not isinstance(exc, module.Error):
         return None
+    return damage_message(exc, path) or f"SQLite failed on {path}: {exc}."
+
+
+def damage_message(exc: BaseException, path: str | os.PathLike[str]) -> str | None:
+    """What to tell a user when ``exc`` says the file at ``path`` is damaged (None: it does not)."""
+    try:
+        module = sqlite_module()
+    except ExtensionError:
+        return None
     text = str(exc)
-    if isinstance(exc, module.DatabaseError) and ("malformed" in text or "not a database" in text):
-        return (
-            f"{path} is damaged ({text}). See how with `polaris status --check` (PRAGMA quick_check);"
-            " rebuild it by moving it aside and running `polaris index` on your folders again"
-            " (the documents themselves are on disk)."
-        )
-    return f"SQLite failed on {path}: {text}."
+    if not isinstance(exc, module.DatabaseError) or not ("malformed" in text or "not a database" in text):
+        return None
+    return (
+        f"{path} is damaged ({text}). See how with `polaris status --check` (PRAGMA quick_check);"
+        " rebuild it by moving it aside and running `polaris index` on your folders again"
+        " (the documents themselves are on disk)."
+    )
 
 
 def configure(conn: Any, *, readonly: bool = False) -> None:
