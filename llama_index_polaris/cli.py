@@ -128,8 +128,9 @@ def cmd_search(args: argparse.Namespace) -> int:
     """polaris search QUERY : hybrid search with optional explanation."""
     with _open(args, readonly=True) as index:
         hits = index.search(
-            args.query, top_k=args.k, mode=args.mode,
+            args.query, top_k=args.k, mode=args.mode, unit=args.unit,
             documents=args.document or None, collections=args.collection or None,
+            context_tokens=args.context_tokens if args.context == "section" else None,
         )
     if args.json:
         print(json.dumps([h.to_dict(explain=args.explain) for h in hits], indent=2, ensure_ascii=False))
@@ -151,7 +152,19 @@ def _hit_text(hit: Any, query: str, color: bool, explain: bool) -> str:
         lines.append(f"    stale: {hit.document_error}")
     if explain:
         lines.append("    " + _explain_line(hit.explain))
+        if hit.explain.chunks and len(hit.section_chunks) > 1:
+            lines.append("    " + _chunks_line(hit))
+    if hit.section_text is not None:
+        lines.append("    " + hit.section_text.replace("\n", "\n    "))
     return "\n".join(lines) + "\n"
+
+
+def _chunks_line(hit: Any) -> str:
+    """Which of the section's chunks matched, with each one's rank in each list."""
+    shown = hit.section_chunks.index(hit.node_id) + 1 if hit.node_id in hit.section_chunks else "?"
+    parts = [f"{_fmt(m.position, 'd')} (vector #{_fmt(m.vector_rank, 'd')}, bm25 #{_fmt(m.bm25_rank, 'd')})"
+             for m in hit.explain.chunks]
+    return f"section of {len(hit.section_chunks)} chunks, shown: {shown}; matched: " + ", ".join(parts)
 
 
 def _fmt(value: Any, spec: str) -> str:
@@ -279,6 +292,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mode", choices=("hybrid", "vector", "bm25"), default="hybrid")
     p.add_argument("--collection", action="append", metavar="NAME")
     p.add_argument("--document", action="append", metavar="PATH")
+    p.add_argument("--unit", choices=("section", "chunk"), help="a hit is a section (default) or a chunk")
+    p.add_argument("--context", choices=("chunk", "section"), default="chunk",
+                   help="section: print each hit's whole section (bounded by --context-tokens)")
+    p.add_argument("--context-tokens", type=int, default=800, metavar="N", help="budget of a section's text")
     p.add_argument("--json", action="store_true")
     p.add_argument("--explain", action="store_true", help="per-stage figures for each hit")
     _common(p)

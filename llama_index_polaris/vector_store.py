@@ -26,6 +26,8 @@ Query modes: ``DEFAULT`` is vector KNN (similarities are cosine similarities,
 pipeline (KNN + BM25, RRF weighted by ``alpha`` when given: 1 = vector only, 0 = BM25
 only; heading boost; MMR when ``mmr_threshold`` is given); ``MMR`` re-ranks the vector
 candidates by MMR with ``mmr_threshold`` as lambda (default: the config's ``mmr_lambda``).
+``HYBRID`` answers in the configured unit (one node per section by default, as every
+other door); the other modes return chunks, as LlamaIndex's own stores do.
 ``mmr_threshold`` may come with the query or as a keyword of ``query`` (LlamaIndex's
 ``vector_store_kwargs``). ``similarity_top_k`` is returned as asked (up to 4,096; the
 1..100 clamp is the command line's rule for agents). Non-DEFAULT similarities are the
@@ -367,6 +369,7 @@ class PolarisVectorStore(BasePydanticVectorStore):
             query_vector=None if mode == "bm25" else query.query_embedding,
             mmr_lambda=self._mmr_lambda(query, kwargs),
             alpha=query.alpha if query.mode == VectorStoreQueryMode.HYBRID else None,
+            unit=None if query.mode == VectorStoreQueryMode.HYBRID else "chunk",  # other modes: LlamaIndex's nodes
         )
         if query.mode == VectorStoreQueryMode.DEFAULT:
             similarities = [1.0 - h.explain.vector_distance for h in hits]

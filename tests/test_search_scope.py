@@ -81,7 +81,7 @@ def test_restrictive_filter_still_returns_k_hits_filtering_inside_knn(open_store
         vecs.append(v / np.linalg.norm(v))
         chunks.append(ChunkRecord(node_id=f"n{i}", text=f"chunk {i}", ordinal=i, metadata={"tier": "gold" if allowed else "x"}))
     s.upsert_document(DocumentRecord("doc"), chunks, np.array(vecs, dtype=np.float32))
-    searcher = Searcher(s, None, load_config(use_user_config=False))
+    searcher = Searcher(s, None, load_config(use_user_config=False, unit="chunk"))  # one document, no headings
     for mode in ("vector", "hybrid"):
         hits = searcher.search("", mode=mode, top_k=5, query_vector=query, filters=Condition("tier", "==", "gold"))
         assert len(hits) == 5

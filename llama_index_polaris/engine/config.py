@@ -66,6 +66,10 @@ def _fts_tokenizer(v: str) -> str | None:
     return None
 
 
+def _unit(v: str) -> str | None:
+    return None if v in ("section", "chunk") else "must be section or chunk"
+
+
 def _threads(v: Any) -> str | None:
     return None if v >= 1 else "must be 1 or greater"
 
@@ -82,6 +86,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("mmr_lambda", 1.0, (int, float), "1.0 = pure relevance (MMR off), 0.0 = pure diversity (spec: 0.7; measured to lose)", _unit_interval),
     Setting("mmr_candidate_multiplier", 3, int, "candidate pool = top_k x this", _positive),
     Setting("top_k", 10, int, "hits returned by default (1 to 100)", _top_k),
+    Setting("unit", "section", str, "what a hit is: a section (document + heading path, each once) or a chunk", _unit),
     Setting("db_path", "polaris.db", str, "the index file"),
     Setting("fts_tokenizer", "porter unicode61 remove_diacritics 2", str, "FTS5 tokenizer for BM25", _fts_tokenizer),
     Setting("max_file_mb", 10, (int, float), "files larger than this are skipped (marked failed) when indexing", _positive),
@@ -108,6 +113,7 @@ class PolarisConfig:
     mmr_lambda: float = 1.0
     mmr_candidate_multiplier: int = 3
     top_k: int = 10
+    unit: str = "section"
     db_path: str = "polaris.db"
     fts_tokenizer: str = "porter unicode61 remove_diacritics 2"
     max_file_mb: float = 10

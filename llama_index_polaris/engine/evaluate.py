@@ -163,8 +163,10 @@ def build_eval_index(beir: BeirSet, config: Any, progress: Any = None, whole_doc
     return index, report
 
 
-def run_modes(index: Any, beir: BeirSet, modes: Sequence[str], depth: int = DEPTH) -> dict[str, dict[str, float]]:
-    """Score each mode over the split's queries; also reports query time."""
+def run_modes(
+    index: Any, beir: BeirSet, modes: Sequence[str], depth: int = DEPTH, unit: str | None = None
+) -> dict[str, dict[str, float]]:
+    """Score each mode over the split's queries (hits of ``unit``, default the config's); reports query time."""
     searcher = index.searcher()
     searcher.max_top_k = CHUNKS_PER_DOC * depth
     results = {}
@@ -172,7 +174,7 @@ def run_modes(index: Any, beir: BeirSet, modes: Sequence[str], depth: int = DEPT
     for mode in modes:
         run, start = {}, time.perf_counter()
         for qid, text in queries.items():
-            hits = searcher.search(text, top_k=CHUNKS_PER_DOC * depth, mode=mode)
+            hits = searcher.search(text, top_k=CHUNKS_PER_DOC * depth, mode=mode, unit=unit)
             run[qid] = documents_in_order(h.document_id for h in hits)[:depth]
         elapsed = time.perf_counter() - start
         results[mode] = {**score_run(run, beir.qrels), "queries": len(queries),
@@ -187,6 +189,7 @@ def register_cli(sub: Any, common: Any) -> None:
     p.add_argument("--split", default="test")
     p.add_argument("--mode", choices=("hybrid", "vector", "bm25", "all"), default="all")
     p.add_argument("--model", metavar="ID")
+    p.add_argument("--unit", choices=("section", "chunk"), help="what a hit is (default: the config's unit)")
     p.add_argument("--whole-documents", action="store_true",
                    help="one chunk per corpus entry, cut at the model's window (the BEIR/MTEB setup)")
     p.add_argument("--json", action="store_true")
@@ -206,7 +209,7 @@ def cmd_eval(args: Any) -> int:
     modes = ("vector", "bm25", "hybrid") if args.mode == "all" else (args.mode,)
     with index:
         model_id = index.store.model.model_id
-        results = run_modes(index, beir, modes)
+        results = run_modes(index, beir, modes, unit=args.unit)
     if args.json:
         print(json.dumps({m: {k: round(v, 4) for k, v in r.items()} for m, r in results.items()}, indent=2))
         return 0

@@ -81,7 +81,8 @@ class PolarisIndex:
         from .search.pipeline import Searcher
 
         return Searcher(
-            self.store, lambda q: self.embedder.embed_query(q), self.config, self.vector_cache, self.bm25_cache
+            self.store, lambda q: self.embedder.embed_query(q), self.config, self.vector_cache, self.bm25_cache,
+            count_tokens=lambda t: self.embedder.count_tokens(t),
         )
 
     @property

@@ -1,6 +1,13 @@
-"""Text handed to a tokenizer: always valid Unicode."""
+"""Text handed to a tokenizer: always valid Unicode; its size when no tokenizer is at hand."""
 
 from __future__ import annotations
+
+from .config import CHARS_PER_TOKEN
+
+
+def heuristic_tokens(text: str) -> int:
+    """``ceil(len(text) / 4)``: the estimate used when no tokenizer is given."""
+    return -(-len(text) // CHARS_PER_TOKEN)
 
 
 def clean_text(text: str) -> str:

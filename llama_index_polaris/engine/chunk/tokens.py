@@ -24,7 +24,7 @@ from itertools import accumulate, chain
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
-from ..config import CHARS_PER_TOKEN
+from ..text import heuristic_tokens  # noqa: F401  (re-exported: the chunker's default)
 from ..text import clean_text
 
 Measure = Callable[[int, int], int]
@@ -40,9 +40,6 @@ _ASCII_RUNS = re.compile(r"[A-Za-z0-9]+|[^A-Za-z0-9]")
 _CACHE_LIMIT = 500_000
 
 
-def heuristic_tokens(text: str) -> int:
-    """``ceil(len(text) / 4)``: the estimate used when no tokenizer is given."""
-    return -(-len(text) // CHARS_PER_TOKEN)
 
 
 class TokenCounter:

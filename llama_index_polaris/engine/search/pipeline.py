@@ -1,14 +1,16 @@
-"""The query pipeline: embed once, KNN + BM25, RRF, heading boost, MMR, normalise.
+"""The query pipeline: embed once, KNN + BM25, then ``rank.rank`` (sections, RRF, heading
+boost, MMR, normalise).
 
-Each hit carries the explanation computed in the same pass that scored it, so the
-figures shown by ``polaris search --explain`` and the Datasette page cannot drift
-from the ranking.
+The Searcher only reads the database: the scope, the two candidate lists, what ranking
+needs of each candidate and the rows of the hits. Each hit carries the explanation
+computed in the same pass that scored it, so the figures shown by ``polaris search
+--explain`` and the Datasette page cannot drift from the ranking.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -17,36 +19,21 @@ from ..config import PolarisConfig
 from ..db.schema import CHUNKS_WITH_DOCUMENTS, MERGED_METADATA
 from ..errors import InputError
 from ..store import Store, from_blob
-from .boost import boost_terms, boosted_relevance, heading_boost
+from ..text import heuristic_tokens
+from .boost import boost_terms
 from .bm25 import bm25
+from .context import bounded, stitch
 from .bm25_cache import Bm25Cache
 from .filters import Filter
-from .fuse import Fused, rrf
-from .mmr import mmr, mmr_scores
-from .normalise import relative_to_top
+from .rank import UNITS, Candidate, ChunkMatch, Explanation, RankParams, Ranked, rank
 from .scope import Scope, resolve_scope
 from .vector import MAX_K, knn
 from .vector_cache import VectorCache
 
 MODES = ("hybrid", "vector", "bm25")
 MAX_QUERY_CHARS = 10_000
-
-
-@dataclass
-class Explanation:
-    """Per-stage figures for one hit; None where a stage did not see the chunk."""
-
-    vector_rank: int | None = None
-    vector_distance: float | None = None
-    bm25_rank: int | None = None
-    bm25_score: float | None = None
-    rrf: float | None = None
-    rrf_vector: float | None = None
-    rrf_bm25: float | None = None
-    boost: float | None = None
-    relevance: float | None = None
-    mmr_penalty: float | None = None
-    score: float = 0.0
+SECTION_POOL = 2  # in section mode each list fetches this many times more chunks: sections repeat in it
+__all__ = ["Explanation", "Hit", "Searcher", "MODES", "MAX_QUERY_CHARS", "check_query", "clamp_top_k"]
 
 
 @dataclass
@@ -69,6 +56,11 @@ class Hit:
     document_status: str = "completed"
     document_error: str | None = None  # set when the document is stale: why its re-index failed
     node: str | None = None  # the rest of a LlamaIndex node added through the vector store (JSON)
+    unit: str = "chunk"  # "section": the hit stands for its (document, heading path), see below
+    section_start: int | None = None  # the section's character span in the document (all its chunks)
+    section_end: int | None = None
+    section_chunks: list[str] = field(default_factory=list)  # node ids of all the section's chunks, in order
+    section_text: str | None = None  # the whole section, bounded by a token budget (context="section")
 
     def to_dict(self, explain: bool = True) -> dict[str, Any]:
         """A JSON-ready dict: the one shape of a hit in `polaris search --json [--explain]`,
@@ -129,10 +121,12 @@ class Searcher:
         config: PolarisConfig,
         vector_cache: VectorCache | None = None,
         bm25_cache: Bm25Cache | None = None,
+        count_tokens: Callable[[str], int] | None = None,
     ) -> None:
         self.store = store
         self.embed_query = embed_query
         self.config = config
+        self.count_tokens = count_tokens  # the model's tokens, for a section's budget (None: len / 4)
         self.vector_cache = vector_cache  # exact KNN from RAM for long-lived processes
         self.bm25_cache = bm25_cache  # FTS5's BM25 with common words scored from RAM, likewise
 
@@ -151,6 +145,8 @@ class Searcher:
         alpha: float | None = None,
         within_collection: str | None = None,
         max_top_k: int | None = None,
+        unit: str | None = None,
+        context_tokens: int | None = None,
     ) -> list[Hit]:
         """The best ``top_k`` chunks for ``query`` in ``mode`` within the scope given.
 
@@ -161,10 +157,16 @@ class Searcher:
         ``alpha`` weighs the two lists in hybrid fusion: 1 = vector only, 0 = BM25 only,
         None = equal weights. ``within_collection`` keeps every hit inside one collection
         (the LlamaIndex store's scope). ``top_k`` is clamped to 1..``max_top_k`` (default
-        100, the 5ire rule for agents; the LlamaIndex door lifts it).
+        100, the 5ire rule for agents; the LlamaIndex door lifts it). ``unit`` (default:
+        the config's) is ``section``, one hit per (document, heading path), or ``chunk``.
+        ``context_tokens`` fills each section hit's ``section_text``: the whole section,
+        cut to that many of the model's tokens.
         """
         if mode not in MODES:
             raise InputError(f"mode must be one of {', '.join(MODES)}, got {mode!r}.")
+        unit = self.config.unit if unit is None else unit
+        if unit not in UNITS:
+            raise InputError(f"unit must be one of {', '.join(UNITS)}, got {unit!r}.")
         query = check_query(query).strip()
         lam = _check_lambda(self.config.mmr_lambda if mmr_lambda is None else mmr_lambda)
         weights = _alpha_weights(alpha)
@@ -181,24 +183,65 @@ class Searcher:
         needs_vector = mode == "vector" or (mode == "hybrid" and (weights is None or weights["vector"] > 0))
         if needs_vector and query_vector is None and self.store.model is not None:
             query_vector = self._check_vector(self._embed(query))  # outside the lock: other threads may read
+        params = RankParams(
+            k=k, mode=mode, unit=unit, rrf_k=self.config.rrf_k, heading_boost=self.config.heading_boost,
+            boost_terms=tuple(boost_terms(query)), mmr_lambda=lam if mode == "hybrid" else mmr_lambda, weights=weights,
+        )
+        if context_tokens is not None and (isinstance(context_tokens, bool) or not isinstance(context_tokens, int)
+                                           or context_tokens < 1):
+            raise InputError(f"context_tokens must be a positive whole number, got {context_tokens!r}.")
+        if context_tokens is not None and unit != "section":
+            raise InputError("a section's text (context_tokens) needs unit='section'.")
         with self.store.read():  # one snapshot for every stage
-            return self._run(query, k, mode, scope, query_vector, lam if mode == "hybrid" else mmr_lambda, weights)
+            return self._run(query, params, scope, query_vector, context_tokens)
 
-    def _run(self, query: str, k: int, mode: str, scope: Scope, qvec: np.ndarray | None,
-             lam: float | None, weights: dict[str, float] | None = None) -> list[Hit]:
-        pool = min(k * self.config.mmr_candidate_multiplier, MAX_K)
+    def _run(self, query: str, p: RankParams, scope: Scope, qvec: np.ndarray | None,
+             context_tokens: int | None = None) -> list[Hit]:
+        pool = min(p.k * self.config.mmr_candidate_multiplier * (SECTION_POOL if p.unit == "section" else 1), MAX_K)
         vec_hits: list[tuple[int, float]] = []
         bm_hits: list[tuple[int, float]] = []
-        use = weights or {"vector": 1.0, "bm25": 1.0}
-        if mode in ("hybrid", "vector") and qvec is not None and (mode == "vector" or use["vector"] > 0):
+        use = p.weights or {"vector": 1.0, "bm25": 1.0}
+        if p.mode in ("hybrid", "vector") and qvec is not None and (p.mode == "vector" or use["vector"] > 0):
             vec_hits = self._knn(qvec, pool, scope)  # qvec None: no vectors in this index yet
-        if mode in ("hybrid", "bm25") and query and (mode == "bm25" or use["bm25"] > 0):
+        if p.mode in ("hybrid", "bm25") and query and (p.mode == "bm25" or use["bm25"] > 0):
             bm_hits = self._bm25(query, pool, scope)
-        if mode == "hybrid":
-            return self._hybrid(query, k, vec_hits, bm_hits, lam, weights)
-        if mode == "vector" and lam is not None:
-            return self._vector_mmr(k, vec_hits, lam)
-        return self._single(k, vec_hits if mode == "vector" else bm_hits, mode)
+        with_vectors = p.mmr_lambda is not None and p.mmr_lambda < 1.0
+        candidates = self._candidates([h[0] for h in [*vec_hits, *bm_hits]], with_vectors)
+        ranked = rank(vec_hits, bm_hits, candidates, p)
+        return self._hits(ranked, p.unit, context_tokens)
+
+    def _hits(self, ranked: list[Ranked], unit: str, context_tokens: int | None = None) -> list[Hit]:
+        rows = self._rows([r.chunk_id for r in ranked])
+        ranked = [r for r in ranked if r.chunk_id in rows]
+        hits = [_hit(i, r.score, r.chunk_id, rows[r.chunk_id], r.explain) for i, r in enumerate(ranked, start=1)]
+        if unit == "section" and hits:
+            self._add_sections(hits, context_tokens)
+        return hits
+
+    def _add_sections(self, hits: list[Hit], context_tokens: int | None) -> None:
+        """Each hit's section: its span, the node ids of all its chunks and, if asked, its text."""
+        keys = json.dumps([[h.document_id, h.heading_path] for h in hits])
+        text = "c.text" if context_tokens is not None else "NULL"
+        rows = self.store.conn.execute(
+            f"SELECT c.document_id, c.heading_path, c.node_id, c.start_char, c.end_char, {text}, c.id FROM chunks c"
+            " JOIN json_each(?) k ON c.document_id = json_extract(k.value, '$[0]') AND c.heading_path = json_extract(k.value, '$[1]')"
+            " ORDER BY c.document_id, c.ordinal",
+            (keys,),
+        ).fetchall()
+        sections: dict[tuple[str, str], list[tuple]] = {}
+        for doc, heading, node_id, start, end, chunk_text, chunk_id in rows:
+            sections.setdefault((doc, heading), []).append((node_id, start, end, chunk_text, chunk_id))
+        count = self.count_tokens or heuristic_tokens
+        for h in hits:
+            chunks = sections.get((h.document_id, h.heading_path), [])
+            starts = [c[1] for c in chunks if c[1] is not None]
+            ends = [c[2] for c in chunks if c[2] is not None]
+            h.unit, h.section_chunks = "section", [c[0] for c in chunks]
+            position = {c[4]: i for i, c in enumerate(chunks, start=1)}
+            h.explain.chunks = [replace(m, position=position.get(m.chunk_id)) for m in h.explain.chunks or []]
+            h.section_start, h.section_end = (min(starts) if starts else None), (max(ends) if ends else None)
+            if context_tokens is not None:
+                h.section_text = bounded(stitch([(c[3], c[1], c[2]) for c in chunks]), count, context_tokens)
 
     def _knn(self, qvec: np.ndarray, k: int, scope: Scope) -> list[tuple[int, float]]:
         if self.vector_cache is not None and self.vector_cache.refresh():
@@ -231,72 +274,15 @@ class Searcher:
             raise InputError("the query vector contains NaN or infinite values.")
         return arr
 
-    def _vector_mmr(self, k: int, vec_hits: list[tuple[int, float]], lam: float) -> list[Hit]:
-        """MMR over the vector candidates; relevance is the cosine similarity itself."""
-        cands = self._candidates([h[0] for h in vec_hits], with_vectors=True)
-        vec_hits = [h for h in vec_hits if h[0] in cands]
-        if not vec_hits:
-            return []
-        relevance = np.array([1.0 - d for _, d in vec_hits])
-        picks = mmr(relevance, _matrix([cands[cid][1] for cid, _ in vec_hits]), k, lam)
-        scores = mmr_scores(picks, lam)
-        rows = self._rows([vec_hits[p.index][0] for p in picks])
-        out = []
-        for rank, (pick, score) in enumerate(zip(picks, scores), start=1):
-            cid, distance = vec_hits[pick.index]
-            ex = Explanation(vector_rank=pick.index + 1, vector_distance=distance,
-                             relevance=float(relevance[pick.index]), mmr_penalty=pick.penalty, score=score)
-            out.append(_hit(rank, score, cid, rows[cid], ex))
-        return out
-
-    def _single(self, k: int, hits: list[tuple[int, float]], mode: str) -> list[Hit]:
-        """Vector-only or BM25-only: the retriever's own order and score, top = 1.0."""
-        hits = hits[:k]
-        rows = self._rows([h[0] for h in hits])
-        raw = [(1.0 - v) if mode == "vector" else v for _, v in hits]
-        scores = relative_to_top(raw)
-        out = []
-        for rank, ((cid, value), score) in enumerate(zip(hits, scores), start=1):
-            ex = Explanation(score=score)
-            if mode == "vector":
-                ex.vector_rank, ex.vector_distance = rank, value
-            else:
-                ex.bm25_rank, ex.bm25_score = rank, value
-            out.append(_hit(rank, score, cid, rows[cid], ex))
-        return out
-
-    def _hybrid(self, query: str, k: int, vec_hits: list, bm_hits: list, lam: float,
-                weights: dict[str, float] | None = None) -> list[Hit]:
-        cfg = self.config
-        lists = {"vector": [h[0] for h in vec_hits], "bm25": [h[0] for h in bm_hits]}
-        cands = self._candidates(lists["vector"] + lists["bm25"], with_vectors=lam < 1.0)
-        fused = [f for f in rrf({n: ids for n, ids in lists.items() if ids}, cfg.rrf_k, weights) if f.id in cands]
-        if not fused:
-            return []
-        terms = boost_terms(query)
-        boosts = [heading_boost(terms, cands[f.id][0], cfg.heading_boost) for f in fused]
-        relevance = boosted_relevance(np.array([f.score for f in fused]), np.array(boosts))
-        vectors = _matrix([cands[f.id][1] for f in fused]) if lam < 1.0 else None
-        picks = mmr(relevance, vectors, k, lam)
-        scores = mmr_scores(picks, lam)
-        rows = self._rows([fused[p.index].id for p in picks])
-        vec_info = dict(vec_hits)
-        bm_info = dict(bm_hits)
-        out = []
-        for rank, (pick, score) in enumerate(zip(picks, scores), start=1):
-            f = fused[pick.index]
-            ex = _explain(f, vec_info, bm_info, boosts[pick.index], float(relevance[pick.index]), pick.penalty, score)
-            out.append(_hit(rank, score, f.id, rows[f.id], ex))
-        return out
-
-    def _candidates(self, ids: list[int], with_vectors: bool) -> dict[int, tuple[str, np.ndarray | None]]:
-        """Heading path (and stored vector) of each candidate: all that fusion, boost and MMR need."""
+    def _candidates(self, ids: list[int], with_vectors: bool) -> dict[int, Candidate]:
+        """Section, heading path (and stored vector) of each candidate: all that ranking needs."""
         if not ids:
             return {}
         column = "embedding" if with_vectors else "NULL"
-        sql = f"SELECT id, heading_path, {column} FROM chunks WHERE id IN (SELECT value FROM json_each(?))"
-        rows = self.store.conn.execute(sql, (json.dumps(ids),)).fetchall()
-        return {r[0]: (r[1], from_blob(r[2]) if r[2] is not None else None) for r in rows}
+        sql = (f"SELECT id, document_id, heading_path, {column} FROM chunks"
+               " WHERE id IN (SELECT value FROM json_each(?))")
+        rows = self.store.conn.execute(sql, (json.dumps(list(dict.fromkeys(ids))),)).fetchall()
+        return {r[0]: Candidate((r[1], r[2]), r[2], from_blob(r[3]) if r[3] is not None else None) for r in rows}
 
     def _rows(self, ids: list[int]) -> dict[int, _Row]:
         if not ids:
@@ -312,13 +298,6 @@ class Searcher:
         return out
 
 
-def _matrix(vectors: list[np.ndarray | None]) -> np.ndarray:
-    """Candidate vectors as rows (zeros for a chunk stored without one)."""
-    dim = next((v.shape[0] for v in vectors if v is not None), 1)
-    zero = np.zeros(dim, dtype=np.float32)
-    return np.stack([v if v is not None else zero for v in vectors])
-
-
 def _alpha_weights(alpha: Any) -> dict[str, float] | None:
     """RRF list weights for LlamaIndex's ``alpha`` (None: equal weights)."""
     if alpha is None:
@@ -332,22 +311,6 @@ def _check_lambda(lam: Any) -> float:
     if isinstance(lam, bool) or not isinstance(lam, (int, float)) or not 0.0 <= lam <= 1.0:
         raise InputError(f"mmr_lambda must be a number between 0.0 and 1.0, got {lam!r}.")
     return float(lam)
-
-
-def _explain(f: Fused, vec: dict, bm: dict, boost: float, relevance: float, penalty: float, score: float) -> Explanation:
-    return Explanation(
-        vector_rank=f.ranks.get("vector"),
-        vector_distance=vec.get(f.id),
-        bm25_rank=f.ranks.get("bm25"),
-        bm25_score=bm.get(f.id),
-        rrf=f.score,
-        rrf_vector=f.contributions.get("vector"),
-        rrf_bm25=f.contributions.get("bm25"),
-        boost=boost,
-        relevance=relevance,
-        mmr_penalty=penalty,
-        score=score,
-    )
 
 
 def _hit(rank: int, score: float, chunk_id: int, row: _Row, ex: Explanation) -> Hit:

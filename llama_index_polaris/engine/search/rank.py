@@ -1,0 +1,218 @@
+"""Ranking as one pure function: candidate lists in, ranked hits with their explanations out.
+
+``rank`` is the whole scoring path of every mode (the Searcher only reads the database,
+the benchmarks call it with their own parameters): each retriever's list is reduced to
+sections (a section ranks at its best chunk in that list; its chunks' scores are never
+summed, so a long section does not win by length), then RRF, the heading boost and MMR
+run over sections, and scores are normalised so that the top hit reads 1.0. With
+``unit="chunk"`` every chunk is its own section, which is the chunk-level ranking.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Hashable, Mapping, Sequence
+
+import numpy as np
+
+from .boost import boosted_relevance, heading_boost
+from .fuse import rrf
+from .mmr import mmr, mmr_scores
+from .normalise import relative_to_top
+
+UNITS = ("section", "chunk")
+Hits = Sequence[tuple[int, float]]  # (chunk id, distance or BM25 score), best first
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """What ranking needs of one chunk: its section, heading path and stored vector."""
+
+    section: Hashable
+    heading_path: str
+    vector: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class ChunkMatch:
+    """A chunk of a hit's section that a retriever returned, with its rank in each list
+    (``position``: its place among the section's chunks, from 1, once the hit is read)."""
+
+    chunk_id: int
+    vector_rank: int | None = None
+    bm25_rank: int | None = None
+    position: int | None = None
+
+
+@dataclass
+class Explanation:
+    """Per-stage figures for one hit; None where a stage did not see it.
+
+    In section mode the ranks are the section's in each list (reduced to sections), the
+    distance and BM25 score are its best chunk's, and ``chunks`` lists every chunk of the
+    section that a list returned, with its own ranks.
+    """
+
+    vector_rank: int | None = None
+    vector_distance: float | None = None
+    bm25_rank: int | None = None
+    bm25_score: float | None = None
+    rrf: float | None = None
+    rrf_vector: float | None = None
+    rrf_bm25: float | None = None
+    boost: float | None = None
+    relevance: float | None = None
+    mmr_penalty: float | None = None
+    score: float = 0.0
+    chunks: list[ChunkMatch] | None = None
+
+
+@dataclass(frozen=True)
+class RankParams:
+    """The query-time settings of one ranking."""
+
+    k: int
+    mode: str = "hybrid"
+    unit: str = "section"
+    rrf_k: float = 20
+    heading_boost: float = 0.05
+    boost_terms: tuple[str, ...] = ()
+    mmr_lambda: float | None = None  # None or 1.0: no MMR
+    weights: Mapping[str, float] | None = None
+
+
+@dataclass
+class Ranked:
+    """One ranked hit: the chunk that represents it, its score and why."""
+
+    chunk_id: int
+    score: float
+    explain: Explanation
+
+
+@dataclass
+class _Section:
+    """A section's place in one retriever's list."""
+
+    key: Hashable
+    rank: int
+    best: int  # the chunk that put it there
+    value: float  # that chunk's distance or score
+    ranks: dict[int, int] = field(default_factory=dict)  # every chunk of it in the list -> its rank
+
+
+def by_section(hits: Hits, candidates: Mapping[int, Candidate]) -> list[_Section]:
+    """The list reduced to sections, each at its best chunk's place (chunks gone since are skipped)."""
+    out: dict[Hashable, _Section] = {}
+    for rank, (cid, value) in enumerate(hits, start=1):
+        cand = candidates.get(cid)
+        if cand is None:
+            continue
+        entry = out.get(cand.section)
+        if entry is None:
+            out[cand.section] = entry = _Section(cand.section, len(out) + 1, cid, value)
+        entry.ranks[cid] = rank
+    return list(out.values())
+
+
+def rank(vector: Hits, bm25: Hits, candidates: Mapping[int, Candidate], p: RankParams) -> list[Ranked]:
+    """The top ``p.k`` hits of ``p.mode`` from the KNN and BM25 lists, with explanations."""
+    if p.unit == "chunk":
+        candidates = {cid: Candidate(cid, c.heading_path, c.vector) for cid, c in candidates.items()}
+    lists = {"vector": by_section(vector, candidates), "bm25": by_section(bm25, candidates)}
+    if p.mode == "hybrid":
+        return _hybrid(lists, candidates, p)
+    if p.mode == "vector" and p.mmr_lambda is not None:
+        return _vector_mmr(lists["vector"], candidates, p)
+    return _single(lists[p.mode], p)
+
+
+def _matches(key: Hashable, lists: Mapping[str, list[_Section]], index: Mapping[str, dict]) -> list[ChunkMatch]:
+    ranks: dict[int, dict[str, int]] = {}
+    for name in lists:
+        entry = index[name].get(key)
+        for cid, r in (entry.ranks.items() if entry else ()):
+            ranks.setdefault(cid, {})[name] = r
+    order = sorted(ranks, key=lambda c: min(ranks[c].values()))
+    return [ChunkMatch(c, ranks[c].get("vector"), ranks[c].get("bm25")) for c in order]
+
+
+def _single(sections: list[_Section], p: RankParams) -> list[Ranked]:
+    """One retriever's own order and score, top = 1.0."""
+    top = sections[: p.k]
+    raw = [(1.0 - s.value) if p.mode == "vector" else s.value for s in top]
+    out = []
+    for s, score in zip(top, relative_to_top(raw)):
+        ex = Explanation(score=score)
+        if p.mode == "vector":
+            ex.vector_rank, ex.vector_distance = s.rank, s.value
+        else:
+            ex.bm25_rank, ex.bm25_score = s.rank, s.value
+        ex.chunks = _chunk_list(s, p.mode) if p.unit == "section" else None
+        out.append(Ranked(s.best, score, ex))
+    return out
+
+
+def _chunk_list(s: _Section, mode: str) -> list[ChunkMatch]:
+    return [ChunkMatch(c, r if mode == "vector" else None, r if mode == "bm25" else None) for c, r in s.ranks.items()]
+
+
+def _vector_mmr(sections: list[_Section], candidates: Mapping[int, Candidate], p: RankParams) -> list[Ranked]:
+    """MMR over the vector list; relevance is the cosine similarity itself."""
+    if not sections:
+        return []
+    lam = float(p.mmr_lambda if p.mmr_lambda is not None else 1.0)
+    relevance = np.array([1.0 - s.value for s in sections])
+    picks = mmr(relevance, _matrix([candidates[s.best].vector for s in sections]), p.k, lam)
+    out = []
+    for pick, score in zip(picks, mmr_scores(picks, lam)):
+        s = sections[pick.index]
+        ex = Explanation(vector_rank=s.rank, vector_distance=s.value, relevance=float(relevance[pick.index]),
+                         mmr_penalty=pick.penalty, score=score,
+                         chunks=_chunk_list(s, "vector") if p.unit == "section" else None)
+        out.append(Ranked(s.best, score, ex))
+    return out
+
+
+def _hybrid(lists: Mapping[str, list[_Section]], candidates: Mapping[int, Candidate], p: RankParams) -> list[Ranked]:
+    index = {name: {s.key: s for s in sections} for name, sections in lists.items()}
+    fused = rrf({n: [s.key for s in ss] for n, ss in lists.items() if ss}, p.rrf_k, p.weights)
+    if not fused:
+        return []
+    best = [_representative(f.id, index, p) for f in fused]
+    boosts = [heading_boost(list(p.boost_terms), candidates[c].heading_path, p.heading_boost) for c in best]
+    relevance = boosted_relevance(np.array([f.score for f in fused]), np.array(boosts))
+    lam = float(p.mmr_lambda if p.mmr_lambda is not None else 1.0)
+    vectors = _matrix([candidates[c].vector for c in best]) if lam < 1.0 else None
+    picks = mmr(relevance, vectors, p.k, lam)
+    out = []
+    for pick, score in zip(picks, mmr_scores(picks, lam)):
+        f, chunk = fused[pick.index], best[pick.index]
+        vec, bm = index["vector"].get(f.id), index["bm25"].get(f.id)
+        ex = Explanation(
+            vector_rank=vec.rank if vec else None, vector_distance=vec.value if vec else None,
+            bm25_rank=bm.rank if bm else None, bm25_score=bm.value if bm else None,
+            rrf=f.score, rrf_vector=f.contributions.get("vector"), rrf_bm25=f.contributions.get("bm25"),
+            boost=boosts[pick.index], relevance=float(relevance[pick.index]), mmr_penalty=pick.penalty, score=score,
+            chunks=_matches(f.id, lists, index) if p.unit == "section" else None,
+        )
+        out.append(Ranked(chunk, score, ex))
+    return out
+
+
+def _representative(key: Hashable, index: Mapping[str, dict], p: RankParams) -> int:
+    """The chunk that stands for a section: the one with the best chunk-level fused score."""
+    score: dict[int, float] = {}
+    for name, sections in index.items():
+        entry = sections.get(key)
+        weight = 1.0 if p.weights is None else p.weights.get(name, 1.0)
+        for cid, r in (entry.ranks.items() if entry else ()):
+            score[cid] = score.get(cid, 0.0) + weight / (p.rrf_k + r)
+    return max(score, key=lambda c: (score[c], -c))
+
+
+def _matrix(vectors: list[np.ndarray | None]) -> np.ndarray:
+    """Candidate vectors as rows (zeros for a chunk stored without one)."""
+    dim = next((v.shape[0] for v in vectors if v is not None), 1)
+    zero = np.zeros(dim, dtype=np.float32)
+    return np.stack([v if v is not None else zero for v in vectors])
