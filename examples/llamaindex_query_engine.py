@@ -1,7 +1,8 @@
 """Polaris inside LlamaIndex: build polaris.db from the handbook, then query it.
 
 Runs offline: the bundled all-MiniLM-L6-v2 model embeds, and MockLLM stands in for
-the LLM so the example shows retrieval (the sources) without an API key.
+the LLM so the example shows retrieval (the sources) without an API key. The index it
+builds is the one `polaris index handbook` builds: the same chunks, ids and vectors.
 
     python examples/llamaindex_query_engine.py [DB_PATH]
 """
@@ -11,7 +12,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from llama_index.core import SimpleDirectoryReader, StorageContext, VectorStoreIndex
+from llama_index.core import Settings, SimpleDirectoryReader, StorageContext, VectorStoreIndex
 from llama_index.core.llms import MockLLM
 from llama_index.core.query_engine import RetrieverQueryEngine
 
@@ -20,29 +21,32 @@ from llama_index_polaris import PolarisEmbedding, PolarisNodeParser, PolarisRetr
 HANDBOOK = Path(__file__).parent / "handbook"
 
 
-def build(db_path: Path) -> tuple[PolarisVectorStore, PolarisEmbedding]:
+def build(db_path: Path) -> VectorStoreIndex:
     """Chunk the handbook with PolarisNodeParser and store it in ``db_path``."""
-    embed = PolarisEmbedding(model_id="all-minilm-l6-v2")
-    store = PolarisVectorStore(db_path=str(db_path), embed_model=embed)
+    Settings.embed_model = PolarisEmbedding(model_id="all-minilm-l6-v2")  # the parser counts in its tokens
+    store = PolarisVectorStore(db_path=str(db_path))  # collection "default", as `polaris index`
     documents = SimpleDirectoryReader(str(HANDBOOK), recursive=True, required_exts=[".md"]).load_data()
-    nodes = PolarisNodeParser(embed_model=embed).get_nodes_from_documents(documents)  # budget in its tokens
-    storage = StorageContext.from_defaults(vector_store=store)
-    VectorStoreIndex(nodes, storage_context=storage, embed_model=embed)
-    return store, embed
+    return VectorStoreIndex.from_documents(
+        documents,
+        storage_context=StorageContext.from_defaults(vector_store=store),
+        transformations=[PolarisNodeParser(root_dir=str(HANDBOOK))],  # file_path relative to the handbook
+    )
 
 
 def main(db_path: Path) -> None:
-    store, embed = build(db_path)
-    retriever = PolarisRetriever(vector_store=store, embed_model=embed, similarity_top_k=3)
+    index = build(db_path)
+    retriever = PolarisRetriever(vector_store=index.vector_store, similarity_top_k=3)  # hybrid, one hit per section
     engine = RetrieverQueryEngine.from_args(retriever, llm=MockLLM())
     for question in ("how do we handle expired sessions", "rrf_k"):
         response = engine.query(question)
         print(f"Q: {question}")
         for hit in response.source_nodes:
             meta = hit.node.metadata
-            print(f"  {hit.score:.3f}  {Path(meta['file_path']).name}  {meta['heading_path']}")
+            print(f"  {hit.score:.3f}  {meta['file_path']}  {meta['heading_path']}")
             e = hit.explain
             print(f"         vector #{e.vector_rank}  bm25 #{e.bm25_rank}  boost {e.boost:.4f}  mmr penalty {e.mmr_penalty:.4f}")
+    same = index.as_retriever(vector_store_query_mode="hybrid", similarity_top_k=3).retrieve("rrf_k")
+    print("as_retriever(hybrid):", [n.node.metadata["heading_path"] for n in same])
 
 
 if __name__ == "__main__":

@@ -65,7 +65,7 @@ from .engine.search.filters import Condition, Filter, FilterGroup
 from .engine.search.pipeline import Hit, Searcher
 from .engine.search.vector import MAX_K
 from .engine.session import PolarisIndex
-from .engine.store import DEFAULT_COLLECTION, ChunkRecord, DocumentRecord, ModelBinding, Store
+from .engine.store import DEFAULT_COLLECTION, ChunkRecord, DocumentRecord, ModelBinding, Store, text_hash
 
 UNKNOWN_MODEL = "unknown"
 MIN_COSINE = 0.98  # the same model re-embedding the same text gives > 0.999; another model far less
@@ -134,6 +134,7 @@ def _chunk(node: BaseNode, position: int) -> ChunkRecord:
         end_char=node.end_char_idx,
         metadata=meta,
         node=json.dumps(rest, ensure_ascii=False),
+        text_hash=text_hash(node.get_content(metadata_mode=MetadataMode.EMBED)),  # what was embedded, as the indexer
     )
 
 

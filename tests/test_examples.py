@@ -46,6 +46,16 @@ def test_llamaindex_query_engine_example(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     blocks = proc.stdout.split("Q: ")[1:]
-    assert blocks[0].splitlines()[1].split()[1:3] == ["tokens.md", "Access"]
+    assert blocks[0].splitlines()[1].split()[1:3] == ["auth/tokens.md", "Access"]
     assert "Token lifetime and refresh" in blocks[0].splitlines()[1]
-    assert blocks[1].splitlines()[1].split()[1] == "configuration.md"
+    assert blocks[1].splitlines()[1].split()[1] == "search/configuration.md"
+    # `polaris index` on the file LlamaIndex built: the same documents (by path), nothing to embed
+    cli = subprocess.run(
+        [str(Path(sys.executable).with_name("polaris")), "index", str(EXAMPLES / "handbook"), "--db",
+         str(tmp_path / "li.db"), "--model", "all-minilm-l6-v2", "--json", "-q"],
+        capture_output=True, text=True, timeout=600, cwd=tmp_path, env={**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "xdg")},
+    )
+    assert cli.returncode == 0, cli.stderr
+    report = json.loads(cli.stdout)
+    assert (report["added"], report["updated"], report["removed"], report["chunks_embedded"]) == (0, 11, 0, 0)
+    assert report["chunks_reused"] == report["chunks"] == 59

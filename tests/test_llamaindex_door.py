@@ -266,3 +266,21 @@ def test_an_ingestion_pipeline_writes_what_polaris_index_writes(tmp_path, handbo
     hits = PolarisRetriever(vector_store=store, similarity_top_k=2).retrieve("how do we handle expired sessions")
     assert hits[0].node.metadata["file_path"] == "auth/tokens.md"
     store.close()
+
+
+def test_both_doors_into_one_file_keep_one_document_per_file(tmp_path, handbook, embed) -> None:
+    with PolarisIndex(tmp_path / "p.db", config=config()) as cli:
+        cli.index_paths([handbook])
+    store = PolarisVectorStore(tmp_path / "p.db", embed_model=embed, config=config())
+    VectorStoreIndex.from_documents(
+        reader(handbook), storage_context=StorageContext.from_defaults(vector_store=store),
+        transformations=[PolarisNodeParser(root_dir=str(handbook), config=config())], embed_model=embed,
+    )
+    docs = store.client.documents()
+    assert len(docs) == 11 and len({d.path for d in docs}) == 11  # LlamaIndex's copy replaced the CLI's
+    assert store.client.counts()["chunks"] == 59
+    with PolarisIndex(tmp_path / "p.db", config=config()) as cli:  # and the CLI finds them again by path
+        report = cli.index_paths([handbook])
+        assert (report.added, report.removed, report.chunks_embedded) == (0, 0, 0)
+        assert len(cli.store.documents()) == 11
+    store.close()

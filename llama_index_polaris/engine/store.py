@@ -258,13 +258,17 @@ class Store:
         Unlike ``upsert_document`` the document's other chunks stay, and an existing
         document row is left as it is (``doc`` is inserted only when absent). A node id
         already stored under another document of the same collection moves to this one;
-        a document or node id that belongs to another collection is refused.
+        a document or node id that belongs to another collection is refused. A new
+        document whose path is a file `polaris index` stored in this collection replaces
+        that copy (one document per file, whichever door wrote it last).
         """
         _check_unique(doc, chunks)
         blobs = self._blobs(chunks, vectors)
         with self._write():
             row = self.conn.execute("SELECT collection FROM documents WHERE id = ?", (doc.id,)).fetchone()
             if row is None:
+                if doc.path and is_relative_path(doc.path):
+                    self.conn.execute("DELETE FROM documents WHERE id = ?", (file_document_id(doc.collection, doc.path),))
                 self._upsert_document_row(doc)
             elif row[0] != doc.collection:
                 raise InputError(
