@@ -41,6 +41,8 @@ from typing import Any, Iterable, Sequence
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import DEFAULT_EVAL, REPO  # noqa: E402
 
+from llama_index_polaris.engine.evaluate import read_qrels  # noqa: E402
+
 LABELS = REPO / "benchmarks" / "docsets"
 DOCSETS = DEFAULT_EVAL / "docsets"
 MIRRORS = Path("/work/.mirror")
@@ -109,20 +111,6 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
         return [json.loads(line) for line in fh if line.strip()]
 
 
-def read_qrels(path: Path) -> dict[str, dict[str, int]]:
-    """BEIR qrels (``query-id<TAB>corpus-id<TAB>score`` with a header)."""
-    out: dict[str, dict[str, int]] = {}
-    with open(path, encoding="utf-8") as fh:
-        for n, line in enumerate(fh, start=1):
-            parts = line.rstrip("\n").split("\t")
-            if n == 1 and parts[0] == "query-id" or not line.strip():
-                continue
-            if len(parts) != 3:
-                raise SystemExit(f"{path}:{n}: expected query-id<TAB>corpus-id<TAB>score, got {line!r}")
-            out.setdefault(parts[0], {})[parts[1]] = int(parts[2])
-    return out
-
-
 def load_set(name: str) -> DocSet:
     """The prepared docs and the labels of ``name``; says what to run when the docs are missing."""
     docs = set_dir(name) / "docs"
@@ -165,7 +153,7 @@ def engine_files(docs: Path) -> list[tuple[str, Path]]:
     """(relpath, path) of every file the engine would index under ``docs``."""
     from llama_index_polaris.engine.sources import walk
 
-    return [(f.relpath, f.path) for f in walk([docs])]
+    return [(f.relpath, f.path) for f in walk([docs], docs.resolve()).files]
 
 
 def engine_sections(docs: Path) -> dict[str, list[tuple[str, int, int]]]:
