@@ -10,6 +10,7 @@ database file is not a full-text error and is raised.
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
 from ..db.connect import sqlite_module
@@ -21,10 +22,24 @@ MAX_TERMS = 64
 TEXT_WEIGHT, HEADING_WEIGHT = 1.0, 1.0
 
 
+# An identifier written with joining punctuation: codegen-units, build.rustflags, cargo::rustc-cfg.
+COMPOUND = re.compile(r"\w+(?:(?:[-.:/]|::)\w+)+", re.UNICODE)
+IDENTIFIER_PHRASES = True
+
+
 def query_words(query: str) -> list[str]:
-    """The distinct words searched for: stop words dropped unless nothing else is left."""
+    """The distinct words searched for: stop words dropped unless nothing else is left.
+
+    An identifier joined by punctuation (``codegen-units``) is searched as its words and
+    as itself, which FTS5 reads as a phrase: the words next to each other, in order. A
+    phrase is rare, so its BM25 weight is high: chunks that name the identifier exactly
+    rise above those that use its words apart.
+    """
     all_words = list(dict.fromkeys(words(query)))
     content = [w for w in all_words if w not in STOP_WORDS] or all_words
+    if IDENTIFIER_PHRASES:
+        compounds = [m.lower() for m in COMPOUND.findall(query)]
+        content = list(dict.fromkeys([*compounds, *content]))
     return content[:MAX_TERMS]
 
 

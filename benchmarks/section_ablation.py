@@ -1,0 +1,98 @@
+"""Sections as the unit of an answer: each ranking choice measured on the docs sets.
+
+    python benchmarks/section_ablation.py [NAME ...] [--split train|test|all] [--variants a,b,...]
+
+Each set's cached index (benchmarks/sections.py builds it: the engine's defaults, the
+bundled model) answers every question of the split under each variant, in hybrid mode;
+a hit's section is (document, heading path) and the metrics are those of sections.py
+(a repeated section scores nothing and counts as a duplicate slot). Variants:
+
+- ``chunk``: ten chunks, as Polaris ranked before sections (duplicates and all);
+- ``dedup``: a hundred chunks, then the first of each section (fuse chunks, then deduplicate);
+- ``section``: the engine's section fusion (each list reduced to sections, then RRF);
+- ``section-pool1`` / ``section-pool4``: the same with each list fetching 1x / 4x the chunks;
+- ``no-phrases``: section fusion without identifier phrases in the BM25 query;
+- ``alpha0.0`` ... ``alpha1.0``: LlamaIndex's ``alpha`` (RRF list weights, 1 = vector only).
+
+Decisions are taken on ``--split train`` (and anthropic_docs, which has no train split);
+``test`` is reported. Writes benchmarks/out/section_ablation.json and a Markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import out_dir  # noqa: E402
+from docsets import ALL_SETS, load_set  # noqa: E402
+from sections import DEEP, K, dedup, hit_section, open_index, slots, summarise  # noqa: E402
+
+from llama_index_polaris.engine.search import bm25 as bm25_module  # noqa: E402
+from llama_index_polaris.engine.search import pipeline  # noqa: E402
+
+
+@contextlib.contextmanager
+def setting(module: Any, name: str, value: Any) -> Iterator[None]:
+    old = getattr(module, name)
+    setattr(module, name, value)
+    try:
+        yield
+    finally:
+        setattr(module, name, old)
+
+
+def run(searcher: Any, text: str, unit: str, deep: bool = False, **kw: Any) -> list[str]:
+    if deep:
+        return dedup(hit_section(h) for h in searcher.search(text, top_k=DEEP, unit="chunk", **kw))
+    return slots(searcher.search(text, top_k=K, unit=unit, **kw))
+
+
+VARIANTS: dict[str, tuple[Callable[[], Any], Callable[[Any, str], list[str]]]] = {
+    "chunk": (contextlib.nullcontext, lambda s, t: run(s, t, "chunk")),
+    "dedup": (contextlib.nullcontext, lambda s, t: run(s, t, "chunk", deep=True)),
+    "section": (contextlib.nullcontext, lambda s, t: run(s, t, "section")),
+    "section-pool1": (lambda: setting(pipeline, "SECTION_POOL", 1), lambda s, t: run(s, t, "section")),
+    "section-pool4": (lambda: setting(pipeline, "SECTION_POOL", 4), lambda s, t: run(s, t, "section")),
+    "no-phrases": (lambda: setting(bm25_module, "IDENTIFIER_PHRASES", False), lambda s, t: run(s, t, "section")),
+    **{f"alpha{a}": (contextlib.nullcontext, lambda s, t, a=a: run(s, t, "section", alpha=a))
+       for a in (0.0, 0.25, 0.5, 0.75, 1.0)},
+}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("names", nargs="*", default=list(ALL_SETS))
+    ap.add_argument("--split", default="train")
+    ap.add_argument("--variants", default=",".join(VARIANTS))
+    args = ap.parse_args()
+    results: dict[str, Any] = {}
+    print("| set | split | variant | nDCG@10 | R@10 | MRR@10 | dup share | paraphrase | identifier | mixed |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for name in args.names:
+        ds = load_set(name)
+        split = args.split if ds.split(args.split) else "all"
+        qids = sorted(ds.all_qrels if split == "all" else ds.split(split))
+        index, _ = open_index(ds)
+        searcher = index.searcher()
+        searcher.max_top_k = DEEP
+        for variant in args.variants.split(","):
+            context, answer = VARIANTS[variant]
+            with context():
+                runs = {q: answer(searcher, ds.queries[q]["text"]) for q in qids}
+            m = summarise(ds, runs, split)
+            results.setdefault(name, {})[variant] = {k: v for k, v in m.items() if k != "per_query"}
+            a = m["all"]
+            kinds = " | ".join(f"{m[k]['ndcg@10']:.3f}" if k in m else "-" for k in ("paraphrase", "identifier", "mixed"))
+            print(f"| {name} | {split} | {variant} | {a['ndcg@10']:.4f} | {a['recall@10']:.4f} | {a['mrr@10']:.4f} |"
+                  f" {a['dup_share']:.3f} | {kinds} |", flush=True)
+        index.close()
+    (out_dir() / f"section_ablation-{args.split}.json").write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
