@@ -11,7 +11,7 @@ import json
 import os
 import re
 import sys
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 from .engine.config import describe, load_config
 from .engine.errors import PolarisError
@@ -318,23 +318,42 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
     p.set_defaults(func=cmd_models)
 
-    for register in EXTRA_COMMANDS:
-        register(sub, _common)
+    p = sub.add_parser("eval", help="retrieval quality on a BEIR-layout folder")
+    p.add_argument("dir", metavar="DIR")
+    p.add_argument("--split", default="test")
+    p.add_argument("--mode", choices=("hybrid", "vector", "bm25", "all"), default="all")
+    p.add_argument("--model", metavar="ID")
+    p.add_argument("--unit", choices=("section", "chunk"), help="what a hit is (default: the config's unit)")
+    p.add_argument("--whole-documents", action="store_true",
+                   help="one chunk per corpus entry, cut at the model's window (the BEIR/MTEB setup)")
+    p.add_argument("--json", action="store_true")
+    _common(p)
+    p.set_defaults(func=cmd_eval)
     return parser
 
 
-EXTRA_COMMANDS: list[Callable[[Any, Callable[[argparse.ArgumentParser], None]], None]] = []
+# -- eval -------------------------------------------------------------------------
+def cmd_eval(args: argparse.Namespace) -> int:
+    """polaris eval DIR : nDCG@10, Recall@10/100, MRR@10 of each mode on a BEIR folder."""
+    from .engine.evaluate import METRICS, build_eval_index, load_beir, run_modes
 
-
-def _register_eval(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> None:
-    try:
-        from .engine import evaluate
-    except ImportError:  # not built yet
-        return
-    evaluate.register_cli(sub, common)
-
-
-EXTRA_COMMANDS.append(_register_eval)
+    config = load_config(config_file=args.config, model_id=args.model)
+    beir = load_beir(args.dir, args.split)
+    index, report = build_eval_index(beir, config, whole_documents=args.whole_documents)
+    modes = ("vector", "bm25", "hybrid") if args.mode == "all" else (args.mode,)
+    with index:
+        model_id = index.store.model.model_id
+        results = run_modes(index, beir, modes, unit=args.unit)
+    if args.json:
+        print(json.dumps({m: {k: round(v, 4) for k, v in r.items()} for m, r in results.items()}, indent=2))
+        return 0
+    print(f"{beir.path.name} ({args.split}, {len(beir.qrels)} queries), model {model_id};"
+          f" index: {report.summary()}", file=sys.stderr)
+    print(f"| mode | {' | '.join(METRICS)} | ms/query |")
+    print("|---" * (len(METRICS) + 2) + "|")
+    for mode, r in results.items():
+        print(f"| {mode} | " + " | ".join(f"{r[m]:.4f}" for m in METRICS) + f" | {r['ms_per_query']:.1f} |")
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:

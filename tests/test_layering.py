@@ -64,6 +64,24 @@ def test_the_static_check_recognises_framework_imports(tmp_path: Path) -> None:
     ]
 
 
+COMMAND_LINE = ("argparse", "tqdm", "llama_index_polaris.cli")
+
+
+def test_the_engine_holds_no_command_line_code() -> None:
+    """argparse, progress bars and printing belong to cli.py; the engine returns values."""
+    offenders = []
+    for path in sorted(ENGINE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else [])
+            offenders += [f"{path.name}:{node.lineno} {n}" for n in names if n.split(".")[0] in COMMAND_LINE
+                          or n in COMMAND_LINE]
+            if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "print":
+                offenders.append(f"{path.name}:{node.lineno} print()")
+    # a model download draws its own progress bar, whichever door asked for the model (as huggingface_hub does)
+    assert [o for o in offenders if not (o.startswith("download.py:") and o.endswith(" tqdm"))] == []
+
+
 def test_no_engine_file_imports_a_framework() -> None:
     files = sorted(ENGINE.rglob("*.py"))
     assert len(files) >= 8  # config, errors, hookspecs, plugins, store, db/...

@@ -1,4 +1,4 @@
-"""`polaris eval`: retrieval quality on a BEIR-layout folder, for each search mode.
+"""Retrieval quality on a BEIR-layout folder, for each search mode (`polaris eval` prints it).
 
 The corpus is indexed once into a cached database keyed by the corpus, the model and
 the chunker settings. When chunks are smaller than documents, a document's score is
@@ -125,17 +125,16 @@ def corpus_markdown(doc: Mapping[str, Any]) -> str:
 
 def corpus_fingerprint(path: Path) -> str:
     """sha256 of the corpus file (part of the cache key)."""
-    h = hashlib.sha256()
-    with open(path / "corpus.jsonl", "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+    from .embed.fingerprint import file_sha256
+
+    return file_sha256(path / "corpus.jsonl")
 
 
 def eval_cache_dir() -> Path:
-    """Where cached evaluation indexes live (XDG_CACHE_HOME honoured)."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "polaris" / "eval"
+    """Where cached evaluation indexes live: ``eval/`` in the user-global Polaris cache."""
+    from .embed.fingerprint import cache_root
+
+    return cache_root() / "eval"
 
 
 # -- running -------------------------------------------------------------------------
@@ -180,43 +179,3 @@ def run_modes(
         results[mode] = {**score_run(run, beir.qrels), "queries": len(queries),
                          "ms_per_query": 1000 * elapsed / max(len(queries), 1)}
     return results
-
-
-def register_cli(sub: Any, common: Any) -> None:
-    """Add `polaris eval` to the CLI."""
-    p = sub.add_parser("eval", help="retrieval quality on a BEIR-layout folder")
-    p.add_argument("dir", metavar="DIR")
-    p.add_argument("--split", default="test")
-    p.add_argument("--mode", choices=("hybrid", "vector", "bm25", "all"), default="all")
-    p.add_argument("--model", metavar="ID")
-    p.add_argument("--unit", choices=("section", "chunk"), help="what a hit is (default: the config's unit)")
-    p.add_argument("--whole-documents", action="store_true",
-                   help="one chunk per corpus entry, cut at the model's window (the BEIR/MTEB setup)")
-    p.add_argument("--json", action="store_true")
-    common(p)
-    p.set_defaults(func=cmd_eval)
-
-
-def cmd_eval(args: Any) -> int:
-    """polaris eval DIR."""
-    import sys
-
-    from .config import load_config
-
-    config = load_config(config_file=args.config, model_id=args.model)
-    beir = load_beir(args.dir, args.split)
-    index, report = build_eval_index(beir, config, whole_documents=args.whole_documents)
-    modes = ("vector", "bm25", "hybrid") if args.mode == "all" else (args.mode,)
-    with index:
-        model_id = index.store.model.model_id
-        results = run_modes(index, beir, modes, unit=args.unit)
-    if args.json:
-        print(json.dumps({m: {k: round(v, 4) for k, v in r.items()} for m, r in results.items()}, indent=2))
-        return 0
-    print(f"{beir.path.name} ({args.split}, {len(beir.qrels)} queries), model {model_id};"
-          f" index: {report.summary()}", file=sys.stderr)
-    print(f"| mode | {' | '.join(METRICS)} | ms/query |")
-    print("|---" * (len(METRICS) + 2) + "|")
-    for mode, r in results.items():
-        print(f"| {mode} | " + " | ".join(f"{r[m]:.4f}" for m in METRICS) + f" | {r['ms_per_query']:.1f} |")
-    return 0

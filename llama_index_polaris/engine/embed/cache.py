@@ -133,6 +133,7 @@ def _from_cache(spec: ModelSpec, verify: bool, notes: list[str]) -> ModelFiles |
 
 
 def _hf_hub_dir() -> Path:
+    """The hub cache as huggingface_hub finds it, read now (its own constant is fixed at import)."""
     if os.environ.get("HF_HUB_CACHE"):
         return Path(os.environ["HF_HUB_CACHE"])
     home = os.environ.get("HF_HOME") or os.path.join(os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache"), "huggingface")
@@ -145,7 +146,8 @@ def _from_hf_cache(spec: ModelSpec, verify: bool, notes: list[str]) -> ModelFile
     from huggingface_hub import try_to_load_from_cache
 
     for revision in (spec.revision, None):
-        paths = [try_to_load_from_cache(spec.repo, f.path, revision=revision) for f in spec.files]
+        paths = [try_to_load_from_cache(spec.repo, f.path, cache_dir=_hf_hub_dir(), revision=revision)
+                 for f in spec.files]
         if all(isinstance(p, str) for p in paths):
             found = [Path(p) for p in paths]
             if all(_matches(p, f, verify) for p, f in zip(found, spec.files)):
