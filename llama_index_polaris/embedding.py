@@ -9,7 +9,7 @@ from llama_index.core.base.embeddings.base import BaseEmbedding, Embedding
 from pydantic import Field, PrivateAttr
 
 from .engine.config import PolarisConfig, load_config
-from .engine.embed import Embedder, load_embedder
+from .engine.embed import Embedder, embedder_from_config
 
 # LlamaIndex's embeddings_cache keys queries and documents by their raw text. The document
 # prefix differs from the query prefix, so with a cache a query is keyed under this marker.
@@ -43,13 +43,8 @@ class PolarisEmbedding(BaseEmbedding):
         **kwargs: Any,
     ) -> None:
         cfg = config if config is not None else load_config()
-        own = model_id is None or model_id == cfg.model_id
-        embedder = load_embedder(
-            model_id or cfg.model_id,
-            dim=embedding_dim if embedding_dim is not None else (cfg.embedding_dim if own else None),
-            model_dir=model_dir if model_dir is not None else (cfg.model_dir if own else None),
-            threads=threads if threads is not None else cfg.intra_op_threads,
-            batch_size=onnx_batch_size if onnx_batch_size is not None else cfg.embed_batch_size,
+        embedder = embedder_from_config(
+            cfg, model_id, dim=embedding_dim, model_dir=model_dir, threads=threads, batch_size=onnx_batch_size
         )
         super().__init__(
             model_name=embedder.model_id,

@@ -224,13 +224,13 @@ def _settings_embed_model() -> Any:
 
 def _configured_embedder(cfg: PolarisConfig) -> tuple[Any, str]:
     """The configured model's Embedder when its files are here (nothing is downloaded), else why not."""
-    from .engine.embed import get_model_spec, load_embedder
+    from .engine.embed import embedder_from_config, get_model_spec
     from .engine.embed.cache import locate
 
     try:
         spec = get_model_spec(cfg.model_id)
         if locate(spec, cfg.model_dir, verify=False) is None:
             return None, f"no embed_model was given and {cfg.model_id}'s files are not on this machine"
-        return load_embedder(cfg.model_id, dim=cfg.embedding_dim, model_dir=cfg.model_dir), ""
+        return embedder_from_config(cfg), ""
     except ModelError as exc:
         return None, f"no embed_model was given and {cfg.model_id} cannot be loaded ({exc})"

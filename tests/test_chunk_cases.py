@@ -7,6 +7,7 @@ import time
 import pytest
 
 from llama_index_polaris.engine import InputError, load_config
+from llama_index_polaris.engine.errors import ConfigError
 from llama_index_polaris.engine.chunk import (
     ChunkSettings,
     chunk_document,
@@ -176,6 +177,11 @@ def test_decode_source_is_strict():
 
 
 def test_settings_from_config(tmp_path):
+    from llama_index_polaris.engine.recipe import make_recipe
+
     (tmp_path / "polaris.toml").write_text("max_chunk_tokens = 300\nchunk_overlap_chars = 100\n")
     cfg = load_config(tmp_path, use_user_config=False)
-    assert ChunkSettings.from_config(cfg) == ChunkSettings(max_tokens=300, overlap_chars=100, min_chars=50)
+    assert make_recipe(cfg, 1000, None).settings == ChunkSettings(max_tokens=300, overlap_chars=100, min_chars=50)
+    with pytest.raises(ConfigError, match="reads at most 254 tokens"):  # an explicit budget over the window
+        make_recipe(cfg, 254, None)
+    assert make_recipe(load_config(use_user_config=False), 254, None).max_tokens == 254  # the default is capped

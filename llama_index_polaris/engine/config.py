@@ -98,34 +98,19 @@ SETTINGS_BY_NAME = {s.name: s for s in SETTINGS}
 CHARS_PER_TOKEN = 4
 
 
-@dataclass(frozen=True)
-class PolarisConfig:
-    """The merged, validated settings; ``sources`` says where each value came from."""
+class _ConfigMethods:
+    """What every PolarisConfig can do; its fields come from ``SETTINGS`` (see below)."""
 
-    max_chunk_tokens: int = 450
-    chunk_overlap_chars: int = 200
-    min_chunk_chars: int = 50
-    model_id: str = "nomic-embed-text-v1.5"
-    embedding_dim: int | None = None
-    model_dir: str | None = None
-    rrf_k: float = 20
-    heading_boost: float = 0.05
-    mmr_lambda: float = 1.0
-    mmr_candidate_multiplier: int = 3
-    top_k: int = 10
-    unit: str = "section"
-    db_path: str = "polaris.db"
-    fts_tokenizer: str = "porter unicode61 remove_diacritics 2"
-    max_file_mb: float = 10
-    embed_batch_size: int = 8
-    intra_op_threads: int | None = None
-    follow_symlinks: bool = False
-    sources: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
+    sources: Mapping[str, str]
+
+    def is_explicit(self, name: str) -> bool:
+        """True when setting ``name`` was given by a file or an argument, not left at its default."""
+        return self.sources.get(name, "default") != "default"
 
     @property
     def model_explicit(self) -> bool:
         """True when model_id was set by a file or an argument, not the default."""
-        return self.sources.get("model_id", "default") != "default"
+        return self.is_explicit("model_id")
 
     def replace(self, **values: Any) -> "PolarisConfig":
         """A copy with ``values`` validated and applied (None values are ignored)."""
@@ -144,6 +129,19 @@ class PolarisConfig:
     def as_dict(self) -> dict[str, Any]:
         """The settings as a plain dict (no sources)."""
         return {s.name: getattr(self, s.name) for s in SETTINGS}
+
+
+# The merged, validated settings (one field per row of SETTINGS, its default the row's);
+# ``sources`` says where each value came from.
+PolarisConfig = dataclasses.make_dataclass(
+    "PolarisConfig",
+    [(s.name, Any, field(default=s.default)) for s in SETTINGS]
+    + [("sources", Mapping[str, str], field(default_factory=dict, compare=False, repr=False))],
+    bases=(_ConfigMethods,),
+    frozen=True,
+)
+PolarisConfig.__module__ = __name__
+PolarisConfig.__doc__ = "The merged, validated settings; ``sources`` says where each value came from."
 
 
 def _validated(values: Mapping[str, Any], source: str) -> dict[str, Any]:
@@ -248,5 +246,3 @@ def describe(cfg: PolarisConfig) -> list[tuple[str, Any, str]]:
     """(key, value, source) rows for every setting, for `polaris status`."""
     return [(s.name, getattr(cfg, s.name), cfg.sources.get(s.name, "default")) for s in SETTINGS]
 
-
-assert {f.name for f in dataclasses.fields(PolarisConfig)} - {"sources"} == set(SETTINGS_BY_NAME)

@@ -144,12 +144,11 @@ def build_eval_index(beir: BeirSet, config: Any, progress: Any = None, whole_doc
     ``whole_documents`` indexes each corpus entry as one chunk cut at the model's window,
     as BEIR and MTEB do, so that published figures can be reproduced.
     """
-    from .embed import load_embedder
+    from .embed import embedder_from_config
     from .index import Indexer, SourceDocument
     from .session import PolarisIndex
 
-    embedder = load_embedder(config.model_id, dim=config.embedding_dim, model_dir=config.model_dir,
-                             threads=config.intra_op_threads, batch_size=config.embed_batch_size)
+    embedder = embedder_from_config(config)
     key = json.dumps([corpus_fingerprint(beir.path), embedder.model_id, embedder.dim, embedder.fingerprint,
                       config.max_chunk_tokens, config.chunk_overlap_chars, config.min_chunk_chars,
                       config.fts_tokenizer] + (["whole"] if whole_documents else []), sort_keys=True)

@@ -39,7 +39,7 @@ def chunk_budget(config: PolarisConfig, window: int, model: str | None = None) -
     """max_chunk_tokens, capped at the window of ``model`` (an explicit larger value is an error)."""
     if config.max_chunk_tokens <= window:
         return config.max_chunk_tokens
-    if config.sources.get("max_chunk_tokens", "default") != "default":
+    if config.is_explicit("max_chunk_tokens"):
         raise ConfigError(
             f"{config.sources['max_chunk_tokens']}: 'max_chunk_tokens' is {config.max_chunk_tokens}, but"
             f" {model or config.model_id} reads at most {window} tokens per chunk; the rest would be silently"

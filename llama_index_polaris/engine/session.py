@@ -15,7 +15,7 @@ from .store import ModelBinding, Store
 def model_choice(config: PolarisConfig, recorded: ModelBinding | None) -> tuple[str, int | None]:
     """The model to use: the database's unless the config names one explicitly."""
     if recorded is not None and not config.model_explicit:
-        dim_explicit = config.sources.get("embedding_dim", "default") != "default"
+        dim_explicit = config.is_explicit("embedding_dim")
         return recorded.model_id, config.embedding_dim if dim_explicit else recorded.dim
     return config.model_id, config.embedding_dim
 
@@ -36,7 +36,7 @@ class PolarisIndex:
     ) -> None:
         self.config = config or load_config()
         self.path = Path(db_path or self.config.db_path)
-        explicit = self.config.sources.get("fts_tokenizer", "default") != "default"
+        explicit = self.config.is_explicit("fts_tokenizer")
         tokenizer = self.config.fts_tokenizer if explicit or not self.path.exists() else None
         self.store = Store(self.path, readonly=readonly, fts_tokenizer=None if readonly else tokenizer)
         self._embedder: Any = None
@@ -60,16 +60,12 @@ class PolarisIndex:
         """The embedder for this index (the recorded model unless the config names another)."""
         with self._lock:
             if self._embedder is None:
-                from .embed import get_model_spec, load_embedder, resolve_dim
+                from .embed import embedder_from_config, get_model_spec, resolve_dim
 
                 model_id, dim = model_choice(self.config, self.store.model)
                 # refuse a mismatch before any model file is looked for or loaded
                 self.store.check_model(ModelBinding(model_id, resolve_dim(get_model_spec(model_id), dim)))
-                embedder = load_embedder(
-                    model_id, dim=dim, model_dir=self.config.model_dir,
-                    threads=self.config.intra_op_threads, batch_size=self.config.embed_batch_size,
-                    fast_start=self.fast_start,
-                )
+                embedder = embedder_from_config(self.config, model_id, dim=dim, fast_start=self.fast_start)
                 self.store.check_model(
                     ModelBinding(embedder.model_id, embedder.dim, embedder.fingerprint)
                 )

@@ -27,7 +27,7 @@ from .errors import ConfigError, DatabaseError, InputError, ModelMismatchError
 from .search.filters import Filter, filter_sql
 
 DEFAULT_COLLECTION = "default"
-DEFAULT_FTS_TOKENIZER = "porter unicode61 remove_diacritics 2"
+DEFAULT_FTS_TOKENIZER = SETTINGS_BY_NAME["fts_tokenizer"].default
 
 
 def text_hash(text: str) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ..config import PolarisConfig
+from ..config import SETTINGS_BY_NAME
 
 
 @dataclass(frozen=True)
@@ -46,17 +46,7 @@ class ChunkSettings:
     ``TokenCounter`` (exact, batched, fast on long sections) or any ``str -> int``.
     """
 
-    max_tokens: int = 450
-    overlap_chars: int = 200
-    min_chars: int = 50
+    max_tokens: int = SETTINGS_BY_NAME["max_chunk_tokens"].default
+    overlap_chars: int = SETTINGS_BY_NAME["chunk_overlap_chars"].default
+    min_chars: int = SETTINGS_BY_NAME["min_chunk_chars"].default
     count_tokens: Callable[[str], int] | None = None
-
-    @classmethod
-    def from_config(cls, cfg: PolarisConfig, count_tokens: Callable[[str], int] | None = None) -> "ChunkSettings":
-        """Settings from the merged Polaris config (``max_chunk_tokens`` and friends)."""
-        return cls(
-            max_tokens=cfg.max_chunk_tokens,
-            overlap_chars=cfg.chunk_overlap_chars,
-            min_chars=cfg.min_chunk_chars,
-            count_tokens=count_tokens,
-        )

@@ -212,19 +212,30 @@ def load_embedder(
     return embedder
 
 
-def embedder_from_config(cfg: "PolarisConfig", model_id: str | None = None) -> Embedder:
-    """The Embedder the config asks for; ``model_id`` overrides the config's model.
+def embedder_from_config(
+    cfg: "PolarisConfig",
+    model_id: str | None = None,
+    *,
+    dim: int | None = None,
+    model_dir: str | os.PathLike[str] | None = None,
+    threads: int | None = None,
+    batch_size: int | None = None,
+    fast_start: bool = False,
+) -> Embedder:
+    """The Embedder the config asks for, every door's one way to get one.
 
-    ``embedding_dim`` and ``model_dir`` belong to the configured model and are ignored when
-    ``model_id`` names a different one.
+    ``model_id`` overrides the config's model; the config's ``embedding_dim`` and
+    ``model_dir`` belong to the configured model and are ignored for another one. The
+    keyword arguments, when given, override the config.
     """
     own = model_id is None or model_id == cfg.model_id
     return load_embedder(
         model_id or cfg.model_id,
-        dim=cfg.embedding_dim if own else None,
-        model_dir=cfg.model_dir if own else None,
-        threads=cfg.intra_op_threads,
-        batch_size=cfg.embed_batch_size,
+        dim=dim if dim is not None else (cfg.embedding_dim if own else None),
+        model_dir=model_dir if model_dir is not None else (cfg.model_dir if own else None),
+        threads=threads if threads is not None else cfg.intra_op_threads,
+        batch_size=batch_size if batch_size is not None else cfg.embed_batch_size,
+        fast_start=fast_start,
     )
 
 
