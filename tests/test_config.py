@@ -275,3 +275,18 @@ def _toml(value: object) -> str:
     if isinstance(value, bool):
         return str(value).lower()
     return f'"{value}"' if isinstance(value, str) else repr(value)
+
+
+def test_every_setting_and_hook_is_documented() -> None:
+    """As Datasette's test_docs: a setting or extension point missing from docs/ fails the build."""
+    import re
+
+    from llama_index_polaris.engine import hookspecs
+    from polaris_testing import REPO
+
+    docs = "\n".join(p.read_text(encoding="utf-8") for p in (REPO / "docs").glob("*.md"))
+    documented = set(re.findall(r"`([a-z_]+)\b", docs))
+    missing = [s.name for s in SETTINGS if s.name not in documented]
+    hooks = [n for n in dir(hookspecs) if n.startswith("register_")]
+    missing += [h for h in hooks if h not in documented]
+    assert hooks and missing == []
