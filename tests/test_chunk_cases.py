@@ -185,3 +185,26 @@ def test_settings_from_config(tmp_path):
     with pytest.raises(ConfigError, match="reads at most 254 tokens"):  # an explicit budget over the window
         make_recipe(cfg, 254, None)
     assert make_recipe(load_config(use_user_config=False), 254, None).max_tokens == 254  # the default is capped
+
+
+def test_a_plugin_adds_file_types_but_cannot_replace_a_built_in_chunker(caplog):
+    from llama_index_polaris.engine.hookspecs import hookimpl
+    from llama_index_polaris.engine.plugins import plugin_manager
+
+    def rst(text, settings, *, title=None):
+        return chunk_text(text, settings, title=title)
+
+    class Plugin:
+        @hookimpl
+        def register_chunkers(self, register):
+            register((".rst", ".md"), rst)
+
+    plugin_manager().register(Plugin(), name="rst-plugin")
+    chunkers.cache_clear()
+    try:
+        table = chunkers()
+        assert table[".rst"] is rst and table[".md"] is chunk_markdown  # the same rule as for models
+        assert "chunker for '.md' is registered twice; keeping the first" in caplog.text
+    finally:
+        plugin_manager().unregister(name="rst-plugin")
+        chunkers.cache_clear()

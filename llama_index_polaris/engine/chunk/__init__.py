@@ -63,22 +63,22 @@ def chunk_document(
 
 @functools.lru_cache(maxsize=1)
 def chunkers() -> dict[str, Chunker]:
-    """Extension -> chunker from every ``register_chunkers`` hook; plugins override built-ins."""
-    from ..plugins import plugin_manager
+    """Extension -> chunker from every ``register_chunkers`` hook (built-ins first; the first wins)."""
+    from ..plugins import first_wins, plugin_manager
 
     table: dict[str, Chunker] = {}
 
     def register(extensions: tuple[str, ...], chunker: Chunker) -> None:
         for extension in extensions:
-            table.setdefault(extension.lower(), chunker)
+            first_wins(table, extension.lower(), chunker, "chunker for")
 
     plugin_manager().hook.register_chunkers(register=register)
     return table
 
 
-@hookimpl
+@hookimpl(tryfirst=True)
 def register_chunkers(register):
-    """Polaris's own chunkers: Markdown, plain text, and plain text for anything else."""
+    """Polaris's own chunkers: Markdown, plain text, and plain text for anything else (first: they win)."""
     register((".md", ".markdown", ".mdx"), chunk_markdown)
     register((".txt", ".text"), chunk_text)
     register((FALLBACK,), chunk_text)

@@ -147,31 +147,30 @@ MXBAI = ModelSpec(
 BUILTIN_MODELS = (NOMIC, MINILM, MXBAI)
 
 
-@hookimpl
+@hookimpl(tryfirst=True)
 def register_embedding_models(register):
-    """Register the three built-in models, through the same hook plugins use."""
+    """Register the three built-in models, through the same hook plugins use (first: they win)."""
     for spec in BUILTIN_MODELS:
         register(spec)
 
 
 def list_models() -> list[ModelSpec]:
-    """Every registered model, built-ins first, one entry per id (first registration wins)."""
-    from ..plugins import plugin_manager
+    """Every registered model, built-ins first, one entry per id.
+
+    The override rule of every Polaris hook: the first registration of a name wins, and
+    the built-ins register first (``tryfirst``), so a plugin adds models but cannot
+    replace a built-in one (which ``get_model_spec`` answers without loading plugins).
+    """
+    from ..plugins import first_wins, plugin_manager
 
     found: dict[str, ModelSpec] = {}
 
     def register(spec: ModelSpec) -> None:
         if not isinstance(spec, ModelSpec):
             raise ModelError(f"register_embedding_models: expected a ModelSpec, got {type(spec).__name__}.")
-        if spec.id in found:
-            log.warning("embedding model '%s' is registered twice; keeping the first", spec.id)
-            return
-        found[spec.id] = spec
+        first_wins(found, spec.id, spec, "embedding model")
 
-    # pluggy calls the most recently registered plugin first; built-ins are registered first.
-    hook = plugin_manager().hook.register_embedding_models
-    for impl in hook.get_hookimpls():
-        impl.function(register=register)
+    plugin_manager().hook.register_embedding_models(register=register)
     return list(found.values())
 
 
