@@ -29,7 +29,6 @@ import argparse
 import contextlib
 import hashlib
 import json
-import re
 import sys
 import time
 from dataclasses import dataclass
@@ -49,9 +48,6 @@ from llama_index_polaris.engine.evaluate import (  # noqa: E402
 from llama_index_polaris.engine.index import SourceDocument  # noqa: E402
 from llama_index_polaris.engine.search import bm25 as bm25_mod  # noqa: E402
 from llama_index_polaris.engine.search import pipeline  # noqa: E402
-from llama_index_polaris.engine.search.boost import boost_terms, heading_boost  # noqa: E402
-from llama_index_polaris.engine.search.fuse import rrf  # noqa: E402
-from llama_index_polaris.engine.search.mmr import mmr, normalise_relevance  # noqa: E402
 from llama_index_polaris.engine.session import PolarisIndex  # noqa: E402
 from llama_index_polaris.engine.store import from_blob, text_hash  # noqa: E402
 
@@ -141,66 +137,6 @@ def bm25_weights(text: float, heading: float):
         bm25_mod.bm25_sql = _REAL_BM25_SQL
 
 
-@dataclass(frozen=True)
-class _BenchHit:
-    document_id: str
-    start_char: int | None
-    end_char: int | None
-
-
-class BenchSearcher(pipeline.Searcher):
-    """The engine's Searcher (scope, KNN, BM25, single modes) with the hybrid stage written
-    out here from the engine's stage functions (``rrf``, ``boost_terms``/``heading_boost``,
-    ``mmr``), so that both boost scales can be compared whatever the engine's default is:
-
-    - ``boost_after_norm=False`` (raw): relevance = normalise(fused + boost), the spec's
-      literal reading (the engine's behaviour before 41da239);
-    - ``boost_after_norm=True``: relevance = fused / max(fused) + boost (the engine since 41da239).
-
-    Candidate rows (document, offsets, heading path, vector) are cached per chunk id.
-    """
-
-    boost_after_norm = False
-    _row_cache: dict[int, Any]
-
-    def __init__(self, *args: Any, row_cache: dict | None = None, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._row_cache = row_cache if row_cache is not None else {}
-
-    def _bench_rows(self, ids: list[int]) -> dict[int, tuple]:
-        missing = [i for i in dict.fromkeys(ids) if i not in self._row_cache]
-        if missing:
-            sql = ("SELECT id, document_id, start_char, end_char, heading_path, embedding FROM chunks"
-                   " WHERE id IN (SELECT value FROM json_each(?))")
-            for r in self.store.conn.execute(sql, (json.dumps(missing),)).fetchall():
-                self._row_cache[r[0]] = (r[1], r[2], r[3], r[4], from_blob(r[5]) if r[5] is not None else None)
-        return {i: self._row_cache[i] for i in ids if i in self._row_cache}
-
-    def _hybrid(self, query: str, k: int, vec_hits: list, bm_hits: list, lam: float) -> list:
-        cfg = self.config
-        lists = {"vector": [h[0] for h in vec_hits], "bm25": [h[0] for h in bm_hits]}
-        rows = self._bench_rows(lists["vector"] + lists["bm25"])
-        fused = [f for f in rrf({n: ids for n, ids in lists.items() if ids}, cfg.rrf_k) if f.id in rows]
-        if not fused:
-            return []
-        terms = boost_terms(query)
-        boosts = np.array([heading_boost(terms, rows[f.id][3], cfg.heading_boost) for f in fused])
-        fused_scores = np.array([f.score for f in fused])
-        if self.boost_after_norm:
-            relevance = normalise_relevance(fused_scores) + boosts
-        else:
-            relevance = normalise_relevance(fused_scores + boosts)
-        if lam >= 1.0:
-            order = np.argsort(-relevance, kind="stable")[:k]
-            picked = [int(i) for i in order]
-        else:
-            dim = next(r[4].shape[0] for r in rows.values() if r[4] is not None)
-            zero = np.zeros(dim, dtype=np.float32)
-            vectors = np.stack([rows[f.id][4] if rows[f.id][4] is not None else zero for f in fused])
-            picked = [p.index for p in mmr(relevance, vectors, k, lam)]
-        return [_BenchHit(*rows[fused[i].id][:3]) for i in picked]
-
-
 # -- configurations ----------------------------------------------------------------------
 @dataclass(frozen=True)
 class Variant:
@@ -211,7 +147,7 @@ class Variant:
     rrf_k: float = 60
     heading_boost: float = 0.0
     mmr_lambda: float = 1.0
-    boost_after_norm: bool = False
+    unit: str = "chunk"
     bm25_text: float = 1.0
     bm25_heading: float = 1.0
     group: str = ""
@@ -230,11 +166,8 @@ def base_variants() -> list[Variant]:
     ]
     for k in (10, 20, 40, 100):
         v.append(Variant(f"RRF k={k}", rrf_k=k, group="rrf_k"))
-    for w in (0.005, 0.01, 0.02, 0.05):
-        v.append(Variant(f"RRF + boost {w} (raw fused scale)", heading_boost=w, group="boost"))
     for w in (0.02, 0.05, 0.1, 0.2, 0.3):
-        v.append(Variant(f"RRF + boost {w} (after normalising to [0,1])", heading_boost=w, boost_after_norm=True,
-                         group="boost"))
+        v.append(Variant(f"RRF + boost {w} (after normalising to [0,1])", heading_boost=w, group="boost"))
     for lam in (0.5, 0.7, 0.85, 0.9, 1.0):
         v.append(Variant(f"RRF + MMR {lam}", mmr_lambda=lam, group="mmr"))
     for t, h in ((1.0, 0.0), (1.0, 0.5), (1.0, 2.0), (1.0, 5.0)):
@@ -243,10 +176,10 @@ def base_variants() -> list[Variant]:
         v.append(Variant(f"RRF with bm25 weights text {t}, heading {h}", bm25_text=t, bm25_heading=h,
                          group="bm25w"))
     for k in (10, 20):
-        for w, norm in ((0.005, False), (0.01, False), (0.05, True), (0.1, True), (0.2, True)):
-            scale = "after normalising" if norm else "raw"
-            v.append(Variant(f"RRF k={k} + boost {w} ({scale})", rrf_k=k, heading_boost=w, boost_after_norm=norm,
-                             group="combo"))
+        for w in (0.05, 0.1, 0.2):
+            v.append(Variant(f"RRF k={k} + boost {w}", rrf_k=k, heading_boost=w, group="combo"))
+    for unit in ("chunk", "section"):
+        v.append(Variant(f"defaults, unit {unit}", rrf_k=20, heading_boost=0.05, unit=unit, group="unit"))
     return v
 
 
@@ -255,7 +188,7 @@ def with_boost_and_mmr(best: Variant) -> list[Variant]:
     out = []
     for lam in (0.5, 0.7, 0.85, 0.9, 1.0):
         out.append(Variant(f"{best.name} + MMR {lam}", rrf_k=best.rrf_k, heading_boost=best.heading_boost,
-                           mmr_lambda=lam, boost_after_norm=best.boost_after_norm, bm25_text=best.bm25_text,
+                           mmr_lambda=lam, unit=best.unit, bm25_text=best.bm25_text,
                            bm25_heading=best.bm25_heading, group="boost+mmr"))
     return out
 
@@ -290,11 +223,10 @@ def section_metrics(run: dict, qrels: dict) -> dict[str, float]:
     return {k: v / max(len(qrels), 1) for k, v in out.items()}
 
 
-def run_variant(es: EvalSet, qv: QueryVectors, variant: Variant, cfg: Any, row_cache: dict,
-                depth: int = DEPTH) -> dict[str, float]:
-    searcher = BenchSearcher(es.index.store, None, cfg.replace(**variant.overrides()), row_cache=row_cache)
+def run_variant(es: EvalSet, qv: QueryVectors, variant: Variant, cfg: Any, depth: int = DEPTH) -> dict[str, float]:
+    """The engine's own Searcher (one scoring path), with this variant's query-time settings."""
+    searcher = pipeline.Searcher(es.index.store, None, cfg.replace(**variant.overrides(), unit=variant.unit))
     searcher.max_top_k = depth
-    searcher.boost_after_norm = variant.boost_after_norm
     run = {}
     with bm25_weights(variant.bm25_text, variant.bm25_heading):
         for qid, text in es.queries.items():
@@ -553,14 +485,13 @@ def main(argv: Sequence[str] | None = None) -> dict:
             qv(text)
     results["query_embedding_ms"] = pcts(qv.seconds)
 
-    row_caches: dict[str, dict] = {es.name: {} for es in sets}
     ablation: dict[str, dict] = {}
 
     def evaluate(v: Variant) -> dict:
         if v.name not in ablation:
             t = time.perf_counter()
             ablation[v.name] = {"variant": v.__dict__, **{
-                es.name: run_variant(es, qv, v, cfg, row_caches[es.name]) for es in sets}}
+                es.name: run_variant(es, qv, v, cfg) for es in sets}}
             print(f"  {v.name}: train {ablation[v.name]['scifact-train']['ndcg@10']:.4f}"
                   f" test {ablation[v.name]['scifact-test']['ndcg@10']:.4f}"
                   f" anthropic nDCG@10 {ablation[v.name]['anthropic_docs']['ndcg@10']:.4f}"

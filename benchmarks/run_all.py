@@ -40,7 +40,7 @@ def main() -> int:
                         "--hybrid-sizes", args.hybrid_sizes], check=True, cwd=REPO)
         parts.append((out_dir() / "speed.md").read_text())
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO).stdout.strip()
-    head = [f"# Polaris benchmark report", "",
+    head = ["# Polaris benchmark report", "",
             f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, commit {commit}.",
             f"Machine: {machine_line(machine())}.", "",
             f"Command: `python benchmarks/run_all.py {args.eval_dir}`", ""]

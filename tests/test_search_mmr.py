@@ -8,7 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from llama_index_polaris.engine.search.mmr import mmr, mmr_scores, normalise_relevance
+from llama_index_polaris.engine.search.mmr import mmr
+from llama_index_polaris.engine.search.normalise import mmr_scores, relative_to_max as normalise_relevance
 
 
 def unit(*xs: float) -> np.ndarray:

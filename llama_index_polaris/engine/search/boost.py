@@ -13,6 +13,7 @@ import functools
 
 import numpy as np
 
+from .normalise import relative_to_max
 from .terms import content_terms, stem, words
 
 MIN_TERM_CHARS = 3
@@ -44,7 +45,5 @@ def heading_boost(terms: list[str], heading_path: str, weight: float) -> float:
 
 def boosted_relevance(fused: np.ndarray, boosts: np.ndarray) -> np.ndarray:
     """Fused scores over the best one, plus each boost, rescaled so the best is 1.0."""
-    top = fused.max(initial=0.0)
-    relevance = (fused / top if top > 0 else np.zeros_like(fused)) + boosts
-    best = relevance.max(initial=0.0)
-    return relevance / best if best > 0 else relevance
+    relevance = relative_to_max(fused) + boosts
+    return relative_to_max(relevance) if relevance.max(initial=0.0) > 0 else relevance

@@ -16,17 +16,10 @@ class MMRPick:
     penalty: float
 
 
-def normalise_relevance(scores: np.ndarray) -> np.ndarray:
-    """Scale fused scores so the best is 1.0: the scale of cosine similarity."""
-    scores = np.asarray(scores, dtype=np.float64)
-    top = scores.max(initial=0.0)
-    return scores / top if top > 0 else np.zeros_like(scores)
-
-
 def mmr(relevance: np.ndarray, vectors: np.ndarray, k: int, lam: float) -> list[MMRPick]:
     """Greedy MMR: pick ``argmax lam*rel - (1-lam)*max_sim(selected)`` ``k`` times.
 
-    ``relevance`` must already be on the cosine scale (see ``normalise_relevance``);
+    ``relevance`` must already be on the cosine scale (see ``normalise.relative_to_max``);
     ``vectors`` are unit rows, so a dot product is the cosine similarity. The penalty
     is the maximum similarity to any chunk already chosen (standard MMR), floored at
     zero: an unrelated chunk pays nothing, and an opposite one earns no bonus. So the
@@ -52,11 +45,3 @@ def mmr(relevance: np.ndarray, vectors: np.ndarray, k: int, lam: float) -> list[
         available[best] = False
         max_sim = np.maximum(max_sim, vecs @ vecs[best])
     return picks
-
-
-def mmr_scores(picks: list[MMRPick], lam: float) -> list[float]:
-    """Final scores in [0, 1], top 1.0: marginal values shifted by the largest possible
-    penalty ``1 - lam`` (so none is negative), then divided by the first."""
-    shifted = [max(p.value + (1.0 - lam), 0.0) for p in picks]  # max: float32 rounding only
-    top = shifted[0] if shifted else 0.0
-    return [v / top if top > 0 else 0.0 for v in shifted]

@@ -25,7 +25,7 @@ from .bm25 import bm25
 from .context import bounded, stitch
 from .bm25_cache import Bm25Cache
 from .filters import Filter
-from .rank import UNITS, Candidate, ChunkMatch, Explanation, RankParams, Ranked, rank
+from .rank import UNITS, Candidate, Explanation, RankParams, Ranked, rank
 from .scope import Scope, resolve_scope
 from .vector import MAX_K, knn
 from .vector_cache import VectorCache

@@ -17,8 +17,8 @@ import numpy as np
 
 from .boost import boosted_relevance, heading_boost
 from .fuse import rrf
-from .mmr import mmr, mmr_scores
-from .normalise import relative_to_top
+from .mmr import mmr
+from .normalise import mmr_scores, relative_to_top
 
 UNITS = ("section", "chunk")
 Hits = Sequence[tuple[int, float]]  # (chunk id, distance or BM25 score), best first
