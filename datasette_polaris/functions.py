@@ -4,7 +4,8 @@
     polaris_search(query[, k[, opts]])  -> JSON array of hybrid hits with their explanation
 
 ``opts`` is a JSON object with any of ``mode`` ("hybrid", "vector", "bm25"),
-``collections`` and ``documents`` (lists of names). Both functions use the model
+``collections`` and ``documents`` (lists of names) and ``unit`` ("section", the
+default, or "chunk"). Both functions use the model
 recorded in the database they run on.
 
 A function that cannot answer returns ``{"error": "<function>: <reason>"}`` (JSON text)
@@ -62,6 +63,9 @@ def _engine(path: str | None, database: str) -> Any:
     return engine_for(path)
 
 
+OPTIONS = ("mode", "collections", "documents", "unit")
+
+
 def _options(raw: Any) -> dict[str, Any]:
     if raw is None:
         return {}
@@ -71,9 +75,9 @@ def _options(raw: Any) -> dict[str, Any]:
         opts = None
     if not isinstance(opts, dict):
         raise InputError("polaris_search: options must be a JSON object, e.g. '{\"mode\": \"bm25\"}'.")
-    unknown = set(opts) - {"mode", "collections", "documents"}
+    unknown = set(opts) - set(OPTIONS)
     if unknown:
-        raise InputError(f"polaris_search: unknown options {', '.join(sorted(unknown))}; use mode, collections, documents.")
+        raise InputError(f"polaris_search: unknown options {', '.join(sorted(unknown))}; use {', '.join(OPTIONS)}.")
     return opts
 
 

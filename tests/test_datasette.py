@@ -625,3 +625,32 @@ async def test_a_stale_document_is_marked_on_the_page(tmp_path: Path) -> None:
     assert 'polaris-status-stale">stale</span> re-index failed, serving the version of 2026-11-30' in page.text
     hits = (await stale.client.get("/polaris/-/polaris.json", params={"q": "janitor", "mode": "bm25"})).json()["hits"]
     assert hits[0]["document_status"] == "stale" and "not UTF-8" in hits[0]["document_error"]
+
+
+async def test_a_section_hit_lists_the_chunks_that_matched(tmp_path: Path) -> None:
+    """A section split into many chunks is one hit on the page and in JSON, with its chunks."""
+    embedder = load_embedder(MODEL)
+    path = tmp_path / "polaris.db"
+    text = [f"Rotation step {i}: tokens rotate on a schedule, and the rotation log keeps step {i}." for i in range(8)]
+    with Store(path) as store:
+        store.bind_model(ModelBinding(embedder.model_id, embedder.dim, embedder.fingerprint))
+        chunks = [ChunkRecord(node_id=f"rot#{i}", text=t, ordinal=i, heading_path="Keys > Rotation",
+                              start_char=i * 100, end_char=i * 100 + len(t)) for i, t in enumerate(text)]
+        chunks.append(ChunkRecord(node_id="other#0", text="Backups are kept for a month.", ordinal=8,
+                                  heading_path="Keys > Backups", start_char=900, end_char=929))
+        store.upsert_document(DocumentRecord("keys.md", path="keys.md"), chunks,
+                              embedder.embed_documents([c.text for c in chunks]))
+    ds = Datasette([str(path)])
+    data = (await ds.client.get("/polaris/-/polaris.json", params={"q": "token rotation schedule", "k": "5"})).json()
+    sections = [(h["document"], h["heading_path"]) for h in data["hits"]]
+    assert len(sections) == len(set(sections)) == 2  # eight matching chunks, one hit
+    top = data["hits"][0]
+    assert top["unit"] == "section" and len(top["section_chunks"]) == 8
+    assert (top["section_start"], top["section_end"]) == (0, 700 + len(text[7]))
+    assert len(top["explain"]["chunks"]) >= 2 and {m["position"] for m in top["explain"]["chunks"]} <= set(range(1, 9))
+    page = await ds.client.get("/polaris/-/polaris", params={"q": "token rotation schedule", "k": "5"})
+    assert "Section of 8 chunks" in page.text and "Matched: " in page.text
+    chunked = (await ds.client.get("/polaris.json", params={
+        "sql": """select polaris_search('token rotation schedule', 5, '{"unit": "chunk"}') as v""", "_shape": "array"})).json()
+    chunk_hits = json.loads(chunked[0]["v"])  # the SQL function takes the unit as the other doors do
+    assert [h["heading_path"] for h in chunk_hits].count("Keys > Rotation") >= 4 and chunk_hits[0]["unit"] == "chunk"
