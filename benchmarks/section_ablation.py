@@ -12,7 +12,8 @@ a hit's section is (document, heading path) and the metrics are those of section
 - ``section``: the engine's section fusion (each list reduced to sections, then RRF);
 - ``section-pool1`` / ``section-pool4``: the same with each list fetching 1x / 4x the chunks;
 - ``no-phrases``: section fusion without identifier phrases in the BM25 query;
-- ``alpha0.0`` ... ``alpha1.0``: LlamaIndex's ``alpha`` (RRF list weights, 1 = vector only).
+- ``alpha0.0`` ... ``alpha1.0``: LlamaIndex's ``alpha`` (RRF list weights, 1 = vector only);
+- ``bm25-floor0.2`` ...: BM25 hits scoring under that fraction of the best take no part in fusion.
 
 Decisions are taken on ``--split train`` (and anthropic_docs, which has no train split);
 ``test`` is reported. Writes benchmarks/out/section_ablation.json and a Markdown table.
@@ -61,6 +62,8 @@ VARIANTS: dict[str, tuple[Callable[[], Any], Callable[[Any, str], list[str]]]] =
     "no-phrases": (lambda: setting(bm25_module, "IDENTIFIER_PHRASES", False), lambda s, t: run(s, t, "section")),
     **{f"alpha{a}": (contextlib.nullcontext, lambda s, t, a=a: run(s, t, "section", alpha=a))
        for a in (0.0, 0.25, 0.5, 0.75, 1.0)},
+    **{f"bm25-floor{f}": (lambda f=f: setting(pipeline, "BM25_FLOOR", f), lambda s, t: run(s, t, "section"))
+       for f in (0.2, 0.35, 0.5)},
 }
 
 
