@@ -53,9 +53,16 @@ def formula(mode: str, settings: Mapping[str, Any]) -> str:
             f"  MMR penalty = {_num(1 - lam)} × highest similarity to a hit above")
 
 
-def candidates(settings: Mapping[str, Any], k: int) -> int:
+def candidates(settings: Mapping[str, Any], k: int, unit: str = "chunk") -> int:
     """How many chunks each list returns before fusion (the pipeline's pool, capped by vec0)."""
-    return k * settings["mmr_candidate_multiplier"]
+    return k * settings["mmr_candidate_multiplier"] * (section_pool() if unit == "section" else 1)
+
+
+def section_pool() -> int:
+    """The pipeline's extra depth in section mode (sections repeat in a chunk list)."""
+    from llama_index_polaris.engine.search.pipeline import SECTION_POOL
+
+    return SECTION_POOL
 
 
 def _meanings(mode: str, s: Mapping[str, Any]) -> dict[str, str]:
@@ -68,10 +75,13 @@ def _meanings(mode: str, s: Mapping[str, Any]) -> dict[str, str]:
         "bm25": f"the BM25 score divided by the first hit's, so {top}",
     }[mode]
     return {
-        "vector_rank": "place in the vector list (nearest first); – : the vector search did not return this chunk",
-        "vector_distance": "cosine distance between the query and the chunk vectors (0 = same direction, lower is closer)",
-        "bm25_rank": "place in the full-text (FTS5) list; – : no query word matched this chunk",
-        "bm25_score": "FTS5's BM25 score over text and heading path (higher is better)",
+        "vector_rank": ("place in the vector list (nearest first), each section counted once at its best chunk;"
+                        " – : the vector search did not return it"),
+        "vector_distance": ("cosine distance between the query and the best chunk's vector"
+                            " (0 = same direction, lower is closer)"),
+        "bm25_rank": ("place in the full-text (FTS5) list, each section counted once at its best chunk;"
+                      " – : no query word matched it"),
+        "bm25_score": "FTS5's BM25 score of the best chunk, over text and heading path (higher is better)",
         "rrf_vector": f"the vector list's share of RRF: 1 / (rrf_k + vector rank), rrf_k = {k}",
         "rrf_bm25": f"the full-text list's share of RRF: 1 / (rrf_k + BM25 rank), rrf_k = {k}",
         "rrf": "Reciprocal Rank Fusion: RRF vector + RRF BM25 (ranks are fused, the lists' scores are not)",

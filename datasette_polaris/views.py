@@ -27,7 +27,7 @@ from llama_index_polaris.engine.search.pipeline import MAX_QUERY_CHARS, MODES, c
 from . import legend, render
 from .engines import Engine, engine_for, is_polaris
 
-SEARCH_SETTINGS = ("rrf_k", "heading_boost", "mmr_lambda", "mmr_candidate_multiplier", "top_k", "fts_tokenizer")
+SEARCH_SETTINGS = ("rrf_k", "heading_boost", "mmr_lambda", "mmr_candidate_multiplier", "top_k", "unit", "fts_tokenizer")
 TEXT_VIEWS = ("rendered", "raw")
 FORMATS = ("html", "json")
 DEFAULT_TOKENIZER = "unicode61"  # FTS5's own default, for a file that records none

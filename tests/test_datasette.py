@@ -520,7 +520,7 @@ async def test_score_legend_shows_the_settings_in_effect(tmp_path: Path) -> None
     legend_html = r.text.split('class="polaris-legend"')[1].split("</section>")[0]
     assert "RRF = 1/(33 + vector rank) + 1/(33 + BM25 rank)" in legend_html
     assert "0.07 × heading match" in legend_html and "Score = (0.6 × relevance − MMR penalty + 0.4)" in legend_html
-    assert "3 × 3 = 9 candidates" in legend_html
+    assert "Each list returns up to 18 chunks (top_k × mmr_candidate_multiplier × 2), then each section counts once" in legend_html
     first = r.text.split('id="hit-1"')[1].split('id="hit-2"')[0]
     titles = dict(re.findall(r'<dt title="([^"]+)" aria-describedby="legend-(\w+)">', first)[i][::-1] for i in range(11))
     assert list(titles) == ["vector_rank", "vector_distance", "bm25_rank", "bm25_score", "rrf_vector", "rrf_bm25", "rrf",
