@@ -1,0 +1,89 @@
+"""A hit is a section in every door: no two hits share (document, heading path), and every
+door gives the same answer (CLI, Python, LlamaIndex retriever, store and as_retriever,
+Datasette page, JSON and SQL function). The bundled model, a real polaris.db."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from datasette.app import Datasette
+from llama_index.core import VectorStoreIndex
+
+from llama_index_polaris import PolarisEmbedding, PolarisRetriever, PolarisVectorStore
+from llama_index_polaris.engine.config import load_config
+from llama_index_polaris.engine.session import PolarisIndex
+
+MODEL = "all-minilm-l6-v2"
+QUERY = "how are signing keys rotated"
+LONG = "\n\n".join(
+    f"Step {i}. Signing keys are rotated on a schedule; the rotation job {i} writes the new key, keeps the old"
+    f" one for verification and records rotation {i} in the audit log before anything else happens."
+    for i in range(24)
+)
+FILES = {
+    "keys.md": f"# Keys\n\n## Rotation\n\n{LONG}\n\n## Storage\n\nKeys are stored in the vault, never on disk.\n",
+    "tokens.md": "# Tokens\n\n## Refresh\n\nA refresh token is exchanged for a new access token and a new refresh token.\n",
+    "ops.md": "# Operations\n\n## Key ceremonies\n\nA rotation of the root key needs two operators.\n",
+}
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("sections")
+    (root / "docs").mkdir()
+    for name, text in FILES.items():
+        (root / "docs" / name).write_text(text)
+    (root / "polaris.toml").write_text(f'model_id = "{MODEL}"\n')
+    with PolarisIndex(root / "polaris.db", config=load_config(root, use_user_config=False)) as index:
+        index.index_paths([root / "docs"])
+        rotation = [c for c in index.store.get_chunks() if c.heading_path == "Keys > Rotation"]
+        assert len(rotation) >= 4  # one section, many chunks: the case that repeated
+    return root
+
+
+def sections(keys: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    assert len(keys) == len(set(keys)), keys
+    return keys
+
+
+def test_every_door_answers_the_same_sections(project: Path) -> None:
+    cfg = load_config(project, use_user_config=False)
+    with PolarisIndex(project / "polaris.db", config=cfg) as index:
+        python = sections([(h.document, h.heading_path) for h in index.search(QUERY, top_k=4)])
+        chunks = [(h.document, h.heading_path) for h in index.search(QUERY, top_k=4, unit="chunk")]
+    assert python[0] == ("keys.md", "Keys > Rotation")
+    assert chunks.count(("keys.md", "Keys > Rotation")) > 1  # the chunk unit still repeats, as asked
+
+    exe = str(Path(sys.executable).with_name("polaris"))
+    env = {**os.environ, "XDG_CONFIG_HOME": str(project / "xdg")}
+    cli = subprocess.run([exe, "search", QUERY, "-k", "4", "--json"], cwd=project, capture_output=True, text=True,
+                         env=env, timeout=120)
+    assert cli.returncode == 0, cli.stderr
+    assert sections([(h["document"], h["heading_path"]) for h in json.loads(cli.stdout)]) == python
+
+    store = PolarisVectorStore(project / "polaris.db", config=cfg)
+    embed = PolarisEmbedding(model_id=MODEL, config=cfg)
+    retriever = PolarisRetriever(vector_store=store, similarity_top_k=4)
+    via_retriever = [(n.node.metadata["file_path"], n.node.metadata["heading_path"]) for n in retriever.retrieve(QUERY)]
+    hybrid = VectorStoreIndex.from_vector_store(store, embed_model=embed).as_retriever(
+        vector_store_query_mode="hybrid", similarity_top_k=4)
+    via_index = [(n.node.metadata["file_path"], n.node.metadata["heading_path"]) for n in hybrid.retrieve(QUERY)]
+    assert sections(via_retriever) == python and sections(via_index) == python
+    store.close()
+
+
+async def test_datasette_answers_the_same_sections(project: Path) -> None:
+    cfg = load_config(project, use_user_config=False)
+    with PolarisIndex(project / "polaris.db", config=cfg, readonly=True) as index:
+        python = [(h.document, h.heading_path) for h in index.search(QUERY, top_k=4)]
+    ds = Datasette([str(project / "polaris.db")])
+    page = (await ds.client.get("/polaris/-/polaris.json", params={"q": QUERY, "k": "4"})).json()
+    assert sections([(h["document"], h["heading_path"]) for h in page["hits"]]) == python
+    sql = await ds.client.get("/polaris.json", params={"sql": f"select polaris_search('{QUERY}', 4) as v",
+                                                       "_shape": "array"})
+    assert sections([(h["document"], h["heading_path"]) for h in json.loads(sql.json()[0]["v"])]) == python
