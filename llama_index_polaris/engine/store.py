@@ -183,7 +183,7 @@ class Store:
 
     def read(self) -> Any:
         """``with store.read() as conn:`` one consistent snapshot, the store's lock held."""
-        return _LockedTransaction(self._lock, self.conn, _read_transaction(self.conn))
+        return _LockedTransaction(self._lock, self.conn, transaction(self.conn, "BEGIN"))
 
     # -- model guard -------------------------------------------------------------
     @property
@@ -583,21 +583,6 @@ def _chunk_from_row(r: Sequence[Any], with_embedding: bool) -> ChunkRecord:
         text=r[6], start_char=r[7], end_char=r[8], token_count=r[9], metadata=json.loads(r[10]),
         text_hash=r[11], node=r[12], embedding=from_blob(r[13]) if with_embedding and r[13] is not None else None,
     )
-
-
-class _read_transaction:
-    """BEGIN ... COMMIT with no writes: every statement inside reads one snapshot."""
-
-    def __init__(self, conn: Any) -> None:
-        self.conn = conn
-
-    def __enter__(self) -> Any:
-        self.conn.execute("BEGIN")
-        return self.conn
-
-    def __exit__(self, *exc: Any) -> None:
-        if self.conn.in_transaction:
-            self.conn.execute("COMMIT")
 
 
 class _LockedTransaction:

@@ -333,13 +333,16 @@ def refuse_foreign_tables(conn: Any, where: str = "this SQLite file") -> None:
 
 
 class transaction:
-    """``with transaction(conn):`` BEGIN IMMEDIATE ... COMMIT, ROLLBACK on error."""
+    """``with transaction(conn):`` BEGIN IMMEDIATE ... COMMIT, ROLLBACK on error.
 
-    def __init__(self, conn: Any) -> None:
-        self.conn = conn
+    ``begin="BEGIN"`` takes no write lock: a read snapshot for the statements inside.
+    """
+
+    def __init__(self, conn: Any, begin: str = "BEGIN IMMEDIATE") -> None:
+        self.conn, self.begin = conn, begin
 
     def __enter__(self) -> Any:
-        self.conn.execute("BEGIN IMMEDIATE")
+        self.conn.execute(self.begin)
         return self.conn
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
