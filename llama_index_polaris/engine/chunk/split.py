@@ -73,6 +73,8 @@ def pack(budget: Budget, blocks: tuple[Block, ...], section: int, lead: int | No
     """Blocks packed greedily; ``lead`` starts the first piece early (carried text)."""
     pieces: list[Piece] = []
     acc = (lead, blocks[0].start) if lead is not None else None
+    # Invariant: ``pieces`` tile the blocks seen so far up to ``acc`` (the open piece, within
+    # budget); every block is either added to ``acc``, starts a new one, or is cut.
     for block in blocks:
         if acc and budget.fits(acc[0], block.end):
             acc = (acc[0], block.end)
@@ -103,6 +105,8 @@ def cut(budget: Budget, start: int, end: int, finders: list[Finder], section: in
     """``[start, end)`` cut at the first finder's boundaries (none before ``floor``), longest pieces first."""
     pieces: list[Piece] = []
     pos = start
+    # Invariant: ``pieces`` cover ``[start, pos)`` without gaps and each fits the budget, or
+    # is one unit the last finder cannot cut (a word, a line); ``pos`` only moves forward.
     while pos < end:
         if end - pos <= budget.window and budget.fits(pos, end):
             return pieces + [Piece(pos, end, section)]
@@ -129,6 +133,8 @@ def _candidates(budget: Budget, find: Finder, pos: int, floor: int, end: int) ->
 
 
 def _last_fitting(budget: Budget, pos: int, cuts: list[int]) -> int:
+    """The index of the farthest cut whose piece fits (-1: none): a bisection, since a longer
+    piece never has fewer tokens."""
     lo, hi, best = 0, len(cuts) - 1, -1
     while lo <= hi:
         mid = (lo + hi) // 2
