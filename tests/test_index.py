@@ -50,7 +50,7 @@ def test_embedded_text_carries_parent_headings_and_fits_the_window(tmp_path: Pat
     assert [c.heading_path for c in chunks][-1] == "Guide > Security > Authorisation"
     spans = indexer.recipe.chunk(DOC, path="g.md", title="g.md").chunks
     assert seen == [indexer.recipe.embed_text(s) for s in spans]
-    assert any(t.startswith("section: Guide > Security\n\n### Authorisation") for t in seen)
+    assert any(t.startswith("heading_path: Guide > Security > Authorisation\n\n### Authorisation") for t in seen)
     assert all(embedder.count_tokens(t) <= embedder.max_chunk_tokens for t in seen)
 
 

@@ -31,7 +31,7 @@ CONTEXTS: dict[str, tuple[str | None, str]] = {
     "parents": (None, "parents"),  # Guide > Security, no key (not expressible as LlamaIndex metadata)
     "none": (None, "none"),  # the chunk alone
 }
-DEFAULT_CONTEXT = "section"
+DEFAULT_CONTEXT = "heading_path"
 STRUCTURAL_KEYS = ("heading_level", "chunk_index")  # in every node's metadata, never shown to a model
 
 
