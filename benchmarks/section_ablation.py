@@ -13,7 +13,8 @@ a hit's section is (document, heading path) and the metrics are those of section
 - ``section-pool1`` / ``section-pool4``: the same with each list fetching 1x / 4x the chunks;
 - ``no-phrases``: section fusion without identifier phrases in the BM25 query;
 - ``alpha0.0`` ... ``alpha1.0``: LlamaIndex's ``alpha`` (RRF list weights, 1 = vector only);
-- ``bm25-floor0.2`` ...: BM25 hits scoring under that fraction of the best take no part in fusion.
+- ``bm25-floor0.2`` ...: BM25 hits scoring under that fraction of the best take no part in fusion;
+- ``boost0.1`` ...: ``heading_boost``; ``rrf10`` ...: ``rrf_k``.
 
 Decisions are taken on ``--split train`` (and anthropic_docs, which has no train split);
 ``test`` is reported. Writes benchmarks/out/section_ablation.json and a Markdown table.
@@ -53,6 +54,19 @@ def run(searcher: Any, text: str, unit: str, deep: bool = False, **kw: Any) -> l
     return slots(searcher.search(text, top_k=K, unit=unit, **kw))
 
 
+@contextlib.contextmanager
+def configured(searcher: Any, **values: Any) -> Iterator[None]:
+    """The searcher with some settings changed for one variant."""
+    old = searcher.config
+    searcher.config = old.replace(**values)
+    try:
+        yield
+    finally:
+        searcher.config = old
+
+
+SEARCHER: list[Any] = []  # the searcher of the set being scored, for ``configured``
+
 VARIANTS: dict[str, tuple[Callable[[], Any], Callable[[Any, str], list[str]]]] = {
     "chunk": (contextlib.nullcontext, lambda s, t: run(s, t, "chunk")),
     "dedup": (contextlib.nullcontext, lambda s, t: run(s, t, "chunk", deep=True)),
@@ -64,6 +78,10 @@ VARIANTS: dict[str, tuple[Callable[[], Any], Callable[[Any, str], list[str]]]] =
        for a in (0.0, 0.25, 0.5, 0.75, 1.0)},
     **{f"bm25-floor{f}": (lambda f=f: setting(pipeline, "BM25_FLOOR", f), lambda s, t: run(s, t, "section"))
        for f in (0.2, 0.35, 0.5)},
+    **{f"boost{b}": (lambda b=b: configured(SEARCHER[0], heading_boost=b), lambda s, t: run(s, t, "section"))
+       for b in (0.0, 0.1, 0.2, 0.3)},
+    **{f"rrf{k}": (lambda k=k: configured(SEARCHER[0], rrf_k=k), lambda s, t: run(s, t, "section"))
+       for k in (10, 40, 60)},
 }
 
 
@@ -83,6 +101,7 @@ def main() -> None:
         index, _ = open_index(ds)
         searcher = index.searcher()
         searcher.max_top_k = DEEP
+        SEARCHER[:] = [searcher]
         for variant in args.variants.split(","):
             context, answer = VARIANTS[variant]
             with context():

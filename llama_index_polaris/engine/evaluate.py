@@ -149,9 +149,11 @@ def build_eval_index(beir: BeirSet, config: Any, progress: Any = None, whole_doc
     from .session import PolarisIndex
 
     embedder = embedder_from_config(config)
+    from .recipe import DEFAULT_CONTEXT
+
     key = json.dumps([corpus_fingerprint(beir.path), embedder.model_id, embedder.dim, embedder.fingerprint,
                       config.max_chunk_tokens, config.chunk_overlap_chars, config.min_chunk_chars,
-                      config.fts_tokenizer] + (["whole"] if whole_documents else []), sort_keys=True)
+                      config.fts_tokenizer, DEFAULT_CONTEXT] + (["whole"] if whole_documents else []), sort_keys=True)
     path = eval_cache_dir() / f"{beir.path.name}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.db"
     path.parent.mkdir(parents=True, exist_ok=True)
     index = PolarisIndex(path, config=config.replace(model_id=embedder.model_id))
