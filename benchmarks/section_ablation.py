@@ -14,7 +14,8 @@ a hit's section is (document, heading path) and the metrics are those of section
 - ``no-phrases``: section fusion without identifier phrases in the BM25 query;
 - ``alpha0.0`` ... ``alpha1.0``: LlamaIndex's ``alpha`` (RRF list weights, 1 = vector only);
 - ``bm25-floor0.2`` ...: BM25 hits scoring under that fraction of the best take no part in fusion;
-- ``boost0.1`` ...: ``heading_boost``; ``rrf10`` ...: ``rrf_k``.
+- ``boost0.1`` ...: ``heading_boost``; ``rrf10`` ...: ``rrf_k``; ``hweight2`` ...: BM25 weight of the
+  heading path column (text 1).
 
 Decisions are taken on ``--split train`` (and anthropic_docs, which has no train split);
 ``test`` is reported. Writes benchmarks/out/section_ablation.json and a Markdown table.
@@ -82,7 +83,17 @@ VARIANTS: dict[str, tuple[Callable[[], Any], Callable[[Any, str], list[str]]]] =
        for b in (0.0, 0.1, 0.2, 0.3)},
     **{f"rrf{k}": (lambda k=k: configured(SEARCHER[0], rrf_k=k), lambda s, t: run(s, t, "section"))
        for k in (10, 40, 60)},
+    **{f"hweight{w}": (lambda w=w: setting(bm25_module, "HEADING_WEIGHT", w), lambda s, t: run(s, t, "section"))
+       for w in (2.0, 4.0)},
+    "boost0.2-hweight2": (lambda: _both(configured(SEARCHER[0], heading_boost=0.2),
+                                        setting(bm25_module, "HEADING_WEIGHT", 2.0)), lambda s, t: run(s, t, "section")),
 }
+
+
+@contextlib.contextmanager
+def _both(a: Any, b: Any) -> Iterator[None]:
+    with a, b:
+        yield
 
 
 def main() -> None:

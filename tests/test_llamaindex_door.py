@@ -222,7 +222,7 @@ def test_query_options_are_honoured(tmp_path, handbook, embed) -> None:
 
     with PolarisIndex(tmp_path / "p.db", config=config()) as cli:
         cli.index_paths([handbook])
-    store = PolarisVectorStore(tmp_path / "p.db", config=config())
+    store = PolarisVectorStore(tmp_path / "p.db", config=config(heading_boost=0.0))  # alpha alone decides fusion
     index = VectorStoreIndex.from_vector_store(store, embed_model=embed)
     question = "rrf_k rank fusion constant"
 

@@ -82,7 +82,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("embedding_dim", None, int, "vector size; Matryoshka models may truncate (default: the model's)", _positive, nullable=True),
     Setting("model_dir", None, str, "local directory holding the model's ONNX and tokenizer.json", nullable=True),
     Setting("rrf_k", 20, (int, float), "reciprocal rank fusion constant (spec: 60; 20 measured better)", _non_negative),
-    Setting("heading_boost", 0.05, (int, float), "bonus for query terms in the heading path, on the scale where the best fused score is 1.0; 0 disables", _non_negative),
+    Setting("heading_boost", 0.2, (int, float), "bonus for query terms in the heading path, on the scale where the best fused score is 1.0; 0 disables (spec: 0.05; 0.2 measured better on sections)", _non_negative),
     Setting("mmr_lambda", 1.0, (int, float), "1.0 = pure relevance (MMR off), 0.0 = pure diversity (spec: 0.7; measured to lose)", _unit_interval),
     Setting("mmr_candidate_multiplier", 3, int, "candidate pool = top_k x this", _positive),
     Setting("top_k", 10, int, "hits returned by default (1 to 100)", _top_k),
