@@ -13,7 +13,6 @@ a hit's section is (document, heading path) and the metrics are those of section
 - ``section-pool1`` / ``section-pool4``: the same with each list fetching 1x / 4x the chunks;
 - ``no-phrases``: section fusion without identifier phrases in the BM25 query;
 - ``alpha0.0`` ... ``alpha1.0``: LlamaIndex's ``alpha`` (RRF list weights, 1 = vector only);
-- ``bm25-floor0.2`` ...: BM25 hits scoring under that fraction of the best take no part in fusion;
 - ``boost0.1`` ...: ``heading_boost``; ``rrf10`` ...: ``rrf_k``; ``hweight2`` ...: BM25 weight of the
   heading path column (text 1).
 
@@ -77,8 +76,6 @@ VARIANTS: dict[str, tuple[Callable[[], Any], Callable[[Any, str], list[str]]]] =
     "no-phrases": (lambda: setting(bm25_module, "IDENTIFIER_PHRASES", False), lambda s, t: run(s, t, "section")),
     **{f"alpha{a}": (contextlib.nullcontext, lambda s, t, a=a: run(s, t, "section", alpha=a))
        for a in (0.0, 0.25, 0.5, 0.75, 1.0)},
-    **{f"bm25-floor{f}": (lambda f=f: setting(pipeline, "BM25_FLOOR", f), lambda s, t: run(s, t, "section"))
-       for f in (0.2, 0.35, 0.5)},
     **{f"boost{b}": (lambda b=b: configured(SEARCHER[0], heading_boost=b), lambda s, t: run(s, t, "section"))
        for b in (0.0, 0.1, 0.2, 0.3)},
     **{f"rrf{k}": (lambda k=k: configured(SEARCHER[0], rrf_k=k), lambda s, t: run(s, t, "section"))

@@ -33,7 +33,6 @@ from .vector_cache import VectorCache
 MODES = ("hybrid", "vector", "bm25")
 MAX_QUERY_CHARS = 10_000
 SECTION_POOL = 2  # in section mode each list fetches this many times more chunks: sections repeat in it
-BM25_FLOOR = 0.0  # hybrid: BM25 hits under this fraction of the best BM25 score take no part (measured)
 __all__ = ["Explanation", "Hit", "Searcher", "MODES", "MAX_QUERY_CHARS", "check_query", "clamp_top_k"]
 
 
@@ -187,7 +186,6 @@ class Searcher:
         params = RankParams(
             k=k, mode=mode, unit=unit, rrf_k=self.config.rrf_k, heading_boost=self.config.heading_boost,
             boost_terms=tuple(boost_terms(query)), mmr_lambda=lam if mode == "hybrid" else mmr_lambda, weights=weights,
-            bm25_floor=BM25_FLOOR if mode == "hybrid" else 0.0,
         )
         if context_tokens is not None and (isinstance(context_tokens, bool) or not isinstance(context_tokens, int)
                                            or context_tokens < 1):

@@ -79,7 +79,6 @@ class RankParams:
     boost_terms: tuple[str, ...] = ()
     mmr_lambda: float | None = None  # None or 1.0: no MMR
     weights: Mapping[str, float] | None = None
-    bm25_floor: float = 0.0  # BM25 hits scoring under this fraction of the best one take no part
 
 
 @dataclass
@@ -120,9 +119,6 @@ def rank(vector: Hits, bm25: Hits, candidates: Mapping[int, Candidate], p: RankP
     """The top ``p.k`` hits of ``p.mode`` from the KNN and BM25 lists, with explanations."""
     if p.unit == "chunk":
         candidates = {cid: Candidate(cid, c.heading_path, c.vector) for cid, c in candidates.items()}
-    if p.bm25_floor > 0 and bm25:
-        floor = p.bm25_floor * max(score for _, score in bm25)
-        bm25 = [(cid, score) for cid, score in bm25 if score >= floor]
     lists = {"vector": by_section(vector, candidates), "bm25": by_section(bm25, candidates)}
     if p.mode == "hybrid":
         return _hybrid(lists, candidates, p)
