@@ -24,9 +24,9 @@ from quality import MODEL, rebuild_pages, section_metrics, sections_in_order  # 
 
 from llama_index_polaris.engine.config import load_config  # noqa: E402
 from llama_index_polaris.engine.evaluate import load_beir  # noqa: E402
-from llama_index_polaris.engine.index import Indexer  # noqa: E402
+from llama_index_polaris.engine.indexer import Indexer  # noqa: E402
 from llama_index_polaris.engine.recipe import CONTEXTS  # noqa: E402
-from llama_index_polaris.engine.session import PolarisIndex  # noqa: E402
+from llama_index_polaris.engine.index import PolarisIndex  # noqa: E402
 
 
 def anthropic(eval_dir: Path):

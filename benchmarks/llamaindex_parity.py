@@ -30,8 +30,8 @@ from llama_index_polaris.engine.config import load_config  # noqa: E402
 from llama_index_polaris.engine.evaluate import (  # noqa: E402
     corpus_markdown, documents_in_order, load_beir, score_run,
 )
-from llama_index_polaris.engine.index import SourceDocument  # noqa: E402
-from llama_index_polaris.engine.session import PolarisIndex  # noqa: E402
+from llama_index_polaris.engine.indexer import SourceDocument  # noqa: E402
+from llama_index_polaris.engine.index import PolarisIndex  # noqa: E402
 
 DEPTH = 100
 

@@ -45,10 +45,10 @@ from llama_index_polaris.engine.evaluate import (  # noqa: E402
     build_eval_index, corpus_markdown, documents_in_order, load_beir, mrr_at_k, ndcg_at_k, read_qrels,
     recall_at_k, score_run,
 )
-from llama_index_polaris.engine.index import SourceDocument  # noqa: E402
+from llama_index_polaris.engine.indexer import SourceDocument  # noqa: E402
 from llama_index_polaris.engine.search import bm25 as bm25_mod  # noqa: E402
 from llama_index_polaris.engine.search import pipeline  # noqa: E402
-from llama_index_polaris.engine.session import PolarisIndex  # noqa: E402
+from llama_index_polaris.engine.index import PolarisIndex  # noqa: E402
 from llama_index_polaris.engine.store import from_blob, text_hash  # noqa: E402
 
 MODEL = "all-minilm-l6-v2"

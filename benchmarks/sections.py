@@ -69,7 +69,7 @@ def index_path(ds: DocSet) -> Path:
 
 def open_index(ds: DocSet, build: bool = True) -> tuple[Any, dict]:
     """The cached PolarisIndex of a set (indexed incrementally: unchanged files are skipped)."""
-    from llama_index_polaris.engine.session import PolarisIndex
+    from llama_index_polaris.engine.index import PolarisIndex
 
     path = index_path(ds)
     index = PolarisIndex(path, config=config())

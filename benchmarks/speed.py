@@ -400,8 +400,8 @@ from common import peak_rss_mb
 from pathlib import Path
 from llama_index_polaris.engine.config import load_config
 from llama_index_polaris.engine.evaluate import corpus_markdown
-from llama_index_polaris.engine.index import SourceDocument
-from llama_index_polaris.engine.session import PolarisIndex
+from llama_index_polaris.engine.indexer import SourceDocument
+from llama_index_polaris.engine.index import PolarisIndex
 mode, eval_dir, n = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])
 docs = []
 with open(eval_dir / "scifact" / "corpus.jsonl", encoding="utf-8") as fh:

@@ -1,8 +1,9 @@
-"""The engine objects behind the plugin, created once per process and only when first needed.
+"""The engine behind the plugin: one read-only ``PolarisIndex`` per database file, made once
+per process and only when first needed.
 
 Datasette opens many connections (one per thread per database); none of them builds
-anything heavy. A read-only ``PolarisIndex`` and its ``Searcher`` exist once per database
-file, the ONNX embedder once per (model, dim) through ``load_embedder``'s own cache.
+anything heavy. The ONNX embedder exists once per (model, dim) through the engine's own
+cache. The index's config is the ``polaris.toml`` beside the database file.
 """
 
 from __future__ import annotations
@@ -13,59 +14,38 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from llama_index_polaris.engine.config import PolarisConfig, load_config
+from llama_index_polaris.engine.config import load_config
 from llama_index_polaris.engine.db.connect import INSTALL_HINT
 from llama_index_polaris.engine.errors import DatabaseError
-from llama_index_polaris.engine.session import PolarisIndex
+from llama_index_polaris.engine.index import PolarisIndex
 
 log = logging.getLogger(__name__)
 
 POLARIS_TABLES = frozenset({"polaris_meta", "documents", "chunks"})
 
 _LOCK = threading.Lock()
-_ENGINES: dict[tuple[str, int], "Engine"] = {}
+_INDEXES: dict[tuple[str, int], PolarisIndex] = {}
 _warned_no_extensions = False
 
 
-class Engine:
-    """One Polaris database file: its read-only index, search config and searcher."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self.index = PolarisIndex(path, config=load_config(Path(path).parent), readonly=True)
-        self.store = self.index.store
-        self.config: PolarisConfig = self.index.config
-        self.searcher = self.index.searcher()
-
-    def embedder(self) -> Any:
-        """The recorded model's embedder (loaded on first use, shared by the process)."""
-        if self.store.model is None:
-            raise DatabaseError(f"{self.path} has no model recorded yet: nothing has been indexed into it.")
-        return self.index.embedder
-
-    def embed_query(self, text: str) -> Any:
-        """The query vector for ``text`` from the database's own model."""
-        return self.embedder().embed_query(text)
-
-
-def engine_for(path: str) -> Engine:
-    """The Engine for the file at ``path``; a file replaced on disk gets a fresh one."""
+def index_for(path: str) -> PolarisIndex:
+    """The read-only PolarisIndex of the file at ``path``; a file replaced on disk gets a fresh one."""
     real = os.path.realpath(path)
     try:
         key = (real, os.stat(real).st_ino)
     except OSError as exc:
         raise DatabaseError(f"{path}: cannot be read ({exc.strerror or exc}).") from exc
     with _LOCK:
-        engine = _ENGINES.get(key)
-        if engine is None:
-            engine = _ENGINES[key] = Engine(real)
-        return engine
+        index = _INDEXES.get(key)
+        if index is None:
+            index = _INDEXES[key] = PolarisIndex(real, config=load_config(Path(real).parent), readonly=True)
+        return index
 
 
-def open_engines() -> list[str]:
-    """The files this process has opened an Engine for (for tests and diagnostics)."""
+def open_indexes() -> list[str]:
+    """The files this process has opened an index for (for tests and diagnostics)."""
     with _LOCK:
-        return [path for path, _ in _ENGINES]
+        return [path for path, _ in _INDEXES]
 
 
 def database_path(datasette: Any, database: str) -> str | None:
@@ -110,10 +90,10 @@ def warm(paths: list[str]) -> None:
     """Open the engine of each Polaris file and load its model now, so no query pays for it."""
     for path in paths:
         try:
-            engine = engine_for(path)
+            index = index_for(path)
         except DatabaseError:  # not a Polaris index: nothing to warm
             continue
         try:
-            engine.embed_query("warm up")
+            index.embedder.embed_query("warm up")
         except Exception as exc:  # a broken index must not stop Datasette starting
             log.warning("datasette-polaris: could not load the model for %s: %s", path, exc)

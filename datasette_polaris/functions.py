@@ -29,7 +29,7 @@ from llama_index_polaris.engine.errors import DatabaseError, InputError, Polaris
 from llama_index_polaris.engine.search.pipeline import check_query
 from llama_index_polaris.engine.store import to_blob
 
-from .engines import database_path, engine_for
+from .engines import database_path, index_for
 
 log = logging.getLogger(__name__)
 
@@ -41,14 +41,14 @@ def register(conn: Any, database: str, datasette: Any) -> None:
     def embed(text: Any) -> bytes:
         if not isinstance(text, str):
             raise InputError(f"polaris_embed(text) needs text, got {_type(text)}.")
-        return to_blob(_engine(path, database).embed_query(check_query(text, "polaris_embed(text)")))
+        return to_blob(_index(path, database).embedder.embed_query(check_query(text, "polaris_embed(text)")))
 
     def search(query: Any, k: Any = None, options: Any = None) -> str:
         if not isinstance(query, str):
             raise InputError(f"polaris_search(query, k) needs a text query, got {_type(query)}.")
         if k is not None and not isinstance(k, int):
             raise InputError(f"polaris_search: k must be an integer, got {_type(k)}.")
-        hits = _engine(path, database).searcher.search(query, top_k=k, **_options(options))
+        hits = _index(path, database).searcher().search(query, top_k=k, **_options(options))
         return json.dumps([h.to_dict() for h in hits], ensure_ascii=False)
 
     where = path or database
@@ -57,10 +57,10 @@ def register(conn: Any, database: str, datasette: Any) -> None:
         conn.create_function("polaris_search", n, _reported("polaris_search", search, where))
 
 
-def _engine(path: str | None, database: str) -> Any:
+def _index(path: str | None, database: str) -> Any:
     if path is None:
         raise DatabaseError(f"database {database!r} is not a file, so it holds no Polaris index.")
-    return engine_for(path)
+    return index_for(path)
 
 
 OPTIONS = ("mode", "collections", "documents", "unit")

@@ -25,7 +25,9 @@ from llama_index_polaris.engine.errors import DatabaseError, InputError, Polaris
 from llama_index_polaris.engine.search.pipeline import MAX_QUERY_CHARS, MODES, clamp_top_k
 
 from . import legend, render
-from .engines import Engine, engine_for, is_polaris
+from llama_index_polaris.engine.index import PolarisIndex
+
+from .engines import index_for, is_polaris
 
 SEARCH_SETTINGS = ("rrf_k", "heading_boost", "mmr_lambda", "mmr_candidate_multiplier", "top_k", "unit", "fts_tokenizer")
 TEXT_VIEWS = ("rendered", "raw")
@@ -126,7 +128,7 @@ async def document_page(datasette: Any, request: Any) -> Response:
     if not await is_polaris(datasette.databases[name]):
         return await page.failure(404, f"{name} is not a Polaris index.", "polaris_document.html", context)
     try:
-        engine = engine_for(datasette.databases[name].path)
+        engine = index_for(datasette.databases[name].path)
     except PolarisError as exc:
         return await page.failure(500, str(exc), "polaris_document.html", context)
     form = parse_form(request.args, engine.config.top_k, page.json_path)
@@ -139,7 +141,7 @@ async def document_page(datasette: Any, request: Any) -> Response:
         return await page.failure(400, _joined(form.errors), "polaris_document.html", context, errors=form.errors)
     try:
         doc, rows = await _in_thread(
-            datasette, lambda: _document(engine, doc_id, form, html=not page.wants_json), engine.path
+            datasette, lambda: _document(engine, doc_id, form, html=not page.wants_json), str(engine.path)
         )
     except DatabaseError as exc:
         return await page.failure(DAMAGED_STATUS, str(exc), "polaris_document.html", context)
@@ -192,14 +194,14 @@ async def _search_page(page: "_Page", name: str, names: list[str]) -> Response:
         context["not_polaris"] = True
         return await page.failure(404, f"{name} has no Polaris tables (polaris_meta, documents, chunks).", "polaris.html", context)
     try:
-        engine = engine_for(db.path)
+        engine = index_for(db.path)
     except PolarisError as exc:
         context["open_error"] = str(exc)
         return await page.failure(500, str(exc), "polaris.html", context)
     form = parse_form(request.args, engine.config.top_k, page.json_path)
     page.form = form
     try:
-        overview = await _in_thread(datasette, lambda: _overview(engine), engine.path)
+        overview = await _in_thread(datasette, lambda: _overview(engine), str(engine.path))
     except DatabaseError as exc:
         return await page.failure(DAMAGED_STATUS, str(exc), "polaris.html", context)
     chunk_counts = dict((await db.execute("SELECT document_id, count(*) FROM chunks GROUP BY 1")).rows)
@@ -209,7 +211,7 @@ async def _search_page(page: "_Page", name: str, names: list[str]) -> Response:
         status, error = 400, _joined(form.errors)
     elif form.q:
         try:
-            hits = await _in_thread(datasette, lambda: _search(engine, form), engine.path)
+            hits = await _in_thread(datasette, lambda: _search(engine, form), str(engine.path))
         except PolarisError as exc:
             status, error = _status_of(exc), str(exc)
     results = await _in_thread(datasette, lambda: _results(engine, hits, form)) if hits and not page.wants_json else []
@@ -245,7 +247,7 @@ async def _search_page(page: "_Page", name: str, names: list[str]) -> Response:
 
 
 # -- the engine calls (run in a worker thread) ------------------------------------------------
-def _overview(engine: Engine) -> dict[str, Any]:
+def _overview(engine: PolarisIndex) -> dict[str, Any]:
     store = engine.store
     return {
         "model": store.model,
@@ -257,18 +259,18 @@ def _overview(engine: Engine) -> dict[str, Any]:
     }
 
 
-def _search(engine: Engine, form: SearchForm) -> list[Any]:
-    return engine.searcher.search(
+def _search(engine: PolarisIndex, form: SearchForm) -> list[Any]:
+    return engine.searcher().search(  # a file with nothing indexed yet answers no hits
         form.q, top_k=form.k, mode=form.mode,
         collections=form.collections or None, documents=form.documents or None,
     )
 
 
-def _highlighter(engine: Engine, q: str) -> render.Highlighter:
+def _highlighter(engine: PolarisIndex, q: str) -> render.Highlighter:
     return render.Highlighter(q, engine.store.meta.get("fts_tokenizer") or DEFAULT_TOKENIZER)
 
 
-def _results(engine: Engine, hits: list[Any], form: SearchForm) -> list[dict[str, Any]]:
+def _results(engine: PolarisIndex, hits: list[Any], form: SearchForm) -> list[dict[str, Any]]:
     """Each hit with its heading path and text marked (and rendered, unless view=raw)."""
     marker = _highlighter(engine, form.q)
     parts = {h.chunk_id: (h.heading_path or "(no heading)").split(" > ") for h in hits}
@@ -289,7 +291,7 @@ def _text_html(text: str, marker: render.Highlighter, view: str, heading_offset:
     return render.markdown(text, marker, heading_offset)
 
 
-def _document(engine: Engine, doc_id: str, form: SearchForm, html: bool) -> tuple[Any, list[dict[str, Any]]]:
+def _document(engine: PolarisIndex, doc_id: str, form: SearchForm, html: bool) -> tuple[Any, list[dict[str, Any]]]:
     """The document and, per chunk, its figures (and, for the page, its marked-up text)."""
     doc = engine.store.get_document(doc_id)
     if doc is None:
@@ -308,7 +310,7 @@ def _document(engine: Engine, doc_id: str, form: SearchForm, html: bool) -> tupl
     return doc, rows
 
 
-def _mark_up_chunks(engine: Engine, rows: list[dict[str, Any]], form: SearchForm) -> None:
+def _mark_up_chunks(engine: PolarisIndex, rows: list[dict[str, Any]], form: SearchForm) -> None:
     """Add each chunk's heading parts and text, marked (raw: cut at the overlaps; else rendered)."""
     marker = _highlighter(engine, form.q)
     headings = [(row["chunk"].heading_path or "(no heading)").split(" > ") for row in rows]
@@ -325,9 +327,9 @@ def _mark_up_chunks(engine: Engine, rows: list[dict[str, Any]], form: SearchForm
             row["parts"], row["html"] = None, render.markdown(c.text, marker, HEADING_OFFSET["document"])
 
 
-def _token_counter(engine: Engine) -> Callable[[str], int] | None:
+def _token_counter(engine: PolarisIndex) -> Callable[[str], int] | None:
     try:
-        return engine.embedder().count_tokens
+        return engine.embedder.count_tokens
     except PolarisError:
         return None
 

@@ -31,7 +31,7 @@ def _db_path(args: argparse.Namespace) -> str:
 
 
 def _open(args: argparse.Namespace, *, readonly: bool, **overrides: Any) -> Any:
-    from .engine.session import PolarisIndex
+    from .engine.index import PolarisIndex
 
     cfg = _config(args, **overrides)
     return PolarisIndex(cfg.db_path, config=cfg, readonly=readonly, fast_start=readonly)
@@ -202,7 +202,7 @@ def snippet(text: str, query: str, color: bool = False, width: int = 220) -> str
 def cmd_status(args: argparse.Namespace) -> int:
     """polaris status : what the index holds and the effective config."""
     cfg = _config(args)
-    from .engine.session import PolarisIndex
+    from .engine.index import PolarisIndex
 
     with PolarisIndex(cfg.db_path, config=cfg, readonly=True) as index:
         status = index.status(check=args.check)

@@ -64,7 +64,7 @@ from .engine.recipe import STRUCTURAL_KEYS
 from .engine.search.filters import Condition, Filter, FilterGroup
 from .engine.search.pipeline import Hit, Searcher
 from .engine.search.vector import MAX_K
-from .engine.session import PolarisIndex
+from .engine.index import PolarisIndex
 from .engine.store import DEFAULT_COLLECTION, ChunkRecord, DocumentRecord, ModelBinding, Store, text_hash
 
 UNKNOWN_MODEL = "unknown"

@@ -182,7 +182,7 @@ def test_background_load_answers_from_fts5_until_complete(store):
 def test_a_long_lived_index_searches_the_same_with_both_caches(tmp_path):
     from llama_index_polaris.engine.config import load_config
     from llama_index_polaris.engine.search.pipeline import Searcher
-    from llama_index_polaris.engine.session import PolarisIndex
+    from llama_index_polaris.engine.index import PolarisIndex
 
     build(tmp_path / "p.db").close()
     cfg = load_config(use_user_config=False)

@@ -361,8 +361,8 @@ async def test_warm_opens_every_polaris_database_at_startup(tmp_path: Path, plai
     for thread in threading.enumerate():
         if thread.name == "polaris-warm":
             thread.join(timeout=60)
-    assert str(fresh.resolve()) in engines.open_engines()
-    assert str(Path(plain_db).resolve()) not in engines.open_engines()
+    assert str(fresh.resolve()) in engines.open_indexes()
+    assert str(Path(plain_db).resolve()) not in engines.open_indexes()
 
 
 async def test_polaris_database_with_nothing_indexed(tmp_path: Path) -> None:

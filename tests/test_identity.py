@@ -16,7 +16,7 @@ import pytest
 
 from llama_index_polaris.engine.config import load_config
 from llama_index_polaris.engine.errors import ConfigError, InputError
-from llama_index_polaris.engine.session import PolarisIndex
+from llama_index_polaris.engine.index import PolarisIndex
 from polaris_testing import REPO
 
 FILES = {

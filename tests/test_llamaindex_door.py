@@ -22,7 +22,7 @@ from llama_index.core.vector_stores.types import VectorStoreQueryMode as Mode
 from llama_index_polaris import PolarisEmbedding, PolarisNodeParser, PolarisRetriever, PolarisVectorStore
 from llama_index_polaris.engine.config import load_config
 from llama_index_polaris.engine.errors import InputError, ModelMismatchError
-from llama_index_polaris.engine.session import PolarisIndex
+from llama_index_polaris.engine.index import PolarisIndex
 from polaris_testing import REPO
 
 MODEL = "all-minilm-l6-v2"

@@ -76,7 +76,7 @@ def test_node_ids_match_the_engine_indexer(tmp_path):
     from llama_index_polaris import PolarisNodeParser
     from llama_index_polaris.engine.config import load_config
     from llama_index_polaris.engine.embed import load_embedder
-    from llama_index_polaris.engine.index import Indexer, SourceDocument
+    from llama_index_polaris.engine.indexer import Indexer, SourceDocument
     from llama_index_polaris.engine.store import Store
 
     text = "# Guide\n\nIntro paragraph long enough to be a chunk of its own.\n\n## Auth\n\nTokens expire after an hour.\n"

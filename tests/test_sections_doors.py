@@ -16,7 +16,7 @@ from llama_index.core import VectorStoreIndex
 
 from llama_index_polaris import PolarisEmbedding, PolarisRetriever, PolarisVectorStore
 from llama_index_polaris.engine.config import load_config
-from llama_index_polaris.engine.session import PolarisIndex
+from llama_index_polaris.engine.index import PolarisIndex
 
 MODEL = "all-minilm-l6-v2"
 QUERY = "how are signing keys rotated"

@@ -257,3 +257,13 @@ def test_from_vector_store_reads_a_db_written_by_another_process(run_python, db_
     assert hits[0].score == pytest.approx(max(h.score for h in hits)) and 0 < hits[0].score <= 1
     hybrid = index.as_retriever(similarity_top_k=3, vector_store_query_mode="hybrid").retrieve("purring felines")
     assert hybrid[0].node.ref_doc_id == "cats" and hybrid[0].score == 1.0
+
+
+def test_an_in_memory_store_makes_no_file(tmp_path, monkeypatch):
+    """':memory:' is SQLite's in-memory database, as LlamaIndex users pass it: no file appears."""
+    monkeypatch.chdir(tmp_path)
+    s = PolarisVectorStore(":memory:", model_id="fake-bow", config=load_config(use_user_config=False))
+    s.add(make_nodes())
+    assert s.query(q("expired sessions", k=2)).ids[0] == "node-0"
+    s.close()
+    assert list(tmp_path.iterdir()) == []

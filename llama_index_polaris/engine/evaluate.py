@@ -145,8 +145,8 @@ def build_eval_index(beir: BeirSet, config: Any, progress: Any = None, whole_doc
     as BEIR and MTEB do, so that published figures can be reproduced.
     """
     from .embed import embedder_from_config
-    from .index import Indexer, SourceDocument
-    from .session import PolarisIndex
+    from .indexer import Indexer, SourceDocument
+    from .index import PolarisIndex
 
     embedder = embedder_from_config(config)
     from .recipe import DEFAULT_CONTEXT

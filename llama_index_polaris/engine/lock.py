@@ -17,7 +17,7 @@ from typing import Callable, Iterator
 @contextlib.contextmanager
 def index_lock(db_path: str | os.PathLike[str], on_wait: Callable[[str], None] | None = None) -> Iterator[None]:
     """Hold ``<db>.lock`` for the duration; call ``on_wait(message)`` if we have to wait."""
-    if sys.platform == "win32":  # pragma: no cover - no fcntl; SQLite's own locking still applies
+    if sys.platform == "win32" or str(db_path) == ":memory:":  # no fcntl / no file: SQLite's locking applies
         yield
         return
     import fcntl

@@ -522,7 +522,9 @@ class Store:
             return [r[0] for r in self.conn.execute("PRAGMA quick_check").fetchall()]
 
     def size_bytes(self) -> int:
-        """The size of the database file and its WAL on disk."""
+        """The size of the database file and its WAL on disk (0 in memory)."""
+        if self.path == ":memory:":
+            return 0
         return sum(Path(self.path + s).stat().st_size for s in ("", "-wal") if Path(self.path + s).exists())
 
 

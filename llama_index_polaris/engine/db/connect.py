@@ -63,9 +63,20 @@ def load_extensions(conn: Any) -> None:
         raise ExtensionError(f"This SQLite has no FTS5 ({exc}). {INSTALL_HINT}") from exc
 
 
+MEMORY = ":memory:"
+
+
 def connect(path: str | os.PathLike[str], *, readonly: bool = False) -> Any:
-    """A connection to ``path`` with extensions, WAL, a busy timeout and foreign keys on."""
+    """A connection to ``path`` with extensions, WAL, a busy timeout and foreign keys on.
+
+    ``":memory:"`` is a private in-memory database (no file, no WAL), as in sqlite3.
+    """
     sqlite = sqlite_module()
+    if str(path) == MEMORY:
+        conn = sqlite.connect(MEMORY, isolation_level=None, check_same_thread=False)
+        load_extensions(conn)
+        conn.execute("PRAGMA foreign_keys = ON")
+        return conn
     target = Path(path)
     if readonly and not target.exists():
         raise DatabaseError(f"{target}: no such index. Build one with `polaris index PATH`.")

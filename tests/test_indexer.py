@@ -6,7 +6,7 @@ from pathlib import Path
 
 from llama_index_polaris.engine.config import load_config
 from llama_index_polaris.engine.embed import load_embedder
-from llama_index_polaris.engine.index import Indexer, SourceDocument
+from llama_index_polaris.engine.indexer import Indexer, SourceDocument
 from llama_index_polaris.engine.store import Store
 
 DOC = """# Guide

@@ -1,0 +1,335 @@
+"""Indexing: documents in, chunks and vectors out, incrementally and crash-safely.
+
+A document whose content hash is unchanged is skipped; a changed one is re-chunked
+and only chunks whose embedded text is new are embedded (vectors are reused by
+content hash); a file that disappeared is removed. Each document is committed in
+its own transaction and moves through pending, processing, completed or failed, so
+an interrupted run leaves every finished document readable and resumes next time.
+
+A file is found again by its collection and its path under the collection's root
+(``sources.plan_root``), never by the path typed. A file that can no longer be read
+keeps its last indexed version, marked ``stale`` with the reason; one that never was
+indexed is marked ``failed``. A run removes the files it covered that are gone.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
+
+import numpy as np
+
+from .config import PolarisConfig
+from .db.schema import file_document_id
+from .errors import InputError
+from .lock import index_lock
+from .recipe import DEFAULT_CONTEXT, Recipe, make_recipe, node_id
+from .sources import RootPlan, SourceFile, covers, plan_root, read_source, walk
+from .store import ChunkRecord, DocumentRecord, ModelBinding, Store, text_hash
+
+if TYPE_CHECKING:
+    from .chunk import ChunkedDocument
+
+EMBED_BATCH_CHUNKS = 32  # chunks gathered across documents before one embedding call
+
+
+@dataclass
+class SourceDocument:
+    """A document to index: its id, its text (or how to read it) and where it came from.
+
+    A file under a collection root has ``id`` None: it is found by ``path`` instead.
+    """
+
+    id: str | None
+    text: str | None = None
+    path: str | None = None
+    name: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    content_hash: str | None = None
+    read: Callable[[], str] | None = None
+
+
+@dataclass
+class IndexReport:
+    """What one indexing run did."""
+
+    added: int = 0
+    updated: int = 0
+    unchanged: int = 0
+    removed: int = 0
+    failed: list[tuple[str, str]] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    warnings: list[tuple[str, str]] = field(default_factory=list)
+    root: str | None = None
+    root_change: str = ""  # "", "new", "widened" or "moved" (then ``previous_root`` is set)
+    previous_root: str | None = None
+    chunks: int = 0
+    chunks_embedded: int = 0
+    chunks_reused: int = 0
+    seconds: float = 0.0
+
+    def summary(self) -> str:
+        """One line for people."""
+        skipped = f", {len(self.skipped)} skipped" if self.skipped else ""
+        return (
+            f"{self.added} added, {self.updated} updated, {self.unchanged} unchanged, {self.removed} removed,"
+            f" {len(self.failed)} failed{skipped}; {self.chunks_embedded} chunks embedded, {self.chunks_reused}"
+            f" reused in {self.seconds:.1f}s"
+        )
+
+    def root_line(self) -> str | None:
+        """What happened to the collection's root, for people (None when nothing did)."""
+        if self.root_change in ("widened", "moved"):
+            return f"root {self.root_change}: {self.previous_root} -> {self.root} (nothing re-embedded for that)"
+        return None
+
+
+Progress = Callable[[str, int, int], None]  # (stage, done, total)
+
+
+@dataclass
+class _Prepared:
+    doc: SourceDocument
+    chunks: list[ChunkRecord]
+    inputs: list[str]  # the text embedded for each chunk
+    is_new: bool
+
+
+def content_hash(data: bytes) -> str:
+    """sha256 of a file's bytes."""
+    return hashlib.sha256(data).hexdigest()
+
+
+class Indexer:
+    """Writes documents into a store with one embedder and one chunker configuration."""
+
+    def __init__(
+        self,
+        store: Store,
+        embedder: Any,
+        config: PolarisConfig,
+        *,
+        collection: str = "default",
+        progress: Progress | None = None,
+        heading_context: str = DEFAULT_CONTEXT,
+        on_wait: Callable[[str], None] | None = None,
+        whole_documents: bool = False,
+    ) -> None:
+        self.store, self.embedder, self.config = store, embedder, config
+        self.collection = collection
+        self.progress = progress or (lambda stage, done, total: None)
+        self.on_wait = on_wait
+        self.whole_documents = whole_documents  # one chunk per document, cut at the window (BEIR/MTEB setup)
+        self.window = embedder.max_chunk_tokens
+        self._heading_context = heading_context
+        self.chunker_settings = dict(make_recipe(config, self.window, None, heading_context, embedder.model_id).key)
+        if whole_documents:
+            self.chunker_settings["whole_documents"] = True
+        self.settings_key = json.dumps(self.chunker_settings, sort_keys=True)  # as Store.bind_model records it
+        store.check_model(self.binding)
+
+    @functools.cached_property
+    def recipe(self) -> Recipe:
+        """The engine's ingestion recipe with this model's tokenizer (loaded on first use)."""
+        return make_recipe(
+            self.config, self.window, self.embedder.token_counter, self._heading_context, self.embedder.model_id
+        )
+
+    @property
+    def binding(self) -> ModelBinding:
+        """The model record this indexer writes."""
+        e = self.embedder
+        return ModelBinding(e.model_id, e.dim, e.fingerprint, e.spec.doc_prefix, e.spec.query_prefix)
+
+    # -- folders ------------------------------------------------------------------
+    def index_paths(self, paths: Sequence[str | Path]) -> IndexReport:
+        """Index the Markdown and text files under ``paths``; remove the files there that are gone.
+
+        Paths are taken relative to the collection's root (set by its first run, widened
+        by a run over a parent folder, moved when the old root is gone from disk).
+        """
+        with index_lock(self.store.path, self.on_wait):
+            plan = plan_root(self.store.collection_root(self.collection), paths, self.collection)
+            report = IndexReport()
+            self._set_root(plan, report)
+            found = walk(paths, plan.root, self.config.follow_symlinks)
+            report.skipped = found.skipped
+            self._vanished: set[str] = set()
+            docs = (self._file_document(f) for f in found.files)
+            self._index(docs, len(found.files), report)
+            present = {f.relpath for f in found.files} - self._vanished
+            scope = [Path(p).absolute() for p in paths]
+            report.removed += self._remove_missing(plan.root, scope, present)
+        return report
+
+    def _set_root(self, plan: RootPlan, report: IndexReport) -> None:
+        report.root, report.root_change = str(plan.root), plan.change
+        report.previous_root = str(plan.previous) if plan.previous else None
+        if not plan.change:
+            return
+        renames = {p: plan.rename(p) for p in self.store.files(self.collection)} if plan.change == "widened" else {}
+        self.store.set_collection_root(self.collection, str(plan.root), renames)
+
+    def _file_document(self, f: SourceFile) -> SourceDocument:
+        limit = self.config.max_file_mb * 1e6
+        return SourceDocument(
+            id=None, path=f.relpath, name=f.path.name, metadata={"file_path": f.relpath},
+            read=lambda: read_source(f.path, f.relpath, limit),
+        )
+
+    def _remove_missing(self, root: Path, scope: list[Path], present: set[str]) -> int:
+        """Remove the files of this collection under ``scope`` that this run did not find."""
+        gone = [
+            doc.id for path, doc in self.store.files(self.collection).items()
+            if path not in present and covers([_resolve_parent(p) for p in scope], root, path)
+        ]
+        return self.store.delete_documents(gone) if gone else 0
+
+    # -- documents ----------------------------------------------------------------
+    def index_documents(self, docs: Iterable[SourceDocument], total: int | None = None) -> IndexReport:
+        """Index ``docs``: skip unchanged ones, embed only new chunk texts, commit each.
+
+        One indexing run per database at a time: a second one waits (``on_wait`` says so).
+        """
+        with index_lock(self.store.path, self.on_wait):
+            return self._index(docs, total)
+
+    def _index(self, docs: Iterable[SourceDocument], total: int | None, report: IndexReport | None = None) -> IndexReport:
+        start = time.perf_counter()
+        report = report if report is not None else IndexReport()
+        self._settings_changed = self.store.meta.get("chunker", self.settings_key) != self.settings_key
+        self.store.bind_model(self.binding, **self.chunker_settings)
+        by_id = {d.id: d for d in self.store.documents()}
+        files = self.store.files(self.collection)
+        pending: list[_Prepared] = []
+        for i, doc in enumerate(docs, start=1):
+            old = by_id.get(doc.id) if doc.id is not None else files.get(doc.path or "")
+            if doc.id is None:  # a file: its stored key, else the key a new file gets
+                doc.id = old.id if old is not None else file_document_id(self.collection, doc.path or "")
+            item = self._prepare(doc, old, report)
+            if item is not None:
+                pending.append(item)
+            if sum(len(p.chunks) for p in pending) >= EMBED_BATCH_CHUNKS:
+                self._flush(pending, report)
+                pending = []
+            self.progress("documents", i, total or i)
+        self._flush(pending, report)
+        report.seconds = time.perf_counter() - start
+        return report
+
+    def _prepare(self, doc: SourceDocument, old: DocumentRecord | None, report: IndexReport) -> _Prepared | None:
+        try:
+            text = doc.text if doc.text is not None else doc.read()  # type: ignore[misc]
+        except FileNotFoundError:
+            if doc.path:
+                self._vanished.add(doc.path)  # deleted mid-run: the removal pass takes it out
+            return None
+        except (OSError, InputError) as exc:
+            self._fail(doc, old, _reason(exc), report)
+            return None
+        doc.content_hash = doc.content_hash or content_hash(text.encode("utf-8", "surrogatepass"))
+        if old is not None and self._unchanged(old, doc.content_hash):
+            report.unchanged += 1
+            return None
+        if old is None:  # visible as processing, with no chunks yet
+            self.store.put_document(self._document_record(doc, "processing"))
+        else:
+            self.store.set_status(doc.id, "processing")
+        chunks, inputs = self._chunks(doc, text, report)
+        return _Prepared(doc, chunks, inputs, old is None)
+
+    def _unchanged(self, old: DocumentRecord, digest: str) -> bool:
+        return (
+            old.content_hash == digest
+            and old.status == "completed"
+            and old.collection == self.collection
+            and not self._settings_changed
+        )
+
+    def _document_record(self, doc: SourceDocument, status: str, error: str | None = None) -> DocumentRecord:
+        return DocumentRecord(
+            id=doc.id, path=doc.path, name=doc.name or doc.path or doc.id, collection=self.collection,
+            status=status, error=error, content_hash=doc.content_hash if status == "completed" else None,
+            metadata=doc.metadata,
+        )
+
+    def _chunks(self, doc: SourceDocument, text: str, report: IndexReport) -> tuple[list[ChunkRecord], list[str]]:
+        """The document's chunks and the text embedded for each; its front matter goes on the document."""
+        title = doc.name or doc.path or doc.id
+        chunked = self._whole(text, title) if self.whole_documents else self._chunked(doc, text, title)
+        report.warnings += [(doc.path or doc.id or "", w) for w in chunked.warnings]
+        doc.metadata = {**chunked.metadata, **doc.metadata}
+        records, inputs = [], []
+        for i, span in enumerate(chunked.chunks):
+            embedded = self.recipe.embed_text(span)
+            records.append(ChunkRecord(
+                node_id=node_id(doc.id or "", i, span), text=span.text, ordinal=i,
+                heading_path=span.heading_path_str, heading_level=span.heading_level, start_char=span.start,
+                end_char=span.end, token_count=span.token_count, metadata=self.recipe.chunk_metadata(span, i),
+                text_hash=text_hash(embedded),
+            ))
+            inputs.append(embedded)
+        return records, inputs
+
+    def _chunked(self, doc: SourceDocument, text: str, title: str) -> "ChunkedDocument":
+        return self.recipe.chunk(text, path=doc.path, title=title)
+
+    def _whole(self, text: str, title: str) -> "ChunkedDocument":
+        """The whole text as one chunk; the embedder reads its first ``window`` tokens."""
+        from .chunk import ChunkedDocument, ChunkSpan
+
+        tokens = self.embedder.count_tokens(text)
+        span = ChunkSpan(text, 0, len(text), (title,), 1, tokens, tokens > self.window)
+        return ChunkedDocument([span], {}, title)
+
+    def _flush(self, pending: list[_Prepared], report: IndexReport) -> None:
+        if not pending:
+            return
+        by_hash = {c.text_hash: t for p in pending for c, t in zip(p.chunks, p.inputs)}
+        vectors = self._vectors(by_hash, report)
+        for p in pending:
+            vecs = np.array([vectors[c.text_hash] for c in p.chunks]) if p.chunks else None
+            self.store.upsert_document(self._document_record(p.doc, "completed"), p.chunks, vecs)
+            report.added += p.is_new
+            report.updated += not p.is_new
+            report.chunks += len(p.chunks)
+
+    def _vectors(self, by_hash: dict[str, str], report: IndexReport) -> dict[str, np.ndarray]:
+        """Vectors for each embedded text (by hash): stored ones reused, the rest embedded."""
+        vectors = self.store.vectors_by_hash(by_hash)
+        todo = [h for h in by_hash if h not in vectors]
+        report.chunks_reused += len(by_hash) - len(todo)
+        if todo:
+            embedded = self.embedder.embed_documents([by_hash[h] for h in todo])
+            vectors.update(zip(todo, embedded))
+            report.chunks_embedded += len(todo)
+            self.progress("chunks", report.chunks_embedded, report.chunks_embedded)
+        return vectors
+
+    def _fail(self, doc: SourceDocument, old: DocumentRecord | None, reason: str, report: IndexReport) -> None:
+        """Record a document that cannot be read: its last good version stays, marked stale."""
+        report.failed.append((doc.path or doc.id or "", reason))
+        if old is None:
+            self.store.put_document(self._document_record(doc, "failed", reason))
+        elif old.status in ("completed", "stale"):
+            self.store.set_status(old.id, "stale", f"re-index failed, serving the version of {old.updated_at}: {reason}")
+        else:
+            self.store.set_status(old.id, "failed", reason)
+
+
+def _resolve_parent(path: Path) -> Path:
+    """``path`` with its folders resolved (the name of a symlinked file kept), as the walk sees it."""
+    return path.parent.resolve() / path.name if path.is_symlink() and not path.is_dir() else path.resolve()
+
+
+def _reason(exc: Exception) -> str:
+    if isinstance(exc, InputError):
+        return str(exc)
+    if isinstance(exc, PermissionError):
+        return "permission denied; make the file readable (chmod +r) or exclude it"
+    return f"cannot be read ({getattr(exc, 'strerror', None) or exc})"
