@@ -123,7 +123,11 @@ def bits_sql(dim: int) -> str:
     """The sign-bit index (#17): a vec0 ``bit[dim]`` table holding ``vec_quantize_binary`` of
     every chunk vector (bit i set when component i > 0), kept equal to chunks.embedding by
     triggers and backfilled from it. Search reads it to pick candidates by Hamming
-    distance, then re-scores them exactly from chunks.embedding (``search/ann.py``)."""
+    distance, then re-scores them exactly from chunks.embedding (``search/ann.py``).
+
+    Inside a trigger an ``INSERT ... SELECT`` loses the bit subtype that
+    ``vec_quantize_binary`` sets (vec0 then refuses the row), so every trigger inserts
+    with ``VALUES``; the NULL case of an update has a trigger of its own."""
     return f"""
 CREATE VIRTUAL TABLE {BITS_TABLE} USING vec0(embedding bit[{int(dim)}]);
 CREATE TRIGGER chunks_bits_ai AFTER INSERT ON chunks WHEN new.embedding IS NOT NULL BEGIN
@@ -132,10 +136,12 @@ END;
 CREATE TRIGGER chunks_bits_ad AFTER DELETE ON chunks BEGIN
     DELETE FROM {BITS_TABLE} WHERE rowid = old.id;
 END;
-CREATE TRIGGER chunks_bits_au AFTER UPDATE OF embedding ON chunks BEGIN
+CREATE TRIGGER chunks_bits_au AFTER UPDATE OF embedding ON chunks WHEN new.embedding IS NOT NULL BEGIN
     DELETE FROM {BITS_TABLE} WHERE rowid = old.id;
-    INSERT INTO {BITS_TABLE} (rowid, embedding)
-    SELECT new.id, vec_quantize_binary(new.embedding) WHERE new.embedding IS NOT NULL;
+    INSERT INTO {BITS_TABLE} (rowid, embedding) VALUES (new.id, vec_quantize_binary(new.embedding));
+END;
+CREATE TRIGGER chunks_bits_au_null AFTER UPDATE OF embedding ON chunks WHEN new.embedding IS NULL BEGIN
+    DELETE FROM {BITS_TABLE} WHERE rowid = old.id;
 END;
 INSERT INTO {BITS_TABLE} (rowid, embedding)
     SELECT id, vec_quantize_binary(embedding) FROM chunks WHERE embedding IS NOT NULL ORDER BY id;

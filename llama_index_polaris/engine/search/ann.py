@@ -175,12 +175,13 @@ def scope_chunk_ids(conn: Any, scope: Scope) -> np.ndarray | None:
 
 
 def search_bits(
-    conn: Any, bits: SignBits, query: np.ndarray, k: int, rows: np.ndarray | None = None
+    conn: Any, bits: SignBits, query: np.ndarray, k: int, rows: np.ndarray | None = None, fetch: int | None = None
 ) -> list[tuple[int, float]]:
-    """The ``k`` nearest chunks among ``bits`` (only positions ``rows`` when given): candidates
-    by Hamming distance, re-scored exactly from chunks.embedding. ``conn`` reads the floats."""
+    """The ``k`` nearest chunks among ``bits`` (only positions ``rows`` when given): ``fetch``
+    candidates (default ``fetch_size``) by Hamming distance, re-scored exactly from
+    chunks.embedding. ``conn`` reads the floats."""
     ids = bits.ids if rows is None else bits.ids[rows]
-    fetch = fetch_size(k, len(ids))
+    fetch = fetch_size(k, len(ids)) if fetch is None else min(fetch, len(ids))
     if fetch >= len(ids):
         pool = ids  # the candidates are the whole scope: exact
     else:
@@ -201,12 +202,13 @@ def vec0_candidates(conn: Any, query: np.ndarray, fetch: int, allowed: np.ndarra
 
 
 def ann_knn(
-    conn: Any, query: np.ndarray, k: int, scope: Scope = Scope(), exact_below: int = EXACT_BELOW
+    conn: Any, query: np.ndarray, k: int, scope: Scope = Scope(), exact_below: int = EXACT_BELOW,
+    fetch: int | None = None,
 ) -> list[tuple[int, float]] | None:
     """The ``k`` nearest chunks in ``scope`` by the sign-bit index: (chunk id, cosine distance).
 
     None when exact search is the better choice: no index, or fewer than ``exact_below``
-    chunks in it.
+    chunks in it. ``fetch``: candidates to re-score (default ``fetch_size(k, n)``).
     """
     if not has_index(conn):
         return None
@@ -217,10 +219,10 @@ def ann_knn(
         if n < exact_below:
             return None
         allowed = scope_chunk_ids(conn, scope)
-        pool = vec0_candidates(conn, query, fetch_size(k, n), allowed)
+        pool = vec0_candidates(conn, query, fetch_size(k, n) if fetch is None else fetch, allowed)
         return rescore(*stored_vectors(conn, pool), query, k)
     if len(bits) < exact_below:
         return None
     allowed = scope_chunk_ids(conn, scope)
     rows = None if allowed is None else np.flatnonzero(np.isin(bits.ids, allowed))
-    return search_bits(conn, bits, query, k, rows)
+    return search_bits(conn, bits, query, k, rows, fetch)

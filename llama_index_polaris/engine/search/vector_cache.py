@@ -103,18 +103,21 @@ class VectorCache(StoreCache):
             docs[at[ok]] = codes_here[ok]
         return _Snapshot(bits, docs, codes), True
 
-    def knn(self, query: np.ndarray, k: int, scope: Scope = Scope()) -> list[tuple[int, float]]:
+    def knn(
+        self, query: np.ndarray, k: int, scope: Scope = Scope(), fetch: int | None = None
+    ) -> list[tuple[int, float]]:
         """The ``k`` nearest chunks in ``scope``: (chunk id, cosine distance), nearest first.
 
-        Candidates by Hamming distance from RAM, re-scored exactly from the store (call it
-        inside the caller's read snapshot, as the Searcher does).
+        ``fetch`` candidates (default ``ann.fetch_size``) by Hamming distance from RAM,
+        re-scored exactly from the store (call it inside the caller's read snapshot, as the
+        Searcher does).
         """
         snap = self.snapshot
         rows = scope_rows(snap.bits.ids, snap.docs, snap.doc_codes, scope)
         if rows is not None and len(rows) == 0 or k <= 0 or len(snap.bits) == 0:
             return []
         with self.store._lock:
-            return search_bits(self.store.conn, snap.bits, query, k, rows)
+            return search_bits(self.store.conn, snap.bits, query, k, rows, fetch)
 
 
 def scope_rows(ids: np.ndarray, docs: np.ndarray, doc_codes: dict[str, int], scope: Scope) -> np.ndarray | None:
