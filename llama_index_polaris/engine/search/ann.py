@@ -186,7 +186,7 @@ def search_bits(
         pool = ids  # the candidates are the whole scope: exact
     else:
         subset = bits.bits if rows is None else bits.bits[rows]
-        pool = ids[nearest_rows(hamming(subset, pack_signs(query)[0]), fetch)]
+        pool = np.sort(ids[nearest_rows(hamming(subset, pack_signs(query)[0]), fetch)])  # in file order
     found, matrix = stored_vectors(conn, pool)
     return rescore(found, matrix, query, k)
 
