@@ -236,9 +236,19 @@ def eval_copy() -> Path | None:
     from llama_index_polaris.engine.evaluate import eval_cache_dir
     from llama_index_polaris.engine.store import Store
 
-    dbs = sorted(eval_cache_dir().glob("scifact-*.db"), key=lambda p: p.stat().st_mtime)
-    if not dbs:
+    complete = []
+    for db in sorted(eval_cache_dir().glob("scifact-*.db"), key=lambda p: p.stat().st_mtime):
+        c = connect(db, readonly=True)
+        try:
+            done = c.execute("SELECT count(*) FROM documents WHERE status = 'completed'").fetchone()[0]
+            model = dict(c.execute("SELECT key, value FROM polaris_meta").fetchall()).get("model_id")
+        finally:
+            c.close()
+        if done == 5183 and model == MODEL:  # SciFact's corpus, fully indexed (another checkout may be building one)
+            complete.append(db)
+    if not complete:
         return None
+    dbs = complete
     copy = out_dir() / "scifact-eval-copy.db"
     for suffix in ("", "-wal", "-shm"):
         Path(str(copy) + suffix).unlink(missing_ok=True)
@@ -408,14 +418,17 @@ def hybrid_bench(n: int, dim: int, eval_dir: Path, nq: int) -> dict[str, Any]:
     res["ann_recall@10"], res["ann_recall@30"] = recall_at(got, exact, 10), recall_at(got, exact, POOL)
     # where the one-shot approximate query spends its time
     bits = ann.read_bits(store.conn)
+    fetch = ann.fetch_size(POOL, len(bits))
+    pools = [np.sort(bits.ids[ann.nearest_rows(ann.hamming(bits.bits, ann.pack_signs(q)[0]), fetch)]) for q in qvecs]
+    res["ann_fetch"] = fetch
     res["ann_parts_ms"] = {
-        "read blocks": pcts(run(lambda i: ann.read_bits(store.conn)))["p50"],
+        "read blocks (SQL)": pcts(run(lambda i: store.conn.execute(ann.BLOCKS_SQL).fetchall()))["p50"],
+        "read blocks (total)": pcts(run(lambda i: ann.read_bits(store.conn)))["p50"],
         "hamming + pool": pcts(run(lambda i: ann.nearest_rows(ann.hamming(bits.bits, ann.pack_signs(qvecs[i])[0]),
-                                                                ann.fetch_size(POOL, len(bits)))))["p50"],
-        "re-score from chunks.embedding": pcts(run(lambda i: ann.stored_vectors(
-            store.conn, bits.ids[:ann.fetch_size(POOL, len(bits))])))["p50"],
+                                                                fetch)))["p50"],
+        f"re-score {fetch} from chunks.embedding": pcts(run(lambda i: ann.stored_vectors(store.conn, pools[i])))["p50"],
     }
-    del bits
+    del bits, pools
     # scoped: every other document (half the chunks), inside the approximate path
     half = tuple(f"doc{d}" for d in range(0, n // 10, 2))
     rows = np.concatenate([np.arange(d * 10, d * 10 + 10) for d in range(0, n // 10, 2)])
@@ -473,6 +486,9 @@ def hybrid_bench(n: int, dim: int, eval_dir: Path, nq: int) -> dict[str, Any]:
     cold, warm = passes(lambda i: cached.search(texts[i], top_k=10, query_vector=qvecs[i]))
     res["hybrid_cached_cold_ms"], res["hybrid_cached_ms"] = pcts(cold), pcts(warm)
     if embedder is not None:
+        from llama_index_polaris.engine.embed import embedder as embedder_module
+
+        embedder_module._RECENT_QUERIES.clear()  # an earlier size embedded the same questions
         embedder.embed_query("warm up")
         res["embed_ms"] = pcts(run(lambda i: embedder.embed_query(texts[i])))
         res["hybrid_with_embed_ms"] = pcts(run(
@@ -631,9 +647,9 @@ import json, sys, time
 sys.path.insert(0, sys.argv[2])
 from llama_index_polaris.engine.search.vector_cache import VectorCache
 from llama_index_polaris.engine.store import Store
-def rss():
+def rss():  # anonymous (private) memory: the file's pages, mapped or cached, are the OS's page cache
     for line in open("/proc/self/status"):
-        if line.startswith("VmRSS:"):
+        if line.startswith("RssAnon:"):
             return int(line.split()[1]) * 1024
 store = Store(sys.argv[1], readonly=True)
 n = store.conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
@@ -737,7 +753,7 @@ from common import peak_rss_mb
 from pathlib import Path
 from llama_index_polaris.engine.config import load_config
 from llama_index_polaris.engine.evaluate import corpus_markdown
-from llama_index_polaris.engine.index import SourceDocument
+from llama_index_polaris.engine.index import IndexReport, SourceDocument
 from llama_index_polaris.engine.session import PolarisIndex
 mode, eval_dir, n = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])
 docs = []
@@ -752,7 +768,7 @@ with tempfile.TemporaryDirectory() as tmp:
     index = PolarisIndex(Path(tmp) / "p.db", config=cfg)
     indexer = index.indexer()
     # the same chunks and embedding inputs the Indexer makes
-    inputs = [t for doc in docs for t in indexer._chunks(doc, doc.text)[1]]
+    inputs = [t for doc in docs for t in indexer._chunks(doc, doc.text, IndexReport())[1]]
     embedder = index.embedder
     embedder.embed_documents(["warm up"])
     base = peak_rss_mb()
@@ -837,7 +853,9 @@ def main(argv: Sequence[str] | None = None) -> dict:
                                                       for n in args.sizes for d in args.dims]
     res["real_bits"] = real_bit_recall(eval_dir, sorted(set(args.overfetch) | {2, 4, 10}))
     res["hybrid"] = [hybrid_bench(n, 384, eval_dir, args.queries) for n in args.hybrid_sizes]
+    save_json("speed-partial.json", res)
     res["structures"] = [structures_bench(n, 384, args.queries, eval_dir) for n in args.structures_sizes]
+    save_json("speed-partial.json", res)
     res["real_ann"] = None if args.skip_real else real_ann(eval_dir)
     res["cache_memory"] = [cache_memory(n) for n in args.hybrid_sizes if n >= 100_000]
     res["cold_search"] = [cold_search(n, eval_dir) for n in args.cold_sizes]
@@ -925,7 +943,8 @@ def render(r: dict) -> str:
         lines += [f"Hybrid = the engine's Searcher with its defaults ({cfgs}), top_k 10.", ""]
     if r.get("query_memory"):
         rows = [[f"{m['n']:,}", f"{m['rss_after_open_mb']:.0f}", f"{m['peak_rss_mb']:.0f}"] for m in r["query_memory"]]
-        lines += ["Peak RSS of a process that opens the file and runs the hybrid queries (MB):", "",
+        lines += ["Peak RSS of a process that opens the file and runs the hybrid queries (MB; since #17 the file is"
+                  " memory-mapped, so pages of it that a query read count here too):", "",
                   table(["chunks", "after open", "peak"], rows), ""]
     if r.get("indexing"):
         raw, idx = r["indexing"]["raw"], r["indexing"]["indexer"]
@@ -1006,7 +1025,8 @@ def render_ann(r: dict) -> list[str]:
     if r.get("cache_memory"):
         rows = [[f"{m['n']:,}", f"{m['rss_delta_bytes'] / 1e6:.0f} MB", f"{m['bytes_per_chunk']:.0f}",
                  f"{m['arrays_bytes'] / m['n']:.0f}", f"{m['load_s']:.1f} s"] for m in r["cache_memory"]]
-        lines += ["Resident memory a long-lived process adds for the vector side (its own process, VmRSS):", "",
+        lines += ["Resident memory a long-lived process adds for the vector side (its own process, RssAnon: private"
+                  " memory; pages of the file itself are the OS page cache, shared and reclaimable):", "",
                   table(["chunks", "RSS added", "bytes per chunk", "of which arrays", "load"], rows), ""]
     if r.get("cold_search"):
         rows = [[f"{c['n']:,}", _load(c["loadavg"]), f"{c['p50_s']:.2f} s", f"{c['cpu_p50_s']:.2f} s",

@@ -85,7 +85,7 @@ def assert_same(found: list[tuple[int, float]], exact: list[tuple[int, float]]) 
 
 def assert_index_matches_chunks(store: Store) -> None:
     """The sign-bit index holds exactly the chunks with vectors, with their signs."""
-    bits = read_bits(store.conn)
+    bits = read_bits(store.conn).compact()
     rows = store.conn.execute("SELECT id, embedding FROM chunks WHERE embedding IS NOT NULL ORDER BY id").fetchall()
     order = np.argsort(bits.ids)
     assert bits.ids[order].tolist() == [r[0] for r in rows]
@@ -114,7 +114,8 @@ def test_hamming_counts_the_differing_bits() -> None:
 
 
 def test_fetch_size_grows_with_k_and_never_exceeds_the_index() -> None:
-    assert fetch_size(10, 10**6) == ann.MIN_FETCH
+    assert fetch_size(10, 10**5) == ann.MIN_FETCH
+    assert fetch_size(10, 10**6) == int(10**6 * ann.FETCH_SHARE) > ann.MIN_FETCH  # larger indexes re-score more
     assert fetch_size(300, 10**6) == 300 * ann.OVERFETCH
     assert fetch_size(30, 500) == 500
 
@@ -266,7 +267,7 @@ def test_the_long_lived_cache_answers_like_the_one_shot_path_and_holds_little(tm
 def test_sqlite_vecs_own_knn_over_the_bits_finds_the_same_candidates(tmp_path: Path, real) -> None:
     sentences, vectors, queries = real
     store = store_of(tmp_path / "p.db", sentences[:500], vectors[:500])
-    bits = read_bits(store.conn)
+    bits = read_bits(store.conn).compact()
     for q in queries[:5]:
         distances = dict(zip(bits.ids.tolist(), hamming(bits.bits, pack_signs(q)[0]).tolist()))
         pool = vec0_candidates(store.conn, q, 40, None)

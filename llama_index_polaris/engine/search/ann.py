@@ -34,6 +34,7 @@ from .scope import Scope
 
 OVERFETCH = 30  # candidates re-scored per result asked for: recall@10 >= 0.98 measured at 1M (docs/benchmarks.md)
 MIN_FETCH = 1_000  # and never fewer: small k would otherwise leave too few candidates
+FETCH_SHARE = 0.002  # nor fewer than this share of the index: at 1M chunks 1,000 gave recall@10 0.978, 2,000 0.99
 EXACT_BELOW = 20_000  # fewer chunks than this: exact search (vec0) is as fast and needs nothing
 
 
@@ -43,18 +44,27 @@ class LayoutError(Exception):
 
 @dataclass(frozen=True)
 class SignBits:
-    """Chunk ids and their packed sign bits (rows of ``words`` unsigned integers)."""
+    """Chunk ids and their packed sign bits (rows of unsigned words); ``live`` marks the rows
+    that hold a chunk (None: all do). Free and deleted slots of the index's blocks stay in
+    place in a one-shot read: copying 48 MB to drop them cost more than skipping them."""
 
     ids: np.ndarray
     bits: np.ndarray
+    live: np.ndarray | None = None
 
     def __len__(self) -> int:
-        return len(self.ids)
+        return len(self.ids) if self.live is None else int(np.count_nonzero(self.live))
 
     @property
     def nbytes(self) -> int:
-        """Bytes held by the two arrays."""
-        return self.ids.nbytes + self.bits.nbytes
+        """Bytes held by the arrays."""
+        return self.ids.nbytes + self.bits.nbytes + (0 if self.live is None else self.live.nbytes)
+
+    def compact(self) -> "SignBits":
+        """The live rows only, sorted by chunk id (what a long-lived process keeps)."""
+        ids, bits = (self.ids, self.bits) if self.live is None else (self.ids[self.live], self.bits[self.live])
+        order = np.argsort(ids, kind="stable")
+        return SignBits(ids[order], bits[order])
 
 
 # -- the maths (pure) ---------------------------------------------------------------------
@@ -89,7 +99,7 @@ def hamming(bits: np.ndarray, query: np.ndarray) -> np.ndarray:
 
 def fetch_size(k: int, n: int) -> int:
     """How many candidates to re-score for ``k`` results among ``n`` chunks."""
-    return min(n, max(k * OVERFETCH, MIN_FETCH))
+    return min(n, max(k * OVERFETCH, MIN_FETCH, int(n * FETCH_SHARE)))
 
 
 def nearest_rows(distances: np.ndarray, fetch: int) -> np.ndarray:
@@ -126,7 +136,8 @@ def has_index(conn: Any) -> bool:
 
 
 def blocks_to_bits(rows: list[tuple]) -> SignBits:
-    """SignBits from vec0 block rows (chunk_id, size, validity, rowids, vectors): live rows only."""
+    """SignBits from vec0 block rows (chunk_id, size, validity, rowids, vectors), every slot
+    copied once into place; ``live`` from the blocks' validity bitmaps."""
     if not rows:
         return SignBits(np.zeros(0, dtype=np.int64), np.zeros((0, 1), dtype=np.uint64))
     sizes = {r[1] for r in rows}
@@ -136,10 +147,16 @@ def blocks_to_bits(rows: list[tuple]) -> SignBits:
         len(r[2]) != size // 8 or len(r[3]) != size * 8 or len(r[4]) != size * per_row for r in rows
     ):
         raise LayoutError(f"{BITS_TABLE}: unexpected block layout (sizes {sorted({r[1] for r in rows})}).")
-    valid = np.unpackbits(np.frombuffer(b"".join(r[2] for r in rows), dtype=np.uint8), bitorder="little").astype(bool)
-    ids = np.frombuffer(b"".join(r[3] for r in rows), dtype="<i8")
-    packed = np.frombuffer(b"".join(r[4] for r in rows), dtype=np.uint8).reshape(-1, per_row)
-    return SignBits(ids[valid].astype(np.int64), as_words(packed[valid]))
+    n = len(rows) * size
+    valid = np.empty(n // 8, dtype=np.uint8)
+    ids = np.empty(n, dtype=np.int64)
+    packed = np.empty((n, per_row), dtype=np.uint8)
+    for i, r in enumerate(rows):
+        valid[i * size // 8:(i + 1) * size // 8] = np.frombuffer(r[2], dtype=np.uint8)
+        ids[i * size:(i + 1) * size] = np.frombuffer(r[3], dtype="<i8")
+        packed[i * size:(i + 1) * size] = np.frombuffer(r[4], dtype=np.uint8).reshape(size, per_row)
+    live = np.unpackbits(valid, bitorder="little").astype(bool)
+    return SignBits(ids, as_words(packed), None if live.all() else live)
 
 
 def read_bits(conn: Any) -> SignBits:
@@ -180,13 +197,18 @@ def search_bits(
     """The ``k`` nearest chunks among ``bits`` (only positions ``rows`` when given): ``fetch``
     candidates (default ``fetch_size``) by Hamming distance, re-scored exactly from
     chunks.embedding. ``conn`` reads the floats."""
+    if rows is None and bits.live is not None:
+        rows = np.flatnonzero(bits.live)
     ids = bits.ids if rows is None else bits.ids[rows]
     fetch = fetch_size(k, len(ids)) if fetch is None else min(fetch, len(ids))
     if fetch >= len(ids):
         pool = ids  # the candidates are the whole scope: exact
     else:
-        subset = bits.bits if rows is None else bits.bits[rows]
-        pool = np.sort(ids[nearest_rows(hamming(subset, pack_signs(query)[0]), fetch)])  # in file order
+        if rows is None or len(rows) * 4 < len(bits.ids):
+            distances = hamming(bits.bits if rows is None else bits.bits[rows], pack_signs(query)[0])
+        else:  # most rows: count them all (no copy of the bits) and keep the scope's
+            distances = hamming(bits.bits, pack_signs(query)[0])[rows]
+        pool = np.sort(ids[nearest_rows(distances, fetch)])  # read in file order
     found, matrix = stored_vectors(conn, pool)
     return rescore(found, matrix, query, k)
 
@@ -224,5 +246,8 @@ def ann_knn(
     if len(bits) < exact_below:
         return None
     allowed = scope_chunk_ids(conn, scope)
-    rows = None if allowed is None else np.flatnonzero(np.isin(bits.ids, allowed))
+    rows = None
+    if allowed is not None:
+        mask = np.isin(bits.ids, allowed)
+        rows = np.flatnonzero(mask if bits.live is None else mask & bits.live)
     return search_bits(conn, bits, query, k, rows, fetch)

@@ -85,23 +85,33 @@ class VectorCache(StoreCache):
             blocks += rows
             last = rows[-1][0]
         try:
-            bits = blocks_to_bits(blocks)
+            bits = blocks_to_bits(blocks).compact()
         except LayoutError:
             return None, False  # the one-shot path falls back to sqlite-vec's own KNN
         del blocks
-        order = np.argsort(bits.ids, kind="stable")
-        bits = SignBits(bits.ids[order], bits.bits[order])
         codes: dict[str, int] = {}
         docs = np.full(len(bits), -1, dtype=np.int32)
-        sql = "SELECT id, document_id FROM chunks WHERE embedding IS NOT NULL AND id > ? ORDER BY id LIMIT ?"
-        for rows in self._batches(version, sql):
-            ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+        for rows in self._document_batches(version):
+            ids = np.fromiter((r[2] for r in rows), dtype=np.int64, count=len(rows))
             at = np.searchsorted(bits.ids, ids)
             ok = at < len(bits)
-            ok[ok] = bits.ids[at[ok]] == ids[ok]
-            codes_here = np.fromiter((codes.setdefault(r[1], len(codes)) for r in rows), dtype=np.int32, count=len(rows))
+            ok[ok] = bits.ids[at[ok]] == ids[ok]  # chunks without a vector are not in the index
+            codes_here = np.fromiter((codes.setdefault(r[0], len(codes)) for r in rows), dtype=np.int32, count=len(rows))
             docs[at[ok]] = codes_here[ok]
         return _Snapshot(bits, docs, codes), True
+
+    def _document_batches(self, version: tuple[int, int]) -> Any:
+        """(document_id, ordinal, id) of every chunk from the (document_id, ordinal) index alone:
+        reading the chunk rows themselves would page the whole file through memory."""
+        sql = ("SELECT document_id, ordinal, id FROM chunks INDEXED BY chunks_document_ordinal"
+               " WHERE (document_id, ordinal, id) > (?, ?, ?) ORDER BY document_id, ordinal, id LIMIT ?")
+        last: tuple = ("", -(2**63), -(2**63))
+        while True:
+            rows = self._locked(version, sql, (*last, self.batch_rows))
+            if not rows:
+                return
+            last = rows[-1]
+            yield rows
 
     def knn(
         self, query: np.ndarray, k: int, scope: Scope = Scope(), fetch: int | None = None
