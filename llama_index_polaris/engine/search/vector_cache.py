@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from ..db.schema import BITS_TABLE
 from .ann import BLOCKS_SQL, EXACT_BELOW, LayoutError, SignBits, blocks_to_bits, has_index, search_bits
 from .scope import Scope
 from .store_cache import BATCH_ROWS, StoreCache
@@ -72,33 +73,51 @@ class VectorCache(StoreCache):
             present = has_index(self.store.conn)
         if not present:
             return None, False
-        count = self._locked(version, "SELECT count(*) FROM chunks WHERE embedding IS NOT NULL")[0][0]
+        count = self._locked(version, f"SELECT count(*) FROM {BITS_TABLE}_rowids")[0][0]
         if count < self.min_chunks:
             return None, False
-        blocks: list[tuple] = []
-        last = -(2**63)
+        try:
+            bits = self._read_bits(version)
+        except LayoutError:
+            return None, False  # the one-shot path falls back to sqlite-vec's own KNN
+        order = np.argsort(bits.ids, kind="stable")  # to find a chunk's row by its id
+        sorted_ids = bits.ids[order]
+        codes: dict[str, int] = {}
+        docs = np.full(len(bits), -1, dtype=np.int32)
+        for rows in self._document_batches(version):
+            ids = np.fromiter((r[2] for r in rows), dtype=np.int64, count=len(rows))
+            at = np.minimum(np.searchsorted(sorted_ids, ids), max(len(bits) - 1, 0))
+            ok = sorted_ids[at] == ids  # chunks without a vector are not in the index
+            codes_here = np.fromiter((codes.setdefault(r[0], len(codes)) for r in rows), dtype=np.int32, count=len(rows))
+            docs[order[at[ok]]] = codes_here[ok]
+        return _Snapshot(bits, docs, codes), True
+
+    def _read_bits(self, version: tuple[int, int]) -> SignBits:
+        """The live rows of the index's blocks, BLOCK_BATCH blocks per turn of the store's lock,
+        copied straight into arrays sized once (no second copy of the bits, nothing left behind
+        in the heap by a list of blobs)."""
+        blocks = self._locked(version, f"SELECT count(*), max(size) FROM {BITS_TABLE}_chunks")[0]
+        ids = bits = None
+        filled, last = 0, -(2**63)
         while True:
             rows = self._locked(version, BLOCKS_SQL + " WHERE c.chunk_id > ? ORDER BY c.chunk_id LIMIT ?",
                                 (last, BLOCK_BATCH))
             if not rows:
                 break
-            blocks += rows
             last = rows[-1][0]
-        try:
-            bits = blocks_to_bits(blocks).compact()
-        except LayoutError:
-            return None, False  # the one-shot path falls back to sqlite-vec's own KNN
-        del blocks
-        codes: dict[str, int] = {}
-        docs = np.full(len(bits), -1, dtype=np.int32)
-        for rows in self._document_batches(version):
-            ids = np.fromiter((r[2] for r in rows), dtype=np.int64, count=len(rows))
-            at = np.searchsorted(bits.ids, ids)
-            ok = at < len(bits)
-            ok[ok] = bits.ids[at[ok]] == ids[ok]  # chunks without a vector are not in the index
-            codes_here = np.fromiter((codes.setdefault(r[0], len(codes)) for r in rows), dtype=np.int32, count=len(rows))
-            docs[at[ok]] = codes_here[ok]
-        return _Snapshot(bits, docs, codes), True
+            part = blocks_to_bits(rows)
+            if bits is None:
+                ids = np.empty(blocks[0] * blocks[1], dtype=np.int64)
+                bits = np.empty((len(ids), part.bits.shape[1]), dtype=part.bits.dtype)
+            keep = slice(None) if part.live is None else part.live
+            n = len(part)
+            ids[filled:filled + n], bits[filled:filled + n] = part.ids[keep], part.bits[keep]
+            filled += n
+        if bits is None:
+            return EMPTY.bits
+        if filled < 0.9 * len(ids):  # many free slots: do not keep them
+            return SignBits(ids[:filled].copy(), bits[:filled].copy())
+        return SignBits(ids[:filled], bits[:filled])
 
     def _document_batches(self, version: tuple[int, int]) -> Any:
         """(document_id, ordinal, id) of every chunk from the (document_id, ordinal) index alone:
