@@ -16,9 +16,10 @@ are chosen, never after: the pool is drawn from the chunks in scope only.
 The bits are read straight from the vec0 table's blocks (its ``_chunks`` and
 ``_vector_chunks00`` shadow tables: 1,024 rows per block) and counted with numpy.
 sqlite-vec's own KNN over a bit column is correct but selects its top k with a scan of
-k x 1,024 per block (``min_idx`` in v0.1.9), which made an over-fetch of 300 take 150 ms
-at 100k chunks against 5 ms here; it remains the fallback for a table whose block layout
-this module does not recognise (``LayoutError``).
+k x 1,024 per block (``min_idx`` in v0.1.9): an over-fetch of 900 took 173 ms at 100k
+chunks, the whole query here 9 ms. It remains the fallback for a table whose block layout
+this module does not recognise (``LayoutError``); sqlite-vec is pinned below 0.2 for that
+layout.
 """
 
 from __future__ import annotations
@@ -32,10 +33,10 @@ import numpy as np
 from ..db.schema import BITS_TABLE, has_table
 from .scope import Scope
 
-OVERFETCH = 30  # candidates re-scored per result asked for: recall@10 >= 0.98 measured at 1M (docs/benchmarks.md)
+OVERFETCH = 30  # candidates re-scored per result asked for (recall@10 0.996 at 100k: docs/benchmarks.md)
 MIN_FETCH = 1_000  # and never fewer: small k would otherwise leave too few candidates
 FETCH_SHARE = 0.002  # nor fewer than this share of the index: at 1M chunks 1,000 gave recall@10 0.978, 2,000 0.99
-EXACT_BELOW = 20_000  # fewer chunks than this: exact search (vec0) is as fast and needs nothing
+EXACT_BELOW = 20_000  # fewer chunks: exact vec0 search (at most ~11 ms; sign bits would save ~7 and recall less)
 
 
 class LayoutError(Exception):
