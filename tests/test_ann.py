@@ -344,3 +344,31 @@ def test_sigkill_during_an_index_write_leaves_a_consistent_index(tmp_path: Path)
         for q, exact in zip(queries, before):
             assert_same(ann_knn(store.conn, q, 10, exact_below=0, fetch=600), exact)
             assert_same(knn(store.conn, q, 10, exact_below=0), exact)
+
+
+def test_the_llamaindex_door_keeps_the_index(tmp_path: Path, real) -> None:
+    from llama_index.core.schema import NodeRelationship, RelatedNodeInfo, TextNode
+
+    from llama_index_polaris import PolarisVectorStore
+    from llama_index_polaris.engine.config import load_config
+
+    sentences, vectors, queries = real
+    nodes = []
+    for i, (text, vector) in enumerate(zip(sentences[:600], vectors[:600])):
+        node = TextNode(id_=f"n{i}", text=text, embedding=[float(x) for x in vector])
+        node.relationships[NodeRelationship.SOURCE] = RelatedNodeInfo(node_id=f"ref{i // 20}")
+        nodes.append(node)
+    vs = PolarisVectorStore(tmp_path / "p.db", config=load_config(use_user_config=False, model_id=MODEL))
+    try:
+        vs.add(nodes)
+        vs.delete("ref3")
+        vs.delete_nodes(["n100", "n101"])
+        store = vs.client
+        assert_index_matches_chunks(store)
+        assert len(read_bits(store.conn)) == 600 - 20 - 2
+        for q in queries[:5]:
+            assert_same(ann_knn(store.conn, q, 10, exact_below=0), exact_knn(store.conn, q, 10))
+        vs.clear()
+        assert len(read_bits(store.conn)) == 0
+    finally:
+        vs.close()
