@@ -245,6 +245,9 @@ def test_scoped_search_draws_candidates_from_the_scope_only(tmp_path: Path, real
                 got[path].append(recall(found, exact))
         for path, values in got.items():
             assert np.mean(values) >= 0.9, (name, path, np.mean(values))
+    one_document = resolve_scope(store.conn, documents=["doc7"])  # smaller than the candidates: exact
+    for q in queries[:5]:
+        assert_same(ann_knn(store.conn, q, 10, one_document, exact_below=0), exact_knn(store.conn, q, 10, one_document))
     store.close()
 
 

@@ -231,22 +231,24 @@ def ann_knn(
     """The ``k`` nearest chunks in ``scope`` by the sign-bit index: (chunk id, cosine distance).
 
     None when exact search is the better choice: no index, or fewer than ``exact_below``
-    chunks in it. ``fetch``: candidates to re-score (default ``fetch_size(k, n)``).
+    chunks in it. A scope no larger than the candidates is answered exactly from its own
+    vectors. ``fetch``: candidates to re-score (default ``fetch_size(k, n)``).
     """
     if not has_index(conn):
         return None
+    allowed = scope_chunk_ids(conn, scope)
+    if allowed is not None and len(allowed) <= (max(k * OVERFETCH, MIN_FETCH) if fetch is None else fetch):
+        return rescore(*stored_vectors(conn, allowed), query, k)  # a small scope: all of it, exactly, no bits read
     try:
         bits = read_bits(conn)
     except LayoutError:
         n = conn.execute(f"SELECT count(*) FROM {BITS_TABLE}_rowids").fetchone()[0]
         if n < exact_below:
             return None
-        allowed = scope_chunk_ids(conn, scope)
         pool = vec0_candidates(conn, query, fetch_size(k, n) if fetch is None else fetch, allowed)
         return rescore(*stored_vectors(conn, pool), query, k)
     if len(bits) < exact_below:
         return None
-    allowed = scope_chunk_ids(conn, scope)
     rows = None
     if allowed is not None:
         mask = np.isin(bits.ids, allowed)
