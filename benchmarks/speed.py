@@ -229,6 +229,38 @@ def vector_bench(n: int, dim: int, nq: int, over: Sequence[int]) -> dict[str, An
     return res
 
 
+def eval_copy() -> Path | None:
+    """A migrated copy of the newest cached SciFact evaluation index (SQLite's backup API: a
+    consistent snapshot even while it is written). The shared cache file itself is never
+    migrated: checkouts on an older schema read it too."""
+    from llama_index_polaris.engine.evaluate import eval_cache_dir
+    from llama_index_polaris.engine.store import Store
+
+    complete = []
+    for db in sorted(eval_cache_dir().glob("scifact-*.db"), key=lambda p: p.stat().st_mtime):
+        c = connect(db, readonly=True)
+        try:
+            done = c.execute("SELECT count(*) FROM documents WHERE status = 'completed'").fetchone()[0]
+            model = dict(c.execute("SELECT key, value FROM polaris_meta").fetchall()).get("model_id")
+        finally:
+            c.close()
+        if done == 5183 and model == MODEL:  # SciFact's corpus, fully indexed (another checkout may be building one)
+            complete.append(db)
+    if not complete:
+        return None
+    dbs = complete
+    copy = out_dir() / "scifact-eval-copy.db"
+    for suffix in ("", "-wal", "-shm"):
+        Path(str(copy) + suffix).unlink(missing_ok=True)
+    src = connect(dbs[-1], readonly=True)
+    dst = connect(copy)
+    src.backup(dst)
+    src.close()
+    dst.close()
+    Store(copy).close()  # migrate the copy
+    return copy
+
+
 def real_bit_recall(eval_dir: Path, over: Sequence[int]) -> dict[str, Any] | None:
     """Sign-bit quantisation on real vectors: the cached SciFact index (bundled model) and its
     test queries; recall of bits + float re-scoring against exact search."""
@@ -236,10 +268,10 @@ def real_bit_recall(eval_dir: Path, over: Sequence[int]) -> dict[str, Any] | Non
     from llama_index_polaris.engine.evaluate import eval_cache_dir, load_beir
     from llama_index_polaris.engine.store import Store
 
-    dbs = sorted(eval_cache_dir().glob("scifact-*.db"), key=lambda p: p.stat().st_mtime)
-    if not dbs:
+    copy = eval_copy()
+    if copy is None:
         return None
-    store = Store(dbs[-1], readonly=True)
+    store = Store(copy, readonly=True)
     if store.model is None or store.model.model_id != MODEL:
         return None
     beir = load_beir(eval_dir / "scifact", "test")
@@ -253,7 +285,7 @@ def real_bit_recall(eval_dir: Path, over: Sequence[int]) -> dict[str, Any] | Non
     embedder = load_embedder(MODEL)
     qs = embedder._embed([beir.queries[q] for q in beir.qrels if q in beir.queries], embedder.spec.query_prefix)
     packed = np.packbits(mat > 0, axis=1).view(np.uint64)
-    out = {"chunks": len(rows), "queries": len(qs), "db": str(dbs[-1]), "rows": []}
+    out = {"chunks": len(rows), "queries": len(qs), "db": str(copy), "rows": []}
     for factor in over:
         r10 = r30 = 0.0
         for q in qs:
@@ -316,27 +348,52 @@ def hybrid_db(n: int, dim: int, eval_dir: Path) -> tuple[Path, float]:
     return path, time.perf_counter() - t
 
 
+def exact_ids(vecs: np.ndarray, q: np.ndarray, k: int, rows: np.ndarray | None = None) -> list[int]:
+    """Exact top-k chunk ids (row + 1, as hybrid_db stores them), optionally among ``rows`` only."""
+    m = vecs if rows is None else vecs[rows]
+    s = m @ q
+    top = np.argpartition(-s, k)[:k]
+    top = top[np.argsort(-s[top])]
+    return ((top if rows is None else rows[top]) + 1).tolist()
+
+
+def recall_at(got: list[list[int]], exact: list[list[int]], k: int) -> float:
+    return float(np.mean([len(set(g[:k]) & set(e[:k])) / k for g, e in zip(got, exact)]))
+
+
 def hybrid_bench(n: int, dim: int, eval_dir: Path, nq: int) -> dict[str, Any]:
-    """BM25 alone, vector alone and the full hybrid pipeline, excluding and including embedding."""
+    """BM25 alone, vector alone (exact vec0 and the sign-bit index) and the full hybrid pipeline,
+    one-shot and long-lived, excluding and including embedding; recall of the approximate path
+    against exact search, unscoped and scoped."""
+    import functools
+
     from llama_index_polaris.engine.config import load_config
     from llama_index_polaris.engine.embed import load_embedder
+    from llama_index_polaris.engine.search import ann, pipeline
     from llama_index_polaris.engine.search.bm25 import bm25
     from llama_index_polaris.engine.search.pipeline import Searcher
-    from llama_index_polaris.engine.search.vector import knn
+    from llama_index_polaris.engine.search.scope import Scope
+    from llama_index_polaris.engine.search.vector import exact_knn, knn
     from llama_index_polaris.engine.store import Store
 
     print(f"hybrid {n} x {dim}: preparing ...", file=sys.stderr, flush=True)
     path, build_s = hybrid_db(n, dim, eval_dir)
+    t0 = time.perf_counter()
+    Store(path).close()  # a file built before the sign-bit index: the migration backfills it
+    migrate_s = time.perf_counter() - t0
     _, _, texts = scifact_pieces(eval_dir)
     texts = texts[:nq]
     qvecs = queries(nq, dim)
+    vecs = np.ascontiguousarray(np.load(vectors_file(n, dim), mmap_mode="r"))
     cfg = load_config(use_user_config=False, model_id=MODEL)
     store = Store(path, readonly=True)
+    first = store.conn.execute("SELECT embedding FROM chunks WHERE id = 1").fetchone()[0]
+    assert np.frombuffer(first, dtype="<f4").tobytes() == vecs[0].tobytes(), "chunk id i+1 must hold vector row i"
     searcher = Searcher(store, None, cfg)
     embedder = load_embedder(MODEL) if dim == 384 else None
-    res: dict[str, Any] = {"n": n, "dim": dim, "queries": nq, "db_build_s": build_s,
-                           "db_mb": path.stat().st_size / 1e6, "config": {k: getattr(cfg, k) for k in
-                                                                        ("rrf_k", "heading_boost", "mmr_lambda")}}
+    res: dict[str, Any] = {"n": n, "dim": dim, "queries": nq, "db_build_s": build_s, "migrate_s": migrate_s,
+                           "db_mb": path.stat().st_size / 1e6, "loadavg": os.getloadavg(),
+                           "config": {k: getattr(cfg, k) for k in ("rrf_k", "heading_boost", "mmr_lambda")}}
 
     def run(fn) -> list[float]:
         fn(0)
@@ -347,11 +404,50 @@ def hybrid_bench(n: int, dim: int, eval_dir: Path, nq: int) -> dict[str, Any]:
             secs.append(time.perf_counter() - t0)
         return secs
 
+    exact = [exact_ids(vecs, qvecs[i], POOL) for i in range(nq)]
     res["bm25_ms"] = pcts(run(lambda i: bm25(store.conn, texts[i], POOL)))
-    res["vec0_ms"] = pcts(run(lambda i: knn(store.conn, qvecs[i], POOL)))
+    res["vec0_ms"] = pcts(run(lambda i: exact_knn(store.conn, qvecs[i], POOL)))
+    got: list[list[int]] = [[] for _ in range(nq)]
+
+    def ann_one(i: int) -> None:  # the sign-bit path whatever the size (knn() is exact below EXACT_BELOW)
+        got[i] = [c for c, _ in ann.ann_knn(store.conn, qvecs[i], POOL, exact_below=0)]
+
+    res["ann_ms"] = pcts(run(ann_one))
+    res["auto_ms"] = pcts(run(lambda i: knn(store.conn, qvecs[i], POOL)))
+    res["auto_is_exact"] = n < ann.EXACT_BELOW
+    res["ann_recall@10"], res["ann_recall@30"] = recall_at(got, exact, 10), recall_at(got, exact, POOL)
+    # where the one-shot approximate query spends its time
+    bits = ann.read_bits(store.conn)
+    fetch = ann.fetch_size(POOL, len(bits))
+    pools = [np.sort(bits.ids[ann.nearest_rows(ann.hamming(bits.bits, ann.pack_signs(q)[0]), fetch)]) for q in qvecs]
+    res["ann_fetch"] = fetch
+    res["ann_parts_ms"] = {
+        "read blocks (SQL)": pcts(run(lambda i: store.conn.execute(ann.BLOCKS_SQL).fetchall()))["p50"],
+        "read blocks (total)": pcts(run(lambda i: ann.read_bits(store.conn)))["p50"],
+        "hamming + pool": pcts(run(lambda i: ann.nearest_rows(ann.hamming(bits.bits, ann.pack_signs(qvecs[i])[0]),
+                                                                fetch)))["p50"],
+        f"re-score {fetch} from chunks.embedding": pcts(run(lambda i: ann.stored_vectors(store.conn, pools[i])))["p50"],
+    }
+    del bits, pools
+    # scoped: every other document (half the chunks), inside the approximate path
+    half = tuple(f"doc{d}" for d in range(0, n // 10, 2))
+    rows = np.concatenate([np.arange(d * 10, d * 10 + 10) for d in range(0, n // 10, 2)])
+    scoped_q = min(nq, 20)
+    scoped_exact = [exact_ids(vecs, qvecs[i], POOL, rows) for i in range(scoped_q)]
+    scoped_got = [[c for c, _ in ann.ann_knn(store.conn, qvecs[i], POOL, Scope(document_ids=half), exact_below=0)]
+                  for i in range(scoped_q)]
+    res["ann_scoped_recall@10"] = recall_at(scoped_got, scoped_exact, 10)
+    res["ann_scoped_in_scope"] = all(set(g) <= set((rows + 1).tolist()) for g in scoped_got)
+
     res["hybrid_ms"] = pcts(run(lambda i: searcher.search(texts[i], top_k=10, query_vector=qvecs[i])))
-    # a long-lived process (notebook, retriever, Datasette): exact KNN from the in-RAM matrix,
-    # BM25 with common words' postings from RAM (loaded on first use: a cold and a warm pass)
+    real_knn = pipeline.knn
+    pipeline.knn = functools.partial(real_knn, exact_below=10**12)  # the one-shot pipeline before #17: exact vec0
+    try:
+        res["hybrid_exact_ms"] = pcts(run(lambda i: searcher.search(texts[i], top_k=10, query_vector=qvecs[i])))
+    finally:
+        pipeline.knn = real_knn
+    # a long-lived process (notebook, retriever, Datasette): sign bits in RAM, floats re-read
+    # from SQLite; BM25 with common words' postings from RAM (a cold and a warm pass)
     from llama_index_polaris.engine.search.bm25_cache import Bm25Cache
     from llama_index_polaris.engine.search.vector_cache import VectorCache
 
@@ -359,6 +455,15 @@ def hybrid_bench(n: int, dim: int, eval_dir: Path, nq: int) -> dict[str, Any]:
     t0 = time.perf_counter()
     res["cache_active"] = cache.refresh()
     res["cache_load_s"] = time.perf_counter() - t0
+    res["cache_bytes_per_chunk"] = (cache.nbytes + sum(sys.getsizeof(d) + 64 for d in cache.snapshot.doc_codes)) / n
+    res["float_matrix_bytes_per_chunk"] = dim * 4  # what the cache held before #17
+
+    def cached_knn(i: int) -> None:
+        with store.read():
+            got[i] = [c for c, _ in cache.knn(qvecs[i], POOL)]
+
+    res["cache_knn_ms"] = pcts(run(cached_knn))
+    res["cache_recall@10"] = recall_at(got, exact, 10)
     terms = Bm25Cache(store)
     t0 = time.perf_counter()
     res["bm25_cache_active"] = terms.refresh()
@@ -381,15 +486,263 @@ def hybrid_bench(n: int, dim: int, eval_dir: Path, nq: int) -> dict[str, Any]:
     cold, warm = passes(lambda i: cached.search(texts[i], top_k=10, query_vector=qvecs[i]))
     res["hybrid_cached_cold_ms"], res["hybrid_cached_ms"] = pcts(cold), pcts(warm)
     if embedder is not None:
+        from llama_index_polaris.engine.embed import embedder as embedder_module
+
+        embedder_module._RECENT_QUERIES.clear()  # an earlier size embedded the same questions
         embedder.embed_query("warm up")
         res["embed_ms"] = pcts(run(lambda i: embedder.embed_query(texts[i])))
         res["hybrid_with_embed_ms"] = pcts(run(
             lambda i: (embedder.embed_query(texts[i]),
                        searcher.search(texts[i], top_k=10, query_vector=qvecs[i]))))
     store.close()
-    print(f"  bm25 p50 {res['bm25_ms']['p50']:.1f}, vec0 p50 {res['vec0_ms']['p50']:.1f},"
-          f" hybrid p50 {res['hybrid_ms']['p50']:.1f} p95 {res['hybrid_ms']['p95']:.1f} ms", file=sys.stderr, flush=True)
+    res["loadavg_end"] = os.getloadavg()
+    print(f"  bm25 p50 {res['bm25_ms']['p50']:.1f}, vec0 p50 {res['vec0_ms']['p50']:.1f}, ann p50"
+          f" {res['ann_ms']['p50']:.1f} (R@10 {res['ann_recall@10']:.3f}), hybrid p50 {res['hybrid_ms']['p50']:.1f}"
+          f" p95 {res['hybrid_ms']['p95']:.1f} ms (exact {res['hybrid_exact_ms']['p50']:.1f})", file=sys.stderr, flush=True)
     return res
+
+
+# -- the approximate index against IVF, and on real vectors ------------------------------
+def kmeans(sample: np.ndarray, nlist: int, iters: int = 8, seed: int = 0) -> np.ndarray:
+    """Spherical k-means centroids (unit rows) of ``sample``."""
+    rng = np.random.default_rng(seed)
+    cent = sample[rng.choice(len(sample), nlist, replace=False)].copy()
+    for _ in range(iters):
+        assign = np.argmax(sample @ cent.T, axis=1)
+        sums = np.zeros_like(cent)
+        np.add.at(sums, assign, sample)
+        counts = np.bincount(assign, minlength=nlist)
+        cent = np.where(counts[:, None] > 0, sums, cent)
+        cent /= np.maximum(np.linalg.norm(cent, axis=1, keepdims=True), 1e-12)
+    return cent.astype(np.float32)
+
+
+def ivf_bench(conn: Any, floats_sql: str, mat: np.ndarray, ids: np.ndarray, qs: np.ndarray,
+              exact: list[list[int]], probes: Sequence[int], tag: str) -> dict[str, Any]:
+    """IVF-flat prototype: k-means centroids (sqrt(n) lists) over the stored vectors, each chunk's list in
+    a table (index on list), a query probes the nearest lists and re-scores their floats read from
+    SQLite. ``floats_sql`` selects (id, embedding) of the ids in a JSON list."""
+    n = len(mat)
+    nlist = max(16, int(np.sqrt(n)))
+    rng = np.random.default_rng(0)
+    t = time.perf_counter()
+    cent = kmeans(mat[np.sort(rng.choice(n, min(n, 25 * nlist), replace=False))], nlist)
+    assign = np.concatenate([np.argmax(mat[i:i + 20_000] @ cent.T, axis=1) for i in range(0, n, 20_000)])
+    train_s = time.perf_counter() - t
+    path = out_dir() / f"ivf-{tag}.db"
+    path.unlink(missing_ok=True)
+    side = connect(path)
+    side.execute("CREATE TABLE ivf (list INTEGER, id INTEGER, PRIMARY KEY (list, id)) WITHOUT ROWID")
+    side.execute("BEGIN")
+    side.executemany("INSERT INTO ivf VALUES (?, ?)", zip(assign.tolist(), ids.tolist()))
+    side.execute("COMMIT")
+    side.close()
+    conn.execute(f"ATTACH DATABASE '{path}' AS ivfdb")
+    out = {"nlist": nlist, "train_s": train_s, "rows": []}
+    try:
+        for nprobe in probes:
+            got = []
+
+            def query(q: np.ndarray) -> list[int]:
+                lists = np.argpartition(-(cent @ q), nprobe)[:nprobe]
+                members = [r[0] for r in conn.execute(
+                    "SELECT id FROM ivfdb.ivf WHERE list IN (SELECT value FROM json_each(?))", (json.dumps(lists.tolist()),))]
+                rows = conn.execute(floats_sql, (json.dumps(members),)).fetchall()
+                m = np.frombuffer(b"".join(r[1] for r in rows), dtype="<f4").reshape(len(rows), -1)
+                order = np.argsort(-(m @ q))[:POOL]
+                return [rows[i][0] for i in order]
+
+            query(qs[0])
+            secs = []
+            for q in qs:
+                t0 = time.perf_counter()
+                got.append(query(q))
+                secs.append(time.perf_counter() - t0)
+            out["rows"].append({"nprobe": nprobe, "share": nprobe / nlist, "ms": pcts(secs),
+                                "recall@10": recall_at(got, exact, 10)})
+    finally:
+        conn.execute("DETACH DATABASE ivfdb")
+        path.unlink(missing_ok=True)
+    return out
+
+
+def structures_bench(n: int, dim: int, nq: int, eval_dir: Path) -> dict[str, Any]:
+    """The sign-bit index (engine) against IVF-flat on the same engine file and queries."""
+    from llama_index_polaris.engine.search.vector import knn
+    from llama_index_polaris.engine.store import Store
+
+    path, _ = hybrid_db(n, dim, eval_dir)
+    Store(path).close()
+    vecs = np.ascontiguousarray(np.load(vectors_file(n, dim), mmap_mode="r"))
+    qs = queries(nq, dim)
+    exact = [exact_ids(vecs, q, POOL) for q in qs]
+    store = Store(path, readonly=True)
+    got, secs = [], []
+    knn(store.conn, qs[0], POOL)
+    for q in qs:
+        t0 = time.perf_counter()
+        got.append([c for c, _ in knn(store.conn, q, POOL)])
+        secs.append(time.perf_counter() - t0)
+    res = {"n": n, "dim": dim, "queries": nq, "loadavg": os.getloadavg(),
+           "bits": {"ms": pcts(secs), "recall@10": recall_at(got, exact, 10), "bytes_per_chunk": dim // 8 + 8}}
+    ids = np.arange(1, n + 1, dtype=np.int64)
+    floats = "SELECT id, embedding FROM chunks WHERE id IN (SELECT value FROM json_each(?))"
+    res["ivf"] = ivf_bench(store.conn, floats, vecs, ids, qs, exact, (4, 16, 64), f"synthetic-{n}")
+    store.close()
+    return res
+
+
+def real_ann(eval_dir: Path, nq: int = 300) -> dict[str, Any] | None:
+    """The engine's approximate path on real MiniLM vectors: the SciFact evaluation index (a copy,
+    migrated) and, when built, ``real_vectors.py``'s finer units; SciFact test queries."""
+    import shutil
+
+    from llama_index_polaris.engine.embed import load_embedder
+    from llama_index_polaris.engine.evaluate import eval_cache_dir, load_beir
+    from llama_index_polaris.engine.search.ann import ann_knn
+    from llama_index_polaris.engine.store import Store
+
+    import real_vectors
+
+    beir = load_beir(eval_dir / "scifact", "test")
+    embedder = load_embedder(MODEL)
+    qs = embedder._embed([beir.queries[q] for q in beir.qrels if q in beir.queries][:nq], embedder.spec.query_prefix)
+    sets = []
+    copy = eval_copy()
+    if copy is not None:
+        sets.append(("SciFact chunks (polaris eval index)", copy))
+    if real_vectors.path().exists():
+        sets.append(("SciFact titles, sentences, sentence pairs (real_vectors.py)", real_vectors.path()))
+    out = {"queries": len(qs), "sets": []}
+    for name, path in sets:
+        Store(path).close()
+        store = Store(path, readonly=True)
+        rows = store.conn.execute("SELECT id, embedding FROM chunks WHERE embedding IS NOT NULL ORDER BY id").fetchall()
+        ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+        mat = np.frombuffer(b"".join(r[1] for r in rows), dtype="<f4").reshape(len(rows), -1)
+        del rows
+        exact = []
+        for q in qs:
+            s = mat @ q
+            top = np.argpartition(-s, POOL)[:POOL]
+            exact.append(ids[top[np.argsort(-s[top])]].tolist())
+        entry = {"name": name, "chunks": len(ids), "rows": []}
+        for fetch in (300, 1000, 3000):
+            got, secs = [], []
+            for q in qs:
+                t0 = time.perf_counter()
+                got.append([c for c, _ in ann_knn(store.conn, q, POOL, exact_below=0, fetch=fetch)])
+                secs.append(time.perf_counter() - t0)
+            entry["rows"].append({"fetch": fetch, "ms": pcts(secs), "recall@10": recall_at(got, exact, 10),
+                                  "recall@30": recall_at(got, exact, POOL)})
+        floats = "SELECT id, embedding FROM chunks WHERE id IN (SELECT value FROM json_each(?))"
+        entry["ivf"] = ivf_bench(store.conn, floats, mat, ids, qs, exact, (4, 16, 64), "real")
+        store.close()
+        out["sets"].append(entry)
+    return out
+
+
+CHILD_CACHE = r"""
+import json, sys, time
+sys.path.insert(0, sys.argv[2])
+from llama_index_polaris.engine.search.vector_cache import VectorCache
+from llama_index_polaris.engine.store import Store
+def rss():  # anonymous (private) memory: the file's pages, mapped or cached, are the OS's page cache
+    for line in open("/proc/self/status"):
+        if line.startswith("RssAnon:"):
+            return int(line.split()[1]) * 1024
+store = Store(sys.argv[1], readonly=True)
+n = store.conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
+before = rss()
+cache = VectorCache(store)
+t = time.perf_counter()
+active = cache.refresh()
+print(json.dumps({"n": n, "active": active, "load_s": time.perf_counter() - t, "rss_delta_bytes": rss() - before,
+                  "arrays_bytes": cache.nbytes}))
+"""
+
+
+def cache_memory(n: int, dim: int = 384) -> dict[str, Any]:
+    """Resident memory a long-lived process adds for the vector side (its own process)."""
+    here = str(Path(__file__).resolve().parent)
+    r = child(CHILD_CACHE, str(out_dir() / f"hybrid-{n}-{dim}.db"), here)
+    r["bytes_per_chunk"] = r["rss_delta_bytes"] / r["n"]
+    return r
+
+
+def cold_search(n: int, eval_dir: Path, reps: int = 5) -> dict[str, Any]:
+    """Wall time of `polaris search` in a new process on an n-chunk file bound to the bundled model
+    (the hybrid file's copy, its binding rewritten: synthetic vectors, real query embedding)."""
+    import shutil
+
+    from llama_index_polaris.engine.embed import load_embedder
+    from llama_index_polaris.engine.store import Store
+
+    src = out_dir() / f"hybrid-{n}-384.db"
+    path = out_dir() / f"cold-{n}-384.db"
+    if not path.exists():
+        Store(src).close()
+        shutil.copy(src, path)
+        e = load_embedder(MODEL)
+        with Store(path) as store, store._write():
+            from llama_index_polaris.engine.db.schema import set_meta
+
+            set_meta(store.conn, model_id=e.model_id, model_fingerprint=e.fingerprint,
+                     doc_prefix=e.spec.doc_prefix, query_prefix=e.spec.query_prefix)
+    exe = str(Path(sys.executable).with_name("polaris"))
+    texts = scifact_pieces(eval_dir)[2][:reps + 1]
+    import resource
+
+    secs, cpu = [], []
+    for i, text in enumerate(texts):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        t0 = time.perf_counter()
+        out = subprocess.run([exe, "search", text, "--db", str(path), "-k", "10", "--json"],
+                             capture_output=True, text=True, cwd=out_dir())
+        wall = time.perf_counter() - t0
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        if out.returncode != 0:
+            raise RuntimeError(out.stderr[-2000:])
+        if i:  # the first run warms the page cache
+            secs.append(wall)
+            cpu.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
+    return {"n": n, "runs": len(secs), "wall_s": [round(x, 3) for x in secs], "p50_s": float(np.median(secs)),
+            "cpu_p50_s": float(np.median(cpu)), "loadavg": os.getloadavg()}
+
+
+def write_overhead(eval_dir: Path, n_chunks: int = 2000, dim: int = 384) -> dict[str, Any]:
+    """What the sign-bit triggers add to storing chunks: the same chunks and vectors written into a
+    store with and without them (alternating, same process)."""
+    from llama_index_polaris.engine.store import ChunkRecord, DocumentRecord, ModelBinding, Store
+
+    sentences, _, _ = scifact_pieces(eval_dir)
+    rng = random.Random(7)
+    vecs = sample(n_chunks, dim, seed=4242)
+    texts = [" ".join(rng.choice(sentences) for _ in range(6)) for _ in range(n_chunks)]
+    stores = {}
+    for mode in ("with", "without"):
+        p = out_dir() / f"write-{mode}.db"
+        for suffix in ("", "-wal", "-shm"):
+            Path(str(p) + suffix).unlink(missing_ok=True)
+        st = Store(p)
+        st.bind_model(ModelBinding("synthetic", dim))
+        if mode == "without":
+            with st._write():
+                for trig in ("chunks_bits_ai", "chunks_bits_ad", "chunks_bits_au", "chunks_bits_au_null"):
+                    st.conn.execute(f"DROP TRIGGER {trig}")
+                st.conn.execute("DROP TABLE chunks_bits")
+        stores[mode] = st
+    secs = {"with": 0.0, "without": 0.0}
+    for d in range(0, n_chunks, 10):
+        for mode in (("with", "without") if d % 20 else ("without", "with")):
+            chunks = [ChunkRecord(f"n{d + j}", texts[d + j], ordinal=j) for j in range(10)]
+            t0 = time.perf_counter()
+            stores[mode].upsert_document(DocumentRecord(f"doc{d}"), chunks, vecs[d:d + 10])
+            secs[mode] += time.perf_counter() - t0
+    for st in stores.values():
+        st.close()
+    return {"chunks": n_chunks, "with_ms_per_chunk": 1000 * secs["with"] / n_chunks,
+            "without_ms_per_chunk": 1000 * secs["without"] / n_chunks, "loadavg": os.getloadavg()}
 
 
 # -- indexing throughput and peak memory, each in its own process ------------------------
@@ -400,7 +753,7 @@ from common import peak_rss_mb
 from pathlib import Path
 from llama_index_polaris.engine.config import load_config
 from llama_index_polaris.engine.evaluate import corpus_markdown
-from llama_index_polaris.engine.indexer import SourceDocument
+from llama_index_polaris.engine.indexer import IndexReport, SourceDocument
 from llama_index_polaris.engine.index import PolarisIndex
 mode, eval_dir, n = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])
 docs = []
@@ -415,7 +768,7 @@ with tempfile.TemporaryDirectory() as tmp:
     index = PolarisIndex(Path(tmp) / "p.db", config=cfg)
     indexer = index.indexer()
     # the same chunks and embedding inputs the Indexer makes
-    inputs = [t for doc in docs for t in indexer._chunks(doc, doc.text)[1]]
+    inputs = [t for doc in docs for t in indexer._chunks(doc, doc.text, IndexReport())[1]]
     embedder = index.embedder
     embedder.embed_documents(["warm up"])
     base = peak_rss_mb()
@@ -478,12 +831,16 @@ def main(argv: Sequence[str] | None = None) -> dict:
     ap.add_argument("eval_dir", nargs="?", default=str(DEFAULT_EVAL))
     ap.add_argument("--sizes", type=ints, default=[10_000, 100_000, 1_000_000])
     ap.add_argument("--dims", type=ints, default=[384, 512])
-    ap.add_argument("--hybrid-sizes", type=ints, default=[10_000, 100_000])
+    ap.add_argument("--hybrid-sizes", type=ints, default=[10_000, 100_000, 1_000_000])
     ap.add_argument("--queries", type=int, default=50)
     ap.add_argument("--overfetch", type=ints, default=[4, 10, 30])
     ap.add_argument("--index-docs", type=int, default=200, help="SciFact documents for the throughput run (0 skips)")
     ap.add_argument("--skip-vector", action="store_true")
     ap.add_argument("--reuse-vector", metavar="JSON", help="take the vector KNN results from an earlier speed.json")
+    ap.add_argument("--structures-sizes", type=ints, default=[100_000, 1_000_000],
+                    help="sizes at which the sign-bit index is compared with IVF")
+    ap.add_argument("--cold-sizes", type=ints, default=[100_000], help="`polaris search` in a new process")
+    ap.add_argument("--skip-real", action="store_true", help="skip the real-vector recall (needs the SciFact index)")
     args = ap.parse_args(argv)
     eval_dir = Path(args.eval_dir).resolve()
     t0 = time.perf_counter()
@@ -496,6 +853,13 @@ def main(argv: Sequence[str] | None = None) -> dict:
                                                       for n in args.sizes for d in args.dims]
     res["real_bits"] = real_bit_recall(eval_dir, sorted(set(args.overfetch) | {2, 4, 10}))
     res["hybrid"] = [hybrid_bench(n, 384, eval_dir, args.queries) for n in args.hybrid_sizes]
+    save_json("speed-partial.json", res)
+    res["structures"] = [structures_bench(n, 384, args.queries, eval_dir) for n in args.structures_sizes]
+    save_json("speed-partial.json", res)
+    res["real_ann"] = None if args.skip_real else real_ann(eval_dir)
+    res["cache_memory"] = [cache_memory(n) for n in args.hybrid_sizes if n >= 100_000]
+    res["cold_search"] = [cold_search(n, eval_dir) for n in args.cold_sizes]
+    res["write_overhead"] = write_overhead(eval_dir)
     texts = scifact_pieces(eval_dir)[2][:args.queries]
     res["query_memory"] = []
     for n in args.hybrid_sizes:
@@ -579,7 +943,8 @@ def render(r: dict) -> str:
         lines += [f"Hybrid = the engine's Searcher with its defaults ({cfgs}), top_k 10.", ""]
     if r.get("query_memory"):
         rows = [[f"{m['n']:,}", f"{m['rss_after_open_mb']:.0f}", f"{m['peak_rss_mb']:.0f}"] for m in r["query_memory"]]
-        lines += ["Peak RSS of a process that opens the file and runs the hybrid queries (MB):", "",
+        lines += ["Peak RSS of a process that opens the file and runs the hybrid queries (MB; since #17 the file is"
+                  " memory-mapped, so pages of it that a query read count here too):", "",
                   table(["chunks", "after open", "peak"], rows), ""]
     if r.get("indexing"):
         raw, idx = r["indexing"]["raw"], r["indexing"]["indexer"]
@@ -590,8 +955,94 @@ def render(r: dict) -> str:
                       ["Polaris Indexer (chunk + embed + store, FTS and vec0 triggers)", idx["docs"], idx["chunks"],
                        idx["seconds"], idx["chunks_per_s"], idx["peak_rss_mb"]]], floatfmt=".1f"), "",
                   f"Indexer throughput is {idx['chunks_per_s'] / raw['chunks_per_s']:.0%} of the raw embedder's.", ""]
+    lines += render_ann(r)
     lines += [f"Speed run took {r['seconds'] / 60:.1f} min.", ""]
     return "\n".join(lines)
+
+
+def _load(x: Any) -> str:
+    return f"{x[0]:.1f}" if x else "?"
+
+
+def render_ann(r: dict) -> list[str]:
+    """The tables of #17: the sign-bit index, against exact search and IVF, in the same run."""
+    lines = ["### Approximate vector search: the sign-bit index (#17)", ""]
+    if r.get("hybrid"):
+        rows = []
+        for h in r["hybrid"]:
+            if "ann_ms" not in h:
+                continue
+            rows.append([f"{h['n']:,}", _load(h.get("loadavg")), _pp(h["bm25_ms"]), _pp(h["vec0_ms"]),
+                         f"{_pp(h['ann_ms'])} (R@10 {h['ann_recall@10']:.3f}, R@30 {h['ann_recall@30']:.3f})",
+                         ("exact: " if h["auto_is_exact"] else "sign bits: ") + _pp(h["auto_ms"]),
+                         f"{h['ann_scoped_recall@10']:.3f}" + ("" if h["ann_scoped_in_scope"] else " (OUT OF SCOPE)"),
+                         _pp(h["hybrid_exact_ms"]), f"**{_pp(h['hybrid_ms'])}**",
+                         (f"{_pp(h['cache_knn_ms'])} (R@10 {h['cache_recall@10']:.3f})" if h.get("cache_active") else "exact"),
+                         _pp(h["hybrid_cached_ms"]), _pp(h["hybrid_cached_cold_ms"]),
+                         f"{h['cache_load_s']:.2f} s / {h['cache_bytes_per_chunk']:.0f} B" if h.get("cache_active") else "",
+                         f"{h['migrate_s']:.1f} s"])
+        lines += ["One-shot = a new `Searcher` on the file, no caches (`polaris search`); long-lived = the"
+                  " `PolarisIndex` caches (sign bits and BM25 postings in RAM). Query vectors given; ms p50 / p95;"
+                  " recall against exact search over the same vectors (synthetic clusters), pool 30.", "",
+                  table(["chunks", "load", "FTS5 BM25", "exact KNN (vec0)", "sign-bit KNN, one-shot",
+                         "knn() as chosen automatically",
+                         "scoped R@10 (half the documents)", "hybrid one-shot, exact vector (before)",
+                         "hybrid one-shot, sign bits", "long-lived KNN", "long-lived hybrid (warm)",
+                         "long-lived hybrid, first sight of the words", "cache load / bytes per chunk",
+                         "migration backfill"], rows), ""]
+        parts = [[f"{h['n']:,}"] + [f"{v:.1f}" for v in h["ann_parts_ms"].values()]
+                 for h in r["hybrid"] if "ann_parts_ms" in h]
+        if parts:
+            names = list(next(h for h in r["hybrid"] if "ann_parts_ms" in h)["ann_parts_ms"])
+            lines += ["Where a one-shot approximate query goes (ms p50):", "", table(["chunks"] + names, parts), ""]
+    if r.get("structures"):
+        rows = []
+        for st in r["structures"]:
+            b = st["bits"]
+            rows.append([f"{st['n']:,}", _load(st["loadavg"]), "sign bits + exact re-score (engine)", "",
+                         _pp(b["ms"]), f"{b['recall@10']:.3f}", f"{b['bytes_per_chunk']} (one-shot: 0)", ""])
+            iv = st["ivf"]
+            for x in iv["rows"]:
+                rows.append([f"{st['n']:,}", "", f"IVF-flat, {iv['nlist']} lists", f"{x['nprobe']} ({x['share']:.1%})",
+                             _pp(x["ms"]), f"{x['recall@10']:.3f}", "centroids only",
+                             f"k-means + assign {iv['train_s']:.0f} s"])
+        lines += ["Structures compared on the same engine file and queries (one-shot, floats re-scored from"
+                  " chunks.embedding in both):", "",
+                  table(["chunks", "load", "structure", "probes", "ms p50 / p95", "recall@10",
+                         "RAM bytes per chunk (long-lived)", "build"], rows), ""]
+    if r.get("real_ann"):
+        ra = r["real_ann"]
+        rows = []
+        for st in ra["sets"]:
+            for x in st["rows"]:
+                rows.append([st["name"], f"{st['chunks']:,}", f"sign bits, {x['fetch']} re-scored", _pp(x["ms"]),
+                             f"{x['recall@10']:.3f}", f"{x['recall@30']:.3f}"])
+            for x in st["ivf"]["rows"]:
+                rows.append([st["name"], f"{st['chunks']:,}", f"IVF-flat {st['ivf']['nlist']} lists, {x['nprobe']} probed",
+                             _pp(x["ms"]), f"{x['recall@10']:.3f}", ""])
+        lines += [f"Real MiniLM vectors (bundled model), {ra['queries']} SciFact test queries, against exact search:", "",
+                  table(["set", "chunks", "structure", "ms p50 / p95", "recall@10", "recall@30"], rows), ""]
+    if r.get("cache_memory"):
+        rows = [[f"{m['n']:,}", f"{m['rss_delta_bytes'] / 1e6:.0f} MB", f"{m['bytes_per_chunk']:.0f}",
+                 f"{m['arrays_bytes'] / m['n']:.0f}", f"{m['load_s']:.1f} s"] for m in r["cache_memory"]]
+        lines += ["Resident memory a long-lived process adds for the vector side (its own process, RssAnon: private"
+                  " memory; pages of the file itself are the OS page cache, shared and reclaimable):", "",
+                  table(["chunks", "RSS added", "bytes per chunk", "of which arrays", "load"], rows), ""]
+    if r.get("cold_search"):
+        rows = [[f"{c['n']:,}", _load(c["loadavg"]), f"{c['p50_s']:.2f} s", f"{c['cpu_p50_s']:.2f} s",
+                 ", ".join(f"{x:.2f}" for x in c["wall_s"])] for c in r["cold_search"]]
+        lines += ["`polaris search QUERY --json` in a new process (model load, query embedding, hybrid search);"
+                  " CPU = user + system time of that process (steadier than wall on a shared machine):", "",
+                  table(["chunks", "load", "wall p50", "CPU p50", "runs (wall)"], rows), ""]
+    if r.get("write_overhead"):
+        w = r["write_overhead"]
+        per = w["with_ms_per_chunk"] - w["without_ms_per_chunk"]
+        embed = (1000 / r["indexing"]["raw"]["chunks_per_s"]) if r.get("indexing") else None
+        lines += [f"Storing {w['chunks']:,} chunks (10 per document, 384-d): {w['without_ms_per_chunk']:.3f} ms per chunk"
+                  f" without the sign-bit triggers, {w['with_ms_per_chunk']:.3f} with them (+{per:.3f} ms)"
+                  + (f"; embedding one chunk took {embed:.1f} ms in this run, so the index adds {per / embed:.2%}"
+                     " of embedding time." if embed else "."), ""]
+    return lines
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ from ..errors import DatabaseError, ExtensionError
 from .schema import refuse_foreign_tables, schema_version
 
 BUSY_TIMEOUT_MS = 10_000
+MMAP_BYTES = 1 << 36  # memory-mapped reads up to 64 GiB of file (#17: 1,000 random chunk rows 4.5x faster)
 INSTALL_HINT = (
     "Polaris needs an SQLite that can load extensions (for sqlite-vec) and has FTS5."
     " This Python's sqlite3 cannot; install the fallback with `pip install pysqlite3-binary`"
@@ -142,8 +143,15 @@ def damage_message(exc: BaseException, path: str | os.PathLike[str]) -> str | No
 
 
 def configure(conn: Any, *, readonly: bool = False) -> None:
-    """Per-connection pragmas: WAL, busy timeout, foreign keys."""
+    """Per-connection pragmas: WAL, busy timeout, foreign keys, memory-mapped reads.
+
+    Without mmap every page a query touches is a read() into SQLite's small page cache:
+    re-scoring 1,000 approximate candidates from chunks.embedding at 100k chunks took
+    111 ms that way and 24 ms mapped (same process, load ~8). SQLite clamps the size to
+    what its build allows and reads normally where it cannot map.
+    """
     conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    conn.execute(f"PRAGMA mmap_size = {MMAP_BYTES}")
     conn.execute("PRAGMA foreign_keys = ON")
     if not readonly:
         try:

@@ -116,6 +116,54 @@ INSERT INTO chunks_vec (rowid, embedding, document_id)
 """
 
 
+BITS_TABLE = "chunks_bits"
+
+
+def bits_sql(dim: int) -> str:
+    """The sign-bit index (#17): a vec0 ``bit[dim]`` table holding ``vec_quantize_binary`` of
+    every chunk vector (bit i set when component i > 0), kept equal to chunks.embedding by
+    triggers and backfilled from it. Search reads it to pick candidates by Hamming
+    distance, then re-scores them exactly from chunks.embedding (``search/ann.py``).
+
+    Inside a trigger an ``INSERT ... SELECT`` loses the bit subtype that
+    ``vec_quantize_binary`` sets (vec0 then refuses the row), so every trigger inserts
+    with ``VALUES``; the NULL case of an update has a trigger of its own."""
+    return f"""
+CREATE VIRTUAL TABLE {BITS_TABLE} USING vec0(embedding bit[{int(dim)}]);
+CREATE TRIGGER chunks_bits_ai AFTER INSERT ON chunks WHEN new.embedding IS NOT NULL BEGIN
+    INSERT INTO {BITS_TABLE} (rowid, embedding) VALUES (new.id, vec_quantize_binary(new.embedding));
+END;
+CREATE TRIGGER chunks_bits_ad AFTER DELETE ON chunks BEGIN
+    DELETE FROM {BITS_TABLE} WHERE rowid = old.id;
+END;
+CREATE TRIGGER chunks_bits_au AFTER UPDATE OF embedding ON chunks WHEN new.embedding IS NOT NULL BEGIN
+    DELETE FROM {BITS_TABLE} WHERE rowid = old.id;
+    INSERT INTO {BITS_TABLE} (rowid, embedding) VALUES (new.id, vec_quantize_binary(new.embedding));
+END;
+CREATE TRIGGER chunks_bits_au_null AFTER UPDATE OF embedding ON chunks WHEN new.embedding IS NULL BEGIN
+    DELETE FROM {BITS_TABLE} WHERE rowid = old.id;
+END;
+INSERT INTO {BITS_TABLE} (rowid, embedding)
+    SELECT id, vec_quantize_binary(embedding) FROM chunks WHERE embedding IS NOT NULL ORDER BY id;
+"""
+
+
+def create_bits_table(conn: Any, dim: int) -> bool:
+    """Create and backfill the sign-bit index (caller's transaction); False when ``dim`` is
+    not a multiple of 8 (sign bits pack by bytes: such an index stays on exact search)."""
+    if dim % 8 or has_table(conn, BITS_TABLE):
+        return False
+    _script(conn, bits_sql(dim))
+    return True
+
+
+def _migration_sign_bits(conn: Any, fts_tokenizer: str) -> None:
+    """The sign-bit vector index (#17) for a file that already has vectors (backfilled)."""
+    dim = get_meta(conn).get("embedding_dim")
+    if dim is not None and has_table(conn, "chunks_vec"):
+        create_bits_table(conn, int(dim))
+
+
 def _migration_1(conn: Any, fts_tokenizer: str) -> None:
     """Core tables: meta, documents, chunks."""
     _script(conn, CORE_SQL)
@@ -255,6 +303,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(3, "collections with roots, documents by (collection, path)", _migration_3, foreign_keys_off=True),
     Migration(4, "LlamaIndex node fields", _migration_4),
     Migration(5, "full-text index declared so that Datasette detects it", _migration_fts_for_datasette),
+    Migration(6, "sign-bit vector index", _migration_sign_bits),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].number
 
@@ -385,8 +434,9 @@ def has_table(conn: Any, name: str) -> bool:
 
 
 def create_vec_table(conn: Any, dim: int) -> None:
-    """Create chunks_vec for ``dim`` and backfill it (inside the caller's transaction)."""
+    """Create chunks_vec (and the sign-bit index) for ``dim`` and backfill them (inside the caller's transaction)."""
     _script(conn, vec_sql(dim))
+    create_bits_table(conn, dim)
 
 
 def rebuild_fts(conn: Any, tokenizer: str) -> None:

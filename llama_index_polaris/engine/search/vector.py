@@ -1,4 +1,5 @@
-"""Vector KNN over the vec0 table (cosine distance), filtered inside the KNN query."""
+"""Vector KNN (cosine distance), filtered inside the KNN query: exact over the vec0 table
+below ``EXACT_BELOW`` chunks, approximate from the sign-bit index above (``ann.py``)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from .ann import EXACT_BELOW, ann_knn
 from .scope import Scope
 
 MAX_K = 4096  # sqlite-vec's limit on k
@@ -18,8 +20,22 @@ def knn_sql(scope: Scope) -> tuple[str, list[Any]]:
     return sql, args
 
 
-def knn(conn: Any, query: np.ndarray, k: int, scope: Scope = Scope()) -> list[tuple[int, float]]:
-    """The ``k`` nearest chunks to ``query``: (chunk id, cosine distance), nearest first."""
+def knn(
+    conn: Any, query: np.ndarray, k: int, scope: Scope = Scope(), exact_below: int = EXACT_BELOW
+) -> list[tuple[int, float]]:
+    """The ``k`` nearest chunks to ``query``: (chunk id, cosine distance), nearest first.
+
+    Exact (vec0) when the index holds fewer than ``exact_below`` vectors or has no
+    sign-bit index; otherwise sign-bit candidates re-scored exactly (``ann.ann_knn``).
+    """
+    if scope.empty or k <= 0:
+        return []
+    found = ann_knn(conn, query, k, scope, exact_below)
+    return exact_knn(conn, query, k, scope) if found is None else found
+
+
+def exact_knn(conn: Any, query: np.ndarray, k: int, scope: Scope = Scope()) -> list[tuple[int, float]]:
+    """The exact ``k`` nearest chunks by vec0's brute-force scan: (chunk id, cosine distance)."""
     if scope.empty or k <= 0:
         return []
     sql, args = knn_sql(scope)
