@@ -27,7 +27,6 @@ if TYPE_CHECKING:  # the chunker (markdown-it) is imported on first use: an unch
 # context -> (metadata key shown to the embedder, which headings it holds)
 CONTEXTS: dict[str, tuple[str | None, str]] = {
     "heading_path": ("heading_path", "all"),  # heading_path: Guide > Security > Authentication
-    "heading_path_lean": ("heading_path", "lean"),  # the same, left out when it would repeat the chunk's first line
     "section": ("section", "parents"),  # section: Guide > Security (the chunk's own heading is in its text)
     "parents": (None, "parents"),  # Guide > Security, no key (not expressible as LlamaIndex metadata)
     "none": (None, "none"),  # the chunk alone
@@ -91,9 +90,7 @@ class Recipe:
         key, which = CONTEXTS[self.context]
         if which == "none":
             return None
-        if which == "lean" and len(span.heading_path) == 1 and _starts_with_heading(span):
-            return None  # "heading_path: Guide" before "# Guide": nothing the chunk does not say
-        parts = list(span.heading_path if which in ("all", "lean") or not span.heading_level else span.heading_path[:-1])
+        parts = list(span.heading_path if which == "all" or not span.heading_level else span.heading_path[:-1])
         count = self.count_tokens
         room = self.window - span.token_count
         while parts:
@@ -101,7 +98,7 @@ class Recipe:
             line = f"{key}: {value}" if key else value
             if count is None or count(line) <= room:
                 return key, value
-            if which in ("all", "lean"):  # a heading_path is whole or absent
+            if which == "all":  # a heading_path is whole or absent
                 return None
             parts.pop(0)  # drop the outermost parent first
         return None
@@ -118,12 +115,6 @@ class Recipe:
     def chunk_metadata(self, span: "ChunkSpan", index: int) -> dict[str, Any]:
         """A chunk's own metadata (its document's is stored once, on the document)."""
         return {"heading_path": span.heading_path_str, "heading_level": span.heading_level, "chunk_index": index}
-
-
-def _starts_with_heading(span: "ChunkSpan") -> bool:
-    """True when the chunk's text opens with its own heading line."""
-    first = span.text.lstrip().split("\n", 1)[0]
-    return first.startswith("#") and span.heading_path[-1] in first
 
 
 def node_id(document_id: str, index: int, span: "ChunkSpan") -> str:
