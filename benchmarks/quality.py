@@ -93,10 +93,10 @@ def memoised_candidates(conn_id: str):
     """Patch the pipeline's knn/bm25 with memoised versions (unscoped queries only)."""
     real_knn, real_bm25 = pipeline.knn, pipeline.bm25
 
-    def knn(conn, query, k, scope=pipeline.Scope()):
-        key = (conn_id, np.asarray(query, dtype="<f4").tobytes(), k, scope)
+    def knn(conn, query, k, scope=pipeline.Scope(), **kw):
+        key = (conn_id, np.asarray(query, dtype="<f4").tobytes(), k, scope, tuple(sorted(kw.items())))
         if key not in _KNN_MEMO:
-            _KNN_MEMO[key] = real_knn(conn, query, k, scope)
+            _KNN_MEMO[key] = real_knn(conn, query, k, scope, **kw)
         return _KNN_MEMO[key]
 
     def bm25(conn, query, limit, scope=pipeline.Scope()):

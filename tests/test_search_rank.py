@@ -105,3 +105,22 @@ def test_a_re_fenced_chunk_is_kept_whole_and_the_budget_cuts_at_a_boundary() -> 
     words = lambda t: len(t.split())  # noqa: E731
     assert bounded(text, words, 7) == text
     assert bounded(text, words, 5) == "one two three" + ELLIPSIS
+
+
+@settings(max_examples=300, deadline=None)
+@given(scores=st.lists(st.floats(0.001, 1.0), min_size=1, max_size=40),
+       matched=st.lists(st.integers(0, 2), min_size=40, max_size=40), k=st.integers(1, 10),
+       weight=st.sampled_from([0.0, 0.05, 0.2, 1.0]))
+def test_boosts_stop_where_no_candidate_can_reach_the_top_k(scores, matched, k, weight) -> None:
+    """The pruned boosts pick exactly the top k that boosting every candidate picks."""
+    from llama_index_polaris.engine.search.boost import boosted_relevance
+    from llama_index_polaris.engine.search.fuse import Fused
+    from llama_index_polaris.engine.search.rank import _boosts
+
+    fused = [Fused(i, s) for i, s in enumerate(sorted(scores, reverse=True))]
+    headings = [["Other", "Tokens", "Tokens expire"][m] for m in matched[: len(fused)]]
+    p = RankParams(k=k, heading_boost=weight, boost_terms=("token", "expir"))
+    full, pruned = _boosts(fused, headings, p, None), _boosts(fused, headings, p, k)
+    base = np.array([f.score for f in fused])
+    order = lambda b: list(np.argsort(-boosted_relevance(base, np.array(b)), kind="stable")[:k])  # noqa: E731
+    assert order(pruned) == order(full)

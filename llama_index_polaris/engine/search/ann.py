@@ -193,15 +193,16 @@ def scope_chunk_ids(conn: Any, scope: Scope) -> np.ndarray | None:
 
 
 def search_bits(
-    conn: Any, bits: SignBits, query: np.ndarray, k: int, rows: np.ndarray | None = None, fetch: int | None = None
+    conn: Any, bits: SignBits, query: np.ndarray, k: int, rows: np.ndarray | None = None, fetch: int | None = None,
+    fetch_k: int | None = None,
 ) -> list[tuple[int, float]]:
     """The ``k`` nearest chunks among ``bits`` (only positions ``rows`` when given): ``fetch``
-    candidates (default ``fetch_size``) by Hamming distance, re-scored exactly from
-    chunks.embedding. ``conn`` reads the floats."""
+    candidates (default ``fetch_size`` for ``fetch_k``, else ``k``) by Hamming distance,
+    re-scored exactly from chunks.embedding. ``conn`` reads the floats."""
     if rows is None and bits.live is not None:
         rows = np.flatnonzero(bits.live)
     ids = bits.ids if rows is None else bits.ids[rows]
-    fetch = fetch_size(k, len(ids)) if fetch is None else min(fetch, len(ids))
+    fetch = fetch_size(fetch_k or k, len(ids)) if fetch is None else min(fetch, len(ids))
     if fetch >= len(ids):
         pool = ids  # the candidates are the whole scope: exact
     else:
@@ -226,18 +227,20 @@ def vec0_candidates(conn: Any, query: np.ndarray, fetch: int, allowed: np.ndarra
 
 def ann_knn(
     conn: Any, query: np.ndarray, k: int, scope: Scope = Scope(), exact_below: int = EXACT_BELOW,
-    fetch: int | None = None,
+    fetch: int | None = None, fetch_k: int | None = None,
 ) -> list[tuple[int, float]] | None:
     """The ``k`` nearest chunks in ``scope`` by the sign-bit index: (chunk id, cosine distance).
 
     None when exact search is the better choice: no index, or fewer than ``exact_below``
     chunks in it. A scope no larger than the candidates is answered exactly from its own
-    vectors. ``fetch``: candidates to re-score (default ``fetch_size(k, n)``).
+    vectors. ``fetch``: candidates to re-score (default ``fetch_size(fetch_k or k, n)``: a
+    caller that wants a deeper list but no more recall work sizes it for a smaller k).
     """
     if not has_index(conn):
         return None
     allowed = scope_chunk_ids(conn, scope)
-    if allowed is not None and len(allowed) <= (max(k * OVERFETCH, MIN_FETCH) if fetch is None else fetch):
+    sized_for = fetch_k or k
+    if allowed is not None and len(allowed) <= (max(sized_for * OVERFETCH, MIN_FETCH) if fetch is None else fetch):
         return rescore(*stored_vectors(conn, allowed), query, k)  # a small scope: all of it, exactly, no bits read
     try:
         bits = read_bits(conn)
@@ -245,7 +248,7 @@ def ann_knn(
         n = conn.execute(f"SELECT count(*) FROM {BITS_TABLE}_rowids").fetchone()[0]
         if n < exact_below:
             return None
-        pool = vec0_candidates(conn, query, fetch_size(k, n) if fetch is None else fetch, allowed)
+        pool = vec0_candidates(conn, query, fetch_size(sized_for, n) if fetch is None else fetch, allowed)
         return rescore(*stored_vectors(conn, pool), query, k)
     if len(bits) < exact_below:
         return None
@@ -253,4 +256,4 @@ def ann_knn(
     if allowed is not None:
         mask = np.isin(bits.ids, allowed)
         rows = np.flatnonzero(mask if bits.live is None else mask & bits.live)
-    return search_bits(conn, bits, query, k, rows, fetch)
+    return search_bits(conn, bits, query, k, rows, fetch, fetch_k)

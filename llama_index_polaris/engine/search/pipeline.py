@@ -202,7 +202,9 @@ class Searcher:
         bm_hits: list[tuple[int, float]] = []
         use = p.weights or {"vector": 1.0, "bm25": 1.0}
         if p.mode in ("hybrid", "vector") and qvec is not None and (p.mode == "vector" or use["vector"] > 0):
-            vec_hits = self._knn(qvec, pool, scope)  # qvec None: no vectors in this index yet
+            # qvec None: no vectors in this index yet. A section search wants a deeper list, not
+            # more recall work: the approximate path sizes its candidates for the chunk pool
+            vec_hits = self._knn(qvec, pool, scope, fetch_k=pool // SECTION_POOL if p.unit == "section" else None)
         if p.mode in ("hybrid", "bm25") and query and (p.mode == "bm25" or use["bm25"] > 0):
             bm_hits = self._bm25(query, pool, scope)
         with_vectors = p.mmr_lambda is not None and p.mmr_lambda < 1.0
@@ -243,10 +245,10 @@ class Searcher:
             if context_tokens is not None:
                 h.section_text = bounded(stitch([(c[3], c[1], c[2]) for c in chunks]), count, context_tokens)
 
-    def _knn(self, qvec: np.ndarray, k: int, scope: Scope) -> list[tuple[int, float]]:
+    def _knn(self, qvec: np.ndarray, k: int, scope: Scope, fetch_k: int | None = None) -> list[tuple[int, float]]:
         if self.vector_cache is not None and self.vector_cache.refresh():
-            return self.vector_cache.knn(qvec, k, scope)
-        return knn(self.store.conn, qvec, k, scope)
+            return self.vector_cache.knn(qvec, k, scope, fetch_k=fetch_k)
+        return knn(self.store.conn, qvec, k, scope, fetch_k=fetch_k)
 
     def _bm25(self, query: str, k: int, scope: Scope) -> list[tuple[int, float]]:
         if self.bm25_cache is not None and self.bm25_cache.refresh():

@@ -179,15 +179,18 @@ def _hybrid(lists: Mapping[str, list[_Section]], candidates: Mapping[int, Candid
     fused = rrf({n: [s.key for s in ss] for n, ss in lists.items() if ss}, p.rrf_k, p.weights)
     if not fused:
         return []
-    best = [_representative(f.id, index, p) for f in fused]
-    boosts = [heading_boost(list(p.boost_terms), candidates[c].heading_path, p.heading_boost) for c in best]
-    relevance = boosted_relevance(np.array([f.score for f in fused]), np.array(boosts))
     lam = float(p.mmr_lambda if p.mmr_lambda is not None else 1.0)
-    vectors = _matrix([candidates[c].vector for c in best]) if lam < 1.0 else None
+    # every chunk of a section has its heading path: any of them gives the section's
+    first = [(index["vector"].get(f.id) or index["bm25"][f.id]).best for f in fused]
+    boosts = _boosts(fused, [candidates[c].heading_path for c in first], p, k=p.k if lam >= 1.0 else None)
+    relevance = boosted_relevance(np.array([f.score for f in fused]), np.array(boosts))
+    best = {i: _representative(f.id, index, p) for i, f in enumerate(fused)} if lam < 1.0 else {}
+    vectors = _matrix([candidates[best[i]].vector for i in range(len(fused))]) if lam < 1.0 else None
     picks = mmr(relevance, vectors, p.k, lam)
     out = []
     for pick, score in zip(picks, mmr_scores(picks, lam)):
-        f, chunk = fused[pick.index], best[pick.index]
+        f = fused[pick.index]
+        chunk = best[pick.index] if pick.index in best else _representative(f.id, index, p)
         vec, bm = index["vector"].get(f.id), index["bm25"].get(f.id)
         ex = Explanation(
             vector_rank=vec.rank if vec else None, vector_distance=vec.value if vec else None,
@@ -198,6 +201,23 @@ def _hybrid(lists: Mapping[str, list[_Section]], candidates: Mapping[int, Candid
         )
         out.append(Ranked(chunk, score, ex))
     return out
+
+
+def _boosts(fused: list, headings: list[str], p: RankParams, k: int | None) -> list[float]:
+    """Each candidate's heading boost, best fused first; with ``k`` (no MMR), only as far down
+    the list as a candidate could still reach the top ``k``: below that, fused / best + the
+    largest boost is under the k-th relevance found, so its boost changes no result."""
+    terms, weight = list(p.boost_terms), p.heading_boost
+    top = fused[0].score if fused and fused[0].score > 0 else 1.0
+    boosts: list[float] = []
+    kept: list[float] = []  # the k best relevances so far, ascending
+    for f, heading in zip(fused, headings):
+        if k is not None and len(kept) >= k and f.score / top + weight < kept[0]:
+            return boosts + [0.0] * (len(fused) - len(boosts))
+        boosts.append(heading_boost(terms, heading, weight))
+        if k is not None:
+            kept = sorted([*kept, f.score / top + boosts[-1]])[-k:]
+    return boosts
 
 
 def _representative(key: Hashable, index: Mapping[str, dict], p: RankParams) -> int:

@@ -21,16 +21,18 @@ def knn_sql(scope: Scope) -> tuple[str, list[Any]]:
 
 
 def knn(
-    conn: Any, query: np.ndarray, k: int, scope: Scope = Scope(), exact_below: int = EXACT_BELOW
+    conn: Any, query: np.ndarray, k: int, scope: Scope = Scope(), exact_below: int = EXACT_BELOW,
+    fetch_k: int | None = None,
 ) -> list[tuple[int, float]]:
     """The ``k`` nearest chunks to ``query``: (chunk id, cosine distance), nearest first.
 
     Exact (vec0) when the index holds fewer than ``exact_below`` vectors or has no
-    sign-bit index; otherwise sign-bit candidates re-scored exactly (``ann.ann_knn``).
+    sign-bit index; otherwise sign-bit candidates re-scored exactly (``ann.ann_knn``;
+    ``fetch_k``: size the candidates for that k).
     """
     if scope.empty or k <= 0:
         return []
-    found = ann_knn(conn, query, k, scope, exact_below)
+    found = ann_knn(conn, query, k, scope, exact_below, fetch_k=fetch_k)
     return exact_knn(conn, query, k, scope) if found is None else found
 
 

@@ -133,7 +133,7 @@ class VectorCache(StoreCache):
             yield rows
 
     def knn(
-        self, query: np.ndarray, k: int, scope: Scope = Scope(), fetch: int | None = None
+        self, query: np.ndarray, k: int, scope: Scope = Scope(), fetch: int | None = None, fetch_k: int | None = None
     ) -> list[tuple[int, float]]:
         """The ``k`` nearest chunks in ``scope``: (chunk id, cosine distance), nearest first.
 
@@ -146,7 +146,7 @@ class VectorCache(StoreCache):
         if rows is not None and len(rows) == 0 or k <= 0 or len(snap.bits) == 0:
             return []
         with self.store._lock:
-            return search_bits(self.store.conn, snap.bits, query, k, rows, fetch)
+            return search_bits(self.store.conn, snap.bits, query, k, rows, fetch, fetch_k)
 
 
 def scope_rows(ids: np.ndarray, docs: np.ndarray, doc_codes: dict[str, int], scope: Scope) -> np.ndarray | None:
