@@ -7,8 +7,10 @@ A hit's section is (hit.document, hit.heading_path): the file's path relative to
 docs folder and the chunk's heading path. Rankings are turned into sections and scored
 with the engine's own metric helpers (``llama_index_polaris.engine.evaluate``):
 
-- ``chunk`` (Polaris as it is today): the top 10 chunks of ``index.search(q, top_k=10,
-  mode=...)``; each chunk's slot is its section's. A section met again lower in the ten
+- ``section`` (the engine's default since #13): ``index.search(q, top_k=10, mode=...,
+  unit="section")``, ten distinct sections fused as sections.
+- ``chunk`` (Polaris before #13): the top 10 chunks of ``index.search(q, top_k=10,
+  mode=..., unit="chunk")``; each chunk's slot is its section's. A section met again lower in the ten
   is a *duplicate slot*: it scores nothing (nDCG/recall/MRR count a section once, at its
   first rank) and is reported as the duplicate share (duplicate slots / all slots shown).
 - ``dedup`` (chunks, then deduplicate sections): ``index.search(q, top_k=100, mode=...)``
@@ -191,7 +193,10 @@ def read_peer(path: Path, name: str) -> dict[str, list[str]]:
 
 
 SYSTEM_LABELS = {
-    "polaris-hybrid-chunk": "Polaris hybrid, chunks (today)",
+    "polaris-hybrid-section": "**Polaris hybrid, sections (default)**",
+    "polaris-vector-section": "Polaris vector, sections",
+    "polaris-bm25-section": "Polaris bm25, sections",
+    "polaris-hybrid-chunk": "Polaris hybrid, chunks (before #13)",
     "polaris-vector-chunk": "Polaris vector, chunks",
     "polaris-bm25-chunk": "Polaris bm25, chunks",
     "polaris-hybrid-dedup": "Polaris hybrid, chunks then dedup sections",

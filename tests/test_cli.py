@@ -135,19 +135,21 @@ def _completed(db: Path) -> int:
         return 0
 
 
-N_INTERRUPT = 160
+N_INTERRUPT = 320  # commits every 32 chunks: 10 commits, so a loaded machine still sees the run midway
 
 
 def _interrupt_and_resume(root: Path, sig: int) -> None:
-    _many_files(root, N_INTERRUPT)  # commits every 32 chunks: the run outlives its first commit
+    _many_files(root, N_INTERRUPT)
     db = root / "polaris.db"
     proc = subprocess.Popen([POLARIS, "index", "many", "--quiet"], cwd=root, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "XDG_CONFIG_HOME": str(root / ".xdg")})
     deadline = time.time() + 240
     while _completed(db) == 0 and proc.poll() is None and time.time() < deadline:
         time.sleep(0.05)
-    assert proc.poll() is None, "the run finished before it could be interrupted"
+    proc.send_signal(signal.SIGSTOP)  # frozen where it was seen: it cannot finish before the signal lands
+    assert proc.poll() is None and _completed(db) < N_INTERRUPT, "the run finished before it could be interrupted"
     proc.send_signal(sig)
+    proc.send_signal(signal.SIGCONT)
     proc.wait(timeout=60)
     if sig == signal.SIGINT:
         assert proc.returncode == 130 and "run the same command to resume" in proc.stderr.read()
