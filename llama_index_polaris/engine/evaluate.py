@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from .errors import InputError
+from .paths import cache_root
 
 METRICS = ("ndcg@10", "recall@10", "recall@100", "mrr@10")
 DEPTH = 100
@@ -132,8 +133,6 @@ def corpus_fingerprint(path: Path) -> str:
 
 def eval_cache_dir() -> Path:
     """Where cached evaluation indexes live: ``eval/`` in the user-global Polaris cache."""
-    from .embed.fingerprint import cache_root
-
     return cache_root() / "eval"
 
 
