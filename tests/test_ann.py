@@ -3,12 +3,8 @@ and finding what exact search finds on real vectors, in every scope and after a 
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
-import signal
-import subprocess
-import sys
 import sysconfig
 from pathlib import Path
 
@@ -24,7 +20,7 @@ from llama_index_polaris.engine.search.scope import Scope, resolve_scope
 from llama_index_polaris.engine.search.vector import exact_knn, knn
 from llama_index_polaris.engine.search.vector_cache import VectorCache
 from llama_index_polaris.engine.store import ChunkRecord, DocumentRecord, ModelBinding, Store
-from polaris_testing import REPO
+from polaris_testing import REPO, kill_mid_transaction
 
 MODEL = "all-minilm-l6-v2"
 PER_DOC = 20
@@ -325,21 +321,7 @@ def test_sigkill_during_an_index_write_leaves_a_consistent_index(tmp_path: Path)
     queries = rng.normal(size=(5, 16)).astype(np.float32)
     before = [exact_knn(store.conn, q, 10) for q in queries]
     store.close()
-    script = tmp_path / "writer.py"
-    script.write_text(CRASH_WRITER)
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen([sys.executable, str(script), str(path), "20000"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        line = proc.stdout.readline()
-        assert line.startswith("in-transaction"), (line, proc.stderr.read() if proc.poll() is not None else "")
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=10)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == -signal.SIGKILL
+    kill_mid_transaction(tmp_path, CRASH_WRITER, path)
     with Store(path) as store:
         assert store.conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         assert_index_matches_chunks(store)
