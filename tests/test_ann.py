@@ -13,7 +13,7 @@ import pytest
 
 from llama_index_polaris.engine.search import ann
 from llama_index_polaris.engine.search.ann import (
-    LayoutError, ann_knn, blocks_to_bits, fetch_size, hamming, pack_signs, read_bits, vec0_candidates,
+    LayoutError, SignBits, ann_knn, blocks_to_bits, fetch_size, hamming, pack_signs, read_bits, vec0_candidates,
 )
 from llama_index_polaris.engine.search.filters import Condition
 from llama_index_polaris.engine.search.scope import Scope, resolve_scope
@@ -79,9 +79,17 @@ def assert_same(found: list[tuple[int, float]], exact: list[tuple[int, float]]) 
     assert [d for _, d in found] == pytest.approx([d for _, d in exact], abs=1e-5)
 
 
+def live_bits(conn) -> SignBits:
+    """The index's live rows only, sorted by chunk id."""
+    bits = read_bits(conn)
+    ids, packed = (bits.ids, bits.bits) if bits.live is None else (bits.ids[bits.live], bits.bits[bits.live])
+    order = np.argsort(ids, kind="stable")
+    return SignBits(ids[order], packed[order])
+
+
 def assert_index_matches_chunks(store: Store) -> None:
     """The sign-bit index holds exactly the chunks with vectors, with their signs."""
-    bits = read_bits(store.conn).compact()
+    bits = live_bits(store.conn)
     rows = store.conn.execute("SELECT id, embedding FROM chunks WHERE embedding IS NOT NULL ORDER BY id").fetchall()
     order = np.argsort(bits.ids)
     assert bits.ids[order].tolist() == [r[0] for r in rows]
@@ -266,7 +274,7 @@ def test_the_long_lived_cache_answers_like_the_one_shot_path_and_holds_little(tm
 def test_sqlite_vecs_own_knn_over_the_bits_finds_the_same_candidates(tmp_path: Path, real) -> None:
     sentences, vectors, queries = real
     store = store_of(tmp_path / "p.db", sentences[:500], vectors[:500])
-    bits = read_bits(store.conn).compact()
+    bits = live_bits(store.conn)
     for q in queries[:5]:
         distances = dict(zip(bits.ids.tolist(), hamming(bits.bits, pack_signs(q)[0]).tolist()))
         pool = vec0_candidates(store.conn, q, 40, None)
