@@ -42,8 +42,7 @@ from common import DEFAULT_EVAL, machine, machine_line, out_dir, pcts, save_json
 
 from llama_index_polaris.engine.config import load_config  # noqa: E402
 from llama_index_polaris.engine.evaluate import (  # noqa: E402
-    build_eval_index, corpus_markdown, documents_in_order, load_beir, mrr_at_k, ndcg_at_k, read_qrels,
-    recall_at_k, score_run,
+    build_eval_index, corpus_markdown, documents_in_order, load_beir, read_qrels, score_run,
 )
 from llama_index_polaris.engine.indexer import SourceDocument  # noqa: E402
 from llama_index_polaris.engine.search import bm25 as bm25_mod  # noqa: E402
@@ -210,17 +209,12 @@ def scifact_metrics(run: dict, qrels: dict) -> dict[str, float]:
     return score_run(run, qrels)
 
 
+SECTION_METRICS = ("recall@3", "mrr@3", "ndcg@10", "recall@10", "mrr@10")
+
+
 def section_metrics(run: dict, qrels: dict) -> dict[str, float]:
     """Recall@3, MRR@3 (the dataset authors' figures), nDCG@10, Recall@10, MRR@10."""
-    out = {"recall@3": 0.0, "mrr@3": 0.0, "ndcg@10": 0.0, "recall@10": 0.0, "mrr@10": 0.0}
-    for qid, rels in qrels.items():
-        ranked = run.get(qid, [])
-        out["recall@3"] += recall_at_k(ranked, rels, 3)
-        out["mrr@3"] += mrr_at_k(ranked, rels, 3)
-        out["mrr@10"] += mrr_at_k(ranked, rels, 10)
-        out["ndcg@10"] += ndcg_at_k(ranked, rels, 10)
-        out["recall@10"] += recall_at_k(ranked, rels, 10)
-    return {k: v / max(len(qrels), 1) for k, v in out.items()}
+    return score_run(run, qrels, SECTION_METRICS)
 
 
 def run_variant(es: EvalSet, qv: QueryVectors, variant: Variant, cfg: Any, depth: int = DEPTH) -> dict[str, float]:

@@ -118,11 +118,24 @@ def _marked_spans(marked: str, opening: str, closing: str) -> list[Span]:
 class _SafeMarkdown(MarkdownIt):
     """CommonMark (plus tables and strikethrough) with raw HTML off and safe links only."""
 
+    # markdown-it token type -> rule. An indented code block is a fence without a language,
+    # and a heading's closing tag is shifted as its opening one, so each pair shares a rule.
+    _RULES = {
+        "text": "_render_text",
+        "code_inline": "_render_code_inline",
+        "code_block": "_render_fence",
+        "fence": "_render_fence",
+        "image": "_render_image",
+        "link_open": "_render_link_open",
+        "heading_open": "_render_heading",
+        "heading_close": "_render_heading",
+    }
+
     def __init__(self) -> None:
         super().__init__("commonmark", {"html": False, "linkify": False, "typographer": False})
         self.enable(["table", "strikethrough"])
-        for name in ("text", "code_inline", "code_block", "fence", "image", "link_open", "heading_open", "heading_close"):
-            self.add_render_rule(name, getattr(self, f"_render_{name}"))
+        for name, method in self._RULES.items():
+            self.add_render_rule(name, getattr(self, method))
 
     def validateLink(self, url: str) -> bool:  # noqa: N802 (markdown-it's name)
         return safe_link(url)
@@ -135,10 +148,6 @@ class _SafeMarkdown(MarkdownIt):
     @staticmethod
     def _render_code_inline(renderer: Any, tokens: Any, idx: int, options: Any, env: dict) -> str:
         return f"<code>{env['highlighter'].mark(tokens[idx].content)}</code>"
-
-    @staticmethod
-    def _render_code_block(renderer: Any, tokens: Any, idx: int, options: Any, env: dict) -> str:
-        return f"<pre><code>{env['highlighter'].mark(tokens[idx].content)}</code></pre>\n"
 
     @staticmethod
     def _render_fence(renderer: Any, tokens: Any, idx: int, options: Any, env: dict) -> str:
@@ -160,12 +169,10 @@ class _SafeMarkdown(MarkdownIt):
         return renderer.renderToken(tokens, idx, options, env)
 
     @staticmethod
-    def _render_heading_open(renderer: Any, tokens: Any, idx: int, options: Any, env: dict) -> str:
-        return f"<h{_shifted(tokens[idx].tag, env)} class=\"polaris-md-heading\">"
-
-    @staticmethod
-    def _render_heading_close(renderer: Any, tokens: Any, idx: int, options: Any, env: dict) -> str:
-        return f"</h{_shifted(tokens[idx].tag, env)}>\n"
+    def _render_heading(renderer: Any, tokens: Any, idx: int, options: Any, env: dict) -> str:
+        token = tokens[idx]
+        level = _shifted(token.tag, env)
+        return f'<h{level} class="polaris-md-heading">' if token.nesting == 1 else f"</h{level}>\n"
 
 
 def _shifted(tag: str, env: dict) -> int:

@@ -6,7 +6,7 @@ import asyncio
 from typing import Any, List, Optional
 
 from llama_index.core.base.embeddings.base import BaseEmbedding, Embedding
-from pydantic import Field, PrivateAttr
+from llama_index.core.bridge.pydantic import Field, PrivateAttr
 
 from .engine.config import PolarisConfig, load_config
 from .engine.embed import Embedder, embedder_from_config

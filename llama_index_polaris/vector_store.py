@@ -45,6 +45,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding
+from llama_index.core.bridge.pydantic import PrivateAttr
 from llama_index.core.schema import BaseNode, MetadataMode, NodeRelationship, RelatedNodeInfo, TextNode
 from llama_index.core.vector_stores.types import (
     BasePydanticVectorStore,
@@ -55,7 +56,6 @@ from llama_index.core.vector_stores.types import (
     VectorStoreQueryResult,
 )
 from llama_index.core.vector_stores.utils import metadata_dict_to_node
-from pydantic import PrivateAttr
 
 from .engine.config import PolarisConfig, load_config
 from .engine.embed import get_model_spec

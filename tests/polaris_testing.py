@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -37,3 +41,31 @@ def make_chunks(doc_id: str, n: int, word: str = "chunk") -> list[ChunkRecord]:
 def fake_binding(dim: int = 4, model_id: str | None = None) -> ModelBinding:
     """A model binding for a model that does not exist: only its name and size matter."""
     return ModelBinding(model_id or f"fake-{dim}", dim, FAKE_FINGERPRINT, "doc: ", "query: ")
+
+
+def start_script(tmp_path: Path, name: str, code: str, *args: object) -> subprocess.Popen:
+    """Run ``code`` as ``tmp_path/name`` in a fresh interpreter on this checkout; stdout and stderr piped."""
+    script = tmp_path / name
+    script.write_text(code)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.Popen([sys.executable, str(script), *map(str, args)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def kill_mid_transaction(tmp_path: Path, writer: str, db_path: Path, n: int = 20000) -> str:
+    """Run ``writer`` (argv: db path, n) until it prints "in-transaction ...", SIGKILL it there.
+
+    Returns that line. The writer must then block with its transaction still open.
+    """
+    proc = start_script(tmp_path, "writer.py", writer, db_path, n)
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("in-transaction"), (line, proc.stderr.read() if proc.poll() is not None else "")
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    return line

@@ -3,12 +3,8 @@ and finding what exact search finds on real vectors, in every scope and after a 
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
-import signal
-import subprocess
-import sys
 import sysconfig
 from pathlib import Path
 
@@ -17,14 +13,14 @@ import pytest
 
 from llama_index_polaris.engine.search import ann
 from llama_index_polaris.engine.search.ann import (
-    LayoutError, ann_knn, blocks_to_bits, fetch_size, hamming, pack_signs, read_bits, vec0_candidates,
+    LayoutError, SignBits, ann_knn, blocks_to_bits, fetch_size, hamming, pack_signs, read_bits, vec0_candidates,
 )
 from llama_index_polaris.engine.search.filters import Condition
 from llama_index_polaris.engine.search.scope import Scope, resolve_scope
 from llama_index_polaris.engine.search.vector import exact_knn, knn
 from llama_index_polaris.engine.search.vector_cache import VectorCache
 from llama_index_polaris.engine.store import ChunkRecord, DocumentRecord, ModelBinding, Store
-from polaris_testing import REPO
+from polaris_testing import REPO, kill_mid_transaction
 
 MODEL = "all-minilm-l6-v2"
 PER_DOC = 20
@@ -83,9 +79,17 @@ def assert_same(found: list[tuple[int, float]], exact: list[tuple[int, float]]) 
     assert [d for _, d in found] == pytest.approx([d for _, d in exact], abs=1e-5)
 
 
+def live_bits(conn) -> SignBits:
+    """The index's live rows only, sorted by chunk id."""
+    bits = read_bits(conn)
+    ids, packed = (bits.ids, bits.bits) if bits.live is None else (bits.ids[bits.live], bits.bits[bits.live])
+    order = np.argsort(ids, kind="stable")
+    return SignBits(ids[order], packed[order])
+
+
 def assert_index_matches_chunks(store: Store) -> None:
     """The sign-bit index holds exactly the chunks with vectors, with their signs."""
-    bits = read_bits(store.conn).compact()
+    bits = live_bits(store.conn)
     rows = store.conn.execute("SELECT id, embedding FROM chunks WHERE embedding IS NOT NULL ORDER BY id").fetchall()
     order = np.argsort(bits.ids)
     assert bits.ids[order].tolist() == [r[0] for r in rows]
@@ -270,7 +274,7 @@ def test_the_long_lived_cache_answers_like_the_one_shot_path_and_holds_little(tm
 def test_sqlite_vecs_own_knn_over_the_bits_finds_the_same_candidates(tmp_path: Path, real) -> None:
     sentences, vectors, queries = real
     store = store_of(tmp_path / "p.db", sentences[:500], vectors[:500])
-    bits = read_bits(store.conn).compact()
+    bits = live_bits(store.conn)
     for q in queries[:5]:
         distances = dict(zip(bits.ids.tolist(), hamming(bits.bits, pack_signs(q)[0]).tolist()))
         pool = vec0_candidates(store.conn, q, 40, None)
@@ -325,21 +329,7 @@ def test_sigkill_during_an_index_write_leaves_a_consistent_index(tmp_path: Path)
     queries = rng.normal(size=(5, 16)).astype(np.float32)
     before = [exact_knn(store.conn, q, 10) for q in queries]
     store.close()
-    script = tmp_path / "writer.py"
-    script.write_text(CRASH_WRITER)
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen([sys.executable, str(script), str(path), "20000"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        line = proc.stdout.readline()
-        assert line.startswith("in-transaction"), (line, proc.stderr.read() if proc.poll() is not None else "")
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=10)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == -signal.SIGKILL
+    kill_mid_transaction(tmp_path, CRASH_WRITER, path)
     with Store(path) as store:
         assert store.conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         assert_index_matches_chunks(store)

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from markdown_it import MarkdownIt
 
 from llama_index_polaris.engine.chunk import ChunkSettings, TokenCounter, chunk_markdown, heuristic_tokens
-from llama_index_polaris.engine.chunk.frontmatter import split_front_matter
+from llama_index_polaris.engine.chunk.frontmatter import read_front_matter
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_chunk.py"
 _spec = importlib.util.spec_from_file_location("bench_chunk", BENCH)
@@ -90,7 +90,7 @@ def reference_count(counter):
 def check(source: str, cfg: ChunkSettings, *, title: str | None = None, check_fences: bool = True) -> list:
     """Assert every invariant for ``chunk_markdown(source)``; return the chunks."""
     doc = chunk_markdown(source, cfg, title=title)
-    metadata, body_start = split_front_matter(source)
+    metadata, body_start, _ = read_front_matter(source)
     count = reference_count(cfg.count_tokens)
     chunks = doc.chunks
     covered = body_start
@@ -223,7 +223,7 @@ def test_invariants_on_site_packages_docs(minilm, capsys):
     cfg = ChunkSettings(count_tokens=minilm)
     sizes, oversize, skipped_fences = [], [], 0
     for name, text in corpus:
-        closed = fences_closed(text[split_front_matter(text)[1] :])
+        closed = fences_closed(text[read_front_matter(text)[1] :])
         skipped_fences += not closed
         chunks = check(text, cfg, title=Path(name).name, check_fences=closed)
         sizes += [c.token_count for c in chunks]

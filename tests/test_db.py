@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
 import sqlite3
 import subprocess
-import sys
 import threading
 from pathlib import Path
 from typing import Callable
@@ -19,7 +16,7 @@ from llama_index_polaris.engine import db
 from llama_index_polaris.engine.db import SCHEMA_VERSION, sqlite_module
 from llama_index_polaris.engine.errors import DatabaseError
 from llama_index_polaris.engine.store import DocumentRecord, Store, to_blob
-from polaris_testing import REPO, fake_binding, make_chunks, unit_vectors
+from polaris_testing import fake_binding, kill_mid_transaction, make_chunks, start_script, unit_vectors
 
 # -- schema ---------------------------------------------------------------------------
 
@@ -269,22 +266,7 @@ def test_a_writer_killed_mid_replace_leaves_the_previous_version(
     make_store(dim=4, docs={"doc": 40, "other": 5}).close()
     with Store(db_path, readonly=True) as reader:
         before = {(c.node_id, c.text) for c in reader.get_chunks(document_id="doc")}
-    script = tmp_path / "writer.py"
-    script.write_text(CRASH_WRITER)
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen([sys.executable, str(script), str(db_path), "20000"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        line = proc.stdout.readline()
-        assert line.startswith("in-transaction"), (line, proc.stderr.read() if proc.poll() is not None else "")
-        wal_at_kill = int(line.split()[1])
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=10)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == -signal.SIGKILL
+    wal_at_kill = int(kill_mid_transaction(tmp_path, CRASH_WRITER, db_path).split()[1])
     assert Path(str(db_path) + "-wal").stat().st_size >= wal_at_kill  # uncommitted frames are on disk
 
     store = open_store(db_path)
@@ -339,11 +321,7 @@ def read_snapshot(store: Store) -> tuple[int, int, int]:
 def test_readers_query_while_a_writer_writes(make_store: Callable[..., Store], db_path: Path,
                                              tmp_path: Path) -> None:
     make_store(dim=4, docs={}).close()
-    script = tmp_path / "wal_writer.py"
-    script.write_text(WAL_WRITER)
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen([sys.executable, str(script), str(db_path), "2.0"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = start_script(tmp_path, "wal_writer.py", WAL_WRITER, db_path, "2.0")
     errors: list[BaseException] = []
     seen: list[set[int]] = [set(), set()]
 

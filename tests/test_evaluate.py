@@ -50,6 +50,14 @@ def test_score_run_averages_over_judged_queries_and_counts_missing_runs_as_zero(
     assert scores["ndcg@10"] == pytest.approx(0.5) and scores["mrr@10"] == pytest.approx(0.5)
 
 
+def test_score_run_takes_the_metrics_by_name_in_the_order_given():
+    qrels = {"q1": {"a": 1, "b": 1}}
+    scores = score_run({"q1": ["x", "a", "b"]}, qrels, ("recall@2", "mrr@1", "ndcg@3"))
+    assert list(scores) == ["recall@2", "mrr@1", "ndcg@3"]
+    assert scores["recall@2"] == pytest.approx(0.5) and scores["mrr@1"] == 0.0
+    assert scores["ndcg@3"] == pytest.approx(ndcg_at_k(["x", "a", "b"], qrels["q1"], 3))
+
+
 def test_chunk_hits_become_a_document_ranking_at_the_best_chunk():
     assert documents_in_order(["d2", "d1", "d2", "d3", "d1"]) == ["d2", "d1", "d3"]
 

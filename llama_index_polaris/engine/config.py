@@ -23,6 +23,7 @@ else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
 from .errors import ConfigError
+from .paths import config_root
 
 FTS_TOKENIZERS = ("unicode61", "porter", "ascii", "trigram")
 
@@ -190,8 +191,7 @@ def _check_relations(values: Mapping[str, Any], source: str) -> None:
 
 def user_config_path() -> Path:
     """Where the per-user polaris.toml lives (XDG_CONFIG_HOME honoured)."""
-    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return Path(base) / "polaris" / "polaris.toml"
+    return config_root() / "polaris.toml"
 
 
 def read_toml(path: Path) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from .errors import InputError
+from .paths import cache_root
 
 METRICS = ("ndcg@10", "recall@10", "recall@100", "mrr@10")
 DEPTH = 100
@@ -51,15 +52,24 @@ def mrr_at_k(ranked: Sequence[str], rels: Mapping[str, int], k: int) -> float:
     return 0.0
 
 
-def score_run(run: Mapping[str, Sequence[str]], qrels: Mapping[str, Mapping[str, int]]) -> dict[str, float]:
-    """Mean of each metric over the queries in ``qrels`` (a query with no run scores 0)."""
-    totals = dict.fromkeys(METRICS, 0.0)
+_AT_K = {"ndcg": ndcg_at_k, "recall": recall_at_k, "mrr": mrr_at_k}
+
+
+def metric_at_k(name: str, ranked: Sequence[str], rels: Mapping[str, int]) -> float:
+    """The metric named ``<ndcg|recall|mrr>@<k>`` (e.g. ``"ndcg@10"``) of one ranking."""
+    measure, k = name.split("@")
+    return _AT_K[measure](ranked, rels, int(k))
+
+
+def score_run(
+    run: Mapping[str, Sequence[str]], qrels: Mapping[str, Mapping[str, int]], metrics: Sequence[str] = METRICS
+) -> dict[str, float]:
+    """Mean of each of ``metrics`` over the queries in ``qrels`` (a query with no run scores 0)."""
+    totals = dict.fromkeys(metrics, 0.0)
     for qid, rels in qrels.items():
         ranked = run.get(qid, [])
-        totals["ndcg@10"] += ndcg_at_k(ranked, rels, 10)
-        totals["recall@10"] += recall_at_k(ranked, rels, 10)
-        totals["recall@100"] += recall_at_k(ranked, rels, 100)
-        totals["mrr@10"] += mrr_at_k(ranked, rels, 10)
+        for name in metrics:
+            totals[name] += metric_at_k(name, ranked, rels)
     n = max(len(qrels), 1)
     return {m: v / n for m, v in totals.items()}
 
@@ -132,8 +142,6 @@ def corpus_fingerprint(path: Path) -> str:
 
 def eval_cache_dir() -> Path:
     """Where cached evaluation indexes live: ``eval/`` in the user-global Polaris cache."""
-    from .embed.fingerprint import cache_root
-
     return cache_root() / "eval"
 
 

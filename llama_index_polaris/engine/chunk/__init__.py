@@ -17,12 +17,13 @@ from typing import Callable
 
 from ..sources import decode_source
 from ..hookspecs import hookimpl
+from ..text import heuristic_tokens
 from .assemble import chunk_sections
 from .frontmatter import read_front_matter
 from .markdown import heading_text, markdown_sections
 from .plain import chunk_text
 from .spans import ChunkedDocument, ChunkSettings, ChunkSpan
-from .tokens import TokenCounter, heuristic_tokens
+from .tokens import TokenCounter
 
 __all__ = [
     "ChunkSettings",

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from bisect import bisect_left
 
+from ..text import heuristic_tokens
 from .blocks import Section, fence_ranges
 from .spans import ChunkSettings, ChunkSpan
 from .split import SENTENCES, WORDS, Budget, Piece, split_section
-from .tokens import heuristic_tokens, measure_for
+from .tokens import measure_for
 
 
 def chunk_sections(source: str, sections: list[Section], settings: ChunkSettings) -> list[ChunkSpan]:

@@ -33,12 +33,6 @@ class _NoAliasLoader(yaml.SafeLoader):
         return super().compose_node(parent, index)
 
 
-def split_front_matter(text: str) -> tuple[dict[str, Any], int]:
-    """``(metadata, body_start)``: the parsed front matter and the offset where the body begins."""
-    metadata, body_start, _ = read_front_matter(text)
-    return metadata, body_start
-
-
 def read_front_matter(text: str) -> tuple[dict[str, Any], int, str | None]:
     """``(metadata, body_start, warning)``; the warning says why a block was kept as text."""
     pos = 1 if text.startswith("\ufeff") else 0

@@ -24,7 +24,6 @@ from itertools import accumulate, chain
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
-from ..text import heuristic_tokens  # noqa: F401  (re-exported: the chunker's default)
 from ..text import clean_text
 
 Measure = Callable[[int, int], int]

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ModelError
-from .fingerprint import cache_root, file_sha256
+from ..paths import cache_root, xdg_cache_home
+from .fingerprint import file_sha256
 from .registry import ModelFile, ModelSpec
 
 log = logging.getLogger(__name__)
@@ -136,7 +137,7 @@ def _hf_hub_dir() -> Path:
     """The hub cache as huggingface_hub finds it, read now (its own constant is fixed at import)."""
     if os.environ.get("HF_HUB_CACHE"):
         return Path(os.environ["HF_HUB_CACHE"])
-    home = os.environ.get("HF_HOME") or os.path.join(os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache"), "huggingface")
+    home = os.environ.get("HF_HOME") or xdg_cache_home() / "huggingface"
     return Path(home) / "hub"
 
 

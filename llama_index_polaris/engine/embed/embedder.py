@@ -13,11 +13,12 @@ from typing import TYPE_CHECKING, Iterable
 import numpy as np
 
 from ..errors import ConfigError, ModelError
+from ..text import clean_text
 from . import cache
 from .fingerprint import file_sha256
 from .pooling import finish
 from .registry import ModelSpec, get_model_spec
-from .runtime import Session, Tokenizers, clean_text, create_session, load_tokenizers, pad_batch, plan_batches
+from .runtime import Session, Tokenizers, create_session, load_tokenizers, pad_batch, plan_batches
 
 if TYPE_CHECKING:
     from ..chunk.tokens import TokenCounter

@@ -7,18 +7,13 @@ import json
 import logging
 import os
 import threading
-from pathlib import Path
+
+from ..paths import cache_root
 
 log = logging.getLogger(__name__)
 
 _LOCK = threading.Lock()
 _MEMO_NAME = "fingerprints.json"
-
-
-def cache_root() -> Path:
-    """The user-global Polaris cache: ``$XDG_CACHE_HOME/polaris``, else ``~/.cache/polaris``."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "polaris"
 
 
 def sha256_of(path: str | os.PathLike[str]) -> str:

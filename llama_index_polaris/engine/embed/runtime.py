@@ -1,4 +1,4 @@
-"""ONNX Runtime and tokenizer plumbing: loading, text cleaning, token-count batches, dynamic padding."""
+"""ONNX Runtime and tokenizer plumbing: loading, token-count batches, dynamic padding."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..errors import ModelError
-from ..text import clean_text  # noqa: F401 - re-exported for the embedder
 
 log = logging.getLogger(__name__)
 

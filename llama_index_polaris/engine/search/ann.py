@@ -61,12 +61,6 @@ class SignBits:
         """Bytes held by the arrays."""
         return self.ids.nbytes + self.bits.nbytes + (0 if self.live is None else self.live.nbytes)
 
-    def compact(self) -> "SignBits":
-        """The live rows only, sorted by chunk id (what a long-lived process keeps)."""
-        ids, bits = (self.ids, self.bits) if self.live is None else (self.ids[self.live], self.bits[self.live])
-        order = np.argsort(ids, kind="stable")
-        return SignBits(ids[order], bits[order])
-
 
 # -- the maths (pure) ---------------------------------------------------------------------
 _POP8 = np.array([bin(i).count("1") for i in range(256)], dtype=np.uint8)

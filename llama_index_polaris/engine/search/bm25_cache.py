@@ -45,6 +45,8 @@ _TOKENIZE = re.compile(r"tokenize\s*=\s*'((?:[^']|'')*)'", re.IGNORECASE)
 def varints(blob: bytes) -> list[int]:
     """The SQLite varints packed in ``blob`` (FTS5's docsize and averages records)."""
     out, value = [], 0
+    # ``value`` holds the 7-bit groups of the varint read so far, most significant first;
+    # a byte without the high bit ends it.
     for byte in blob:
         value = (value << 7) | (byte & 0x7F)
         if not byte & 0x80:
@@ -117,6 +119,9 @@ class Bm25Cache(StoreCache):
             if not common:
                 return bm25(self.store.conn, query, limit, scope)
             scores = np.zeros(len(base.ids))
+            # Each (distinct) query word is scored exactly once: a word that is one common term
+            # from its posting list here, every other word by FTS5 in _add_fts. The phrases of
+            # bm25() score apart, so ``scores`` ends as its sum over all of them.
             for term in common:
                 rows, tf = self._posting(term, base)
                 weight = idf(base.n_rows, self._doc_freq(term))
@@ -211,6 +216,8 @@ class Bm25Cache(StoreCache):
         self._postings[term] = entry
         self._held += len(unique)
         bound = self.max_postings or max(MAX_POSTINGS, POSTINGS_PER_CHUNK * len(base.ids))
+        # ``_held`` is the number of postings in ``_postings``; least recently used words go
+        # until it is within ``bound``, never the word just added (so a query always runs).
         while self._held > bound and len(self._postings) > 1:
             _, (old, _) = self._postings.popitem(last=False)
             self._held -= len(old)
@@ -218,6 +225,8 @@ class Bm25Cache(StoreCache):
 
     def _query_terms(self, words: list[str]) -> list[tuple[str, ...]]:
         unseen = [w for w in dict.fromkeys(words) if w not in self._terms]
+        # ``_terms`` never holds more than MAX_WORDS words: when this query's would overflow
+        # it, it starts again from this query's words alone.
         if unseen:
             if len(self._terms) + len(unseen) > MAX_WORDS:
                 self._terms.clear()  # start afresh, keeping nothing this query still needs

@@ -68,20 +68,21 @@ def resolve_documents(conn: Any, documents: Sequence[str] | None, collections: S
     docs, cols = _unique(documents, "documents"), _unique(collections, "collections")
     found: dict[str, None] = {}
     if docs:
-        rows = conn.execute(
-            "SELECT id FROM documents WHERE id IN (SELECT value FROM json_each(?))"
-            " OR path IN (SELECT value FROM json_each(?))",
-            (json.dumps(docs), json.dumps(docs)),
-        ).fetchall()
-        found.update((r[0], None) for r in rows)
+        found.update(_ids(conn, _BY_ID_OR_PATH, docs, docs))
     if cols:
-        rows = conn.execute(
-            "SELECT id FROM documents WHERE status IN (SELECT value FROM json_each(?))"
-            " AND collection IN (SELECT value FROM json_each(?))",
-            (json.dumps(SEARCHABLE), json.dumps(cols)),
-        ).fetchall()
-        found.update((r[0], None) for r in rows)
+        found.update(_ids(conn, _IN_COLLECTIONS, SEARCHABLE, cols))
     return tuple(found)
+
+
+_BY_ID_OR_PATH = ("SELECT id FROM documents WHERE id IN (SELECT value FROM json_each(?))"
+                  " OR path IN (SELECT value FROM json_each(?))")
+_IN_COLLECTIONS = ("SELECT id FROM documents WHERE status IN (SELECT value FROM json_each(?))"
+                   " AND collection IN (SELECT value FROM json_each(?))")
+
+
+def _ids(conn: Any, sql: str, *lists: Sequence[str]) -> dict[str, None]:
+    """The first column of ``sql``'s rows, in order, each list passed as one JSON array."""
+    return dict.fromkeys(r[0] for r in conn.execute(sql, [json.dumps(list(v)) for v in lists]))
 
 
 def resolve_chunks(conn: Any, filters: Filter | None, node_ids: Sequence[str] | None) -> tuple[int, ...] | None:
