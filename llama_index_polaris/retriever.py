@@ -42,7 +42,10 @@ class PolarisRetriever(BaseRetriever):
     store's collection bounds every search; ``documents`` (ids or paths) and
     ``collections`` narrow it as in 5ire: an empty list scopes to nothing. ``filters`` are
     LlamaIndex ``MetadataFilters``; ``alpha`` weighs vector against BM25 in hybrid fusion
-    (1 = vector only, 0 = BM25 only). ``similarity_top_k`` is returned as asked. Left
+    (1 = vector only, 0 = BM25 only). ``similarity_top_k`` is returned as asked.
+    ``context_tokens`` puts each section hit's whole section, cut to that many tokens, in
+    ``node.metadata["section_text"]``; ``MetadataReplacementPostProcessor(
+    target_metadata_key="section_text")`` then gives the LLM the section. Left
     out: the store is opened at the config's ``db_path``, ``similarity_top_k`` is the
     config's ``top_k``, and queries are embedded with the model the database records
     (the engine's embedder), so ``embed_model`` is needed only to embed elsewhere; a
@@ -60,6 +63,7 @@ class PolarisRetriever(BaseRetriever):
         filters: Optional[MetadataFilters] = None,
         mmr_lambda: Optional[float] = None,
         alpha: Optional[float] = None,
+        context_tokens: Optional[int] = None,
         callback_manager: Optional[CallbackManager] = None,
         **kwargs: Any,
     ) -> None:
@@ -77,6 +81,7 @@ class PolarisRetriever(BaseRetriever):
         self.filters = filters
         self.mmr_lambda = mmr_lambda
         self.alpha = alpha
+        self.context_tokens = context_tokens
         self._engine_filters = to_engine_filter(filters)  # fails now on a filter of the wrong type
         super().__init__(callback_manager=callback_manager, **kwargs)
 
@@ -109,6 +114,7 @@ class PolarisRetriever(BaseRetriever):
             filters=self._engine_filters,
             query_vector=None if self.mode == "bm25" else query_bundle.embedding,
             mmr_lambda=self.mmr_lambda,
+            context_tokens=self.context_tokens,
         )
         return [PolarisNodeWithScore(node=hit_to_node(h), score=h.score, explain=h.explain) for h in hits]
 

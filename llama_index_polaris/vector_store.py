@@ -62,7 +62,7 @@ from .engine.embed import get_model_spec
 from .engine.errors import InputError, ModelError, ModelMismatchError
 from .engine.recipe import STRUCTURAL_KEYS
 from .engine.search.filters import Condition, Filter, FilterGroup
-from .engine.search.pipeline import Hit, Searcher
+from .engine.search.pipeline import Hit
 from .engine.search.vector import MAX_K
 from .engine.index import PolarisIndex
 from .engine.store import DEFAULT_COLLECTION, ChunkRecord, DocumentRecord, ModelBinding, Store, text_hash
@@ -111,9 +111,19 @@ def to_node(
     )
 
 
+SECTION_TEXT_KEY = "section_text"  # for MetadataReplacementPostProcessor(target_metadata_key=...)
+
+
 def hit_to_node(hit: Hit) -> BaseNode:
-    """A search hit as a LlamaIndex node."""
-    return to_node(hit.node_id, hit.text, hit.metadata, hit.document_id, hit.start_char, hit.end_char, node=hit.node)
+    """A search hit as a LlamaIndex node; the section's bounded text, when asked for, in
+    ``metadata["section_text"]`` (hidden from the LLM and embed renderings)."""
+    node = to_node(hit.node_id, hit.text, hit.metadata, hit.document_id, hit.start_char, hit.end_char, node=hit.node)
+    if hit.section_text is not None:
+        node.metadata[SECTION_TEXT_KEY] = hit.section_text
+        for keys in (node.excluded_llm_metadata_keys, node.excluded_embed_metadata_keys):
+            if SECTION_TEXT_KEY not in keys:
+                keys.append(SECTION_TEXT_KEY)
+    return node
 
 
 def _int_or(value: Any, default: int) -> int:
@@ -339,10 +349,7 @@ class PolarisVectorStore(BasePydanticVectorStore):
 
     def search(self, query: str, *, embed_query: Callable[[str], Any] | None = None, **kwargs: Any) -> List[Hit]:
         """Run the engine pipeline (``Searcher.search``) in this collection; ``embed_query`` embeds the query."""
-        searcher = self._index.searcher() if embed_query is None else Searcher(
-            self.client, embed_query, self.config, self._index.vector_cache, self._index.bm25_cache
-        )
-        return searcher.search(query, within_collection=self.collection, **kwargs)
+        return self._index.searcher(embed_query).search(query, within_collection=self.collection, **kwargs)
 
     def query(self, query: VectorStoreQuery, **kwargs: Any) -> VectorStoreQueryResult:
         """Answer a LlamaIndex query in mode DEFAULT, TEXT_SEARCH, HYBRID or MMR."""
@@ -371,6 +378,7 @@ class PolarisVectorStore(BasePydanticVectorStore):
             mmr_lambda=self._mmr_lambda(query, kwargs),
             alpha=query.alpha if query.mode == VectorStoreQueryMode.HYBRID else None,
             unit=None if query.mode == VectorStoreQueryMode.HYBRID else "chunk",  # other modes: LlamaIndex's nodes
+            context_tokens=kwargs.get("context_tokens"),
         )
         if query.mode == VectorStoreQueryMode.DEFAULT:
             similarities = [1.0 - h.explain.vector_distance for h in hits]
@@ -382,7 +390,7 @@ class PolarisVectorStore(BasePydanticVectorStore):
 
     def _mmr_lambda(self, query: VectorStoreQuery, kwargs: Dict[str, Any]) -> Optional[float]:
         """MMR's lambda: the query's mmr_threshold, else the keyword, else (MMR mode) the config's."""
-        unknown = set(kwargs) - {"mmr_threshold"}
+        unknown = set(kwargs) - {"mmr_threshold", "context_tokens"}
         if unknown:
             raise InputError(f"PolarisVectorStore.query does not take {', '.join(sorted(unknown))}.")
         threshold = query.mmr_threshold if query.mmr_threshold is not None else kwargs.get("mmr_threshold")

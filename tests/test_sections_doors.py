@@ -87,3 +87,36 @@ async def test_datasette_answers_the_same_sections(project: Path) -> None:
     sql = await ds.client.get("/polaris.json", params={"sql": f"select polaris_search('{QUERY}', 4) as v",
                                                        "_shape": "array"})
     assert sections([(h["document"], h["heading_path"]) for h in json.loads(sql.json()[0]["v"])]) == python
+
+
+def test_a_query_engine_can_give_the_llm_the_section(project: Path) -> None:
+    """The section's bounded text reaches LlamaIndex as node metadata, the same text as the
+    CLI's --context section; MetadataReplacementPostProcessor swaps it in for the LLM."""
+    from llama_index.core.postprocessor import MetadataReplacementPostProcessor
+    from llama_index.core.schema import MetadataMode, QueryBundle
+
+    cfg = load_config(project, use_user_config=False)
+    exe = str(Path(sys.executable).with_name("polaris"))
+    env = {**os.environ, "XDG_CONFIG_HOME": str(project / "xdg")}
+    cli = subprocess.run([exe, "search", QUERY, "-k", "2", "--json", "--context", "section", "--context-tokens", "600"],
+                         cwd=project, capture_output=True, text=True, env=env, timeout=120)
+    assert cli.returncode == 0, cli.stderr
+    expected = [h["section_text"] for h in json.loads(cli.stdout)]
+    assert len(expected[0]) > len(json.loads(cli.stdout)[0]["text"])  # the long section: more than one chunk
+
+    store = PolarisVectorStore(project / "polaris.db", config=cfg)
+    embed = PolarisEmbedding(model_id=MODEL, config=cfg)
+    nodes = PolarisRetriever(vector_store=store, similarity_top_k=2, context_tokens=600).retrieve(QUERY)
+    assert [n.node.metadata["section_text"] for n in nodes] == expected
+    assert "section_text" not in nodes[0].node.get_content(metadata_mode=MetadataMode.LLM).split(":")[0]
+    assert expected[0] not in nodes[0].node.get_content(metadata_mode=MetadataMode.LLM)
+    swapped = MetadataReplacementPostProcessor(target_metadata_key="section_text").postprocess_nodes(
+        nodes, QueryBundle(QUERY))
+    assert swapped[0].node.get_content() == expected[0]
+
+    hybrid = VectorStoreIndex.from_vector_store(store, embed_model=embed).as_retriever(
+        vector_store_query_mode="hybrid", similarity_top_k=2, vector_store_kwargs={"context_tokens": 600})
+    assert [n.node.metadata["section_text"] for n in hybrid.retrieve(QUERY)] == expected
+    without = PolarisRetriever(vector_store=store, similarity_top_k=2).retrieve(QUERY)
+    assert "section_text" not in without[0].node.metadata
+    store.close()

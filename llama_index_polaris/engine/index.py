@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from .config import PolarisConfig, load_config
 from .errors import DatabaseError, InputError
@@ -74,12 +74,13 @@ class PolarisIndex:
                 self._embedder = embedder
             return self._embedder
 
-    def searcher(self) -> Any:
-        """A Searcher over this index that embeds queries with its embedder."""
+    def searcher(self, embed_query: Callable[[str], Any] | None = None) -> Any:
+        """A Searcher over this index; queries are embedded by ``embed_query``, else its embedder."""
         from .search.pipeline import Searcher
 
+        embed = embed_query if embed_query is not None else (lambda q: self.embedder.embed_query(q))
         return Searcher(
-            self.store, lambda q: self.embedder.embed_query(q), self.config, self.vector_cache, self.bm25_cache,
+            self.store, embed, self.config, self.vector_cache, self.bm25_cache,
             count_tokens=lambda t: self.embedder.count_tokens(t),
         )
 
