@@ -117,6 +117,13 @@ def test_a_query_engine_can_give_the_llm_the_section(project: Path) -> None:
     hybrid = VectorStoreIndex.from_vector_store(store, embed_model=embed).as_retriever(
         vector_store_query_mode="hybrid", similarity_top_k=2, vector_store_kwargs={"context_tokens": 600})
     assert [n.node.metadata["section_text"] for n in hybrid.retrieve(QUERY)] == expected
+    from llama_index.core.llms import MockLLM
+
+    engine = VectorStoreIndex.from_vector_store(store, embed_model=embed).as_query_engine(
+        llm=MockLLM(), vector_store_query_mode="hybrid", similarity_top_k=2,
+        vector_store_kwargs={"context_tokens": 600},
+        node_postprocessors=[MetadataReplacementPostProcessor(target_metadata_key="section_text")])
+    assert [n.node.get_content() for n in engine.query(QUERY).source_nodes] == expected
     without = PolarisRetriever(vector_store=store, similarity_top_k=2).retrieve(QUERY)
     assert "section_text" not in without[0].node.metadata
     store.close()
