@@ -7,7 +7,8 @@ For each set the corpus is indexed twice with the bundled model: by the engine's
 (``VectorStoreIndex(... transformations=[PolarisNodeParser()], embed_model=PolarisEmbedding)``
 into a ``PolarisVectorStore``). It reports how many (heading path, text) chunks the two
 share, the lowest cosine between the two vectors of one chunk, and nDCG@10 / Recall@10 /
-MRR@10 of hybrid retrieval through each door (``PolarisIndex.search`` and
+MRR@10 of hybrid retrieval through each door, and the share of queries whose hits
+(document, chunk span) are the same in the same order (``PolarisIndex.search`` and
 ``VectorStoreIndex.as_retriever(vector_store_query_mode="hybrid")``). SciFact: test split,
 a document ranks at its best hit. anthropic_docs: pages rebuilt as in quality.py, scored
 by section. Writes benchmarks/out/llamaindex_parity.json and prints a Markdown table.
@@ -68,7 +69,7 @@ def cli_door(name: str, docs: list[SourceDocument], queries: dict, cfg: Any) -> 
     runs = {}
     for qid, text in queries.items():
         hits = searcher.search(text, top_k=3 * DEPTH)
-        runs[qid] = [(h.document_id, h.section_start, h.section_end) for h in hits]
+        runs[qid] = [(h.document_id, h.start_char, h.end_char) for h in hits]  # the node's span, as LlamaIndex's
     return index, runs
 
 
@@ -111,8 +112,8 @@ def main() -> None:
     args = ap.parse_args()
     cfg = load_config(use_user_config=False, model_id=MODEL)
     results: dict[str, Any] = {"machine": machine_line(machine()), "sets": {}}
-    print("| set | door | chunks | shared (heading path, text) | min cosine | nDCG@10 | R@10 | MRR@10 |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| set | door | chunks | shared (heading path, text) | min cosine | same hits, same order | nDCG@10 | R@10 | MRR@10 |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for name, (docs, queries, qrels, to_ranking, metrics) in sets(args.eval_dir).items():
         if name not in args.sets.split(","):
             continue
@@ -120,13 +121,14 @@ def main() -> None:
         index, cli_runs = cli_door(name, docs, queries, cfg)
         store, li_runs = llamaindex_door(name, docs, queries, cfg)
         chunks = same_chunks(index, store)
-        entry = {"chunks": chunks, "seconds": time.perf_counter() - t}
+        same = sum(cli_runs[q] == li_runs[q] for q in queries) / max(len(queries), 1)
+        entry = {"chunks": chunks, "same_hits": same, "seconds": time.perf_counter() - t}
         for door, runs, count in (("polaris index", cli_runs, chunks["cli_chunks"]),
                                   ("LlamaIndex", li_runs, chunks["llamaindex_chunks"])):
             m = metrics({q: to_ranking(h) for q, h in runs.items()}, qrels)
             entry[door] = m
             print(f"| {name} | {door} | {count} | {chunks['shared']} | {chunks['min_cosine']:.4f} |"
-                  f" {m['ndcg@10']:.4f} | {m['recall@10']:.4f} | {m['mrr@10']:.4f} |", flush=True)
+                  f" {same:.0%} of queries | {m['ndcg@10']:.4f} | {m['recall@10']:.4f} | {m['mrr@10']:.4f} |", flush=True)
         results["sets"][name] = entry
         index.close()
         store.close()
