@@ -4,8 +4,9 @@
     polaris_search(query[, k[, opts]])  -> JSON array of hybrid hits with their explanation
 
 ``opts`` is a JSON object with any of ``mode`` ("hybrid", "vector", "bm25"),
-``collections`` and ``documents`` (lists of names) and ``unit`` ("section", the
-default, or "chunk"). Both functions use the model
+``collections`` and ``documents`` (lists of names), ``unit`` ("section", the
+default, or "chunk") and ``context_tokens`` (each section hit's text, cut to that many
+tokens, as ``section_text``). Both functions use the model
 recorded in the database they run on.
 
 A function that cannot answer returns ``{"error": "<function>: <reason>"}`` (JSON text)
@@ -63,7 +64,7 @@ def _index(path: str | None, database: str) -> Any:
     return index_for(path)
 
 
-OPTIONS = ("mode", "collections", "documents", "unit")
+OPTIONS = ("mode", "collections", "documents", "unit", "context_tokens")
 
 
 def _options(raw: Any) -> dict[str, Any]:

@@ -89,9 +89,10 @@ async def test_datasette_answers_the_same_sections(project: Path) -> None:
     assert sections([(h["document"], h["heading_path"]) for h in json.loads(sql.json()[0]["v"])]) == python
 
 
-def test_a_query_engine_can_give_the_llm_the_section(project: Path) -> None:
-    """The section's bounded text reaches LlamaIndex as node metadata, the same text as the
-    CLI's --context section; MetadataReplacementPostProcessor swaps it in for the LLM."""
+async def test_a_query_engine_can_give_the_llm_the_section(project: Path) -> None:
+    """The section's bounded text reaches LlamaIndex as node metadata and Datasette's
+    polaris_search as section_text, the same text as the CLI's --context section;
+    MetadataReplacementPostProcessor swaps it in for the LLM."""
     from llama_index.core.postprocessor import MetadataReplacementPostProcessor
     from llama_index.core.schema import MetadataMode, QueryBundle
 
@@ -125,5 +126,9 @@ def test_a_query_engine_can_give_the_llm_the_section(project: Path) -> None:
         node_postprocessors=[MetadataReplacementPostProcessor(target_metadata_key="section_text")])
     assert [n.node.get_content() for n in engine.query(QUERY).source_nodes] == expected
     without = PolarisRetriever(vector_store=store, similarity_top_k=2).retrieve(QUERY)
+    ds = Datasette([str(project / "polaris.db")])
+    sql = await ds.client.get("/polaris.json", params={
+        "sql": f"select polaris_search('{QUERY}', 2, '{{\"context_tokens\": 600}}') as v", "_shape": "array"})
+    assert [h["section_text"] for h in json.loads(sql.json()[0]["v"])] == expected
     assert "section_text" not in without[0].node.metadata
     store.close()
