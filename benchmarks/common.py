@@ -116,3 +116,12 @@ def save_json(name: str, data: Any) -> Path:
     path = out_dir() / name
     path.write_text(json.dumps(data, indent=2, default=float))
     return path
+
+
+def publish(stem: str, results: Any, render: Any) -> str:
+    """Write ``<stem>.json`` and ``<stem>.md`` (``render(results)``) to benchmarks/out and print the Markdown."""
+    save_json(f"{stem}.json", results)
+    md = render(results)
+    (out_dir() / f"{stem}.md").write_text(md)
+    print(md)
+    return md

@@ -38,7 +38,7 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import DEFAULT_EVAL, machine, machine_line, out_dir, pcts, save_json, table  # noqa: E402
+from common import DEFAULT_EVAL, machine, machine_line, out_dir, pcts, publish, save_json, table  # noqa: E402
 
 from llama_index_polaris.engine.config import load_config  # noqa: E402
 from llama_index_polaris.engine.evaluate import (  # noqa: E402
@@ -544,10 +544,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
         print("LlamaIndex alternatives ...", file=sys.stderr, flush=True)
         results["llamaindex"] = llamaindex_part(beir, sf_test, an, qv, args.latency_top_k, args.li_scifact_nodes)
     results["seconds"] = time.perf_counter() - t0
-    save_json("quality.json", results)
-    md = render(results)
-    (out_dir() / "quality.md").write_text(md)
-    print(md)
+    publish("quality", results, render)
     return results
 
 
@@ -565,32 +562,29 @@ def llamaindex_part(beir: Any, sf: EvalSet, an: EvalSet, qv: QueryVectors, laten
         nodes = llamaindex_nodes_chunks(sf.index)
         info = {"nodes": len(nodes), "kind": "Polaris chunks, vectors reused; a document ranks at its best chunk"}
     out["scifact_nodes"] = info
-    li = LlamaIndexSystems(nodes, embed, DEPTH)
-    out["bm25_error"] = li.bm25_error
     doc_span = lambda n: _Span(n.node.metadata["document_id"], None, None)  # noqa: E731
-    out["scifact-test"] = {}
-    for name, r in li.systems().items():
-        metrics, secs = run_llamaindex(r, sf, qv, doc_span)
-        out["scifact-test"][name] = {**metrics, "latency_depth100_ms": pcts(secs)}
-        print(f"  {name} scifact: {metrics['ndcg@10']:.4f}", file=sys.stderr, flush=True)
-    li10 = LlamaIndexSystems(nodes, embed, latency_k)
-    for name, r in li10.systems().items():
-        out["scifact-test"][name]["latency_ms"] = llamaindex_latency(lambda r=r: r, sf, qv)
-    del li, li10, nodes
+    out["scifact-test"], out["bm25_error"] = llamaindex_set(nodes, embed, sf, qv, doc_span, latency_k, "ndcg@10")
+    del nodes
     # anthropic_docs: the chunks Polaris made
-    chunk_nodes = llamaindex_nodes_chunks(an.index)
-    li = LlamaIndexSystems(chunk_nodes, embed, DEPTH)
     chunk_span = lambda n: _Span(n.node.metadata["document_id"], n.node.metadata["start_char"],  # noqa: E731
                                  n.node.metadata["end_char"])
-    out["anthropic_docs"] = {}
-    for name, r in li.systems().items():
-        metrics, secs = run_llamaindex(r, an, qv, chunk_span)
-        out["anthropic_docs"][name] = {**metrics, "latency_depth100_ms": pcts(secs)}
-        print(f"  {name} anthropic: R@3 {metrics['recall@3']:.4f}", file=sys.stderr, flush=True)
-    li10 = LlamaIndexSystems(chunk_nodes, embed, latency_k)
-    for name, r in li10.systems().items():
-        out["anthropic_docs"][name]["latency_ms"] = llamaindex_latency(lambda r=r: r, an, qv)
+    out["anthropic_docs"], _ = llamaindex_set(llamaindex_nodes_chunks(an.index), embed, an, qv, chunk_span, latency_k,
+                                              "recall@3")
     return out
+
+
+def llamaindex_set(nodes: list, embed: Any, es: EvalSet, qv: QueryVectors, span: Any, latency_k: int,
+                   shown: str) -> tuple[dict, Any]:
+    """Every LlamaIndex system over ``nodes`` on one set: metrics at depth 100, then latency at ``latency_k``."""
+    li = LlamaIndexSystems(nodes, embed, DEPTH)
+    out = {}
+    for name, r in li.systems().items():
+        metrics, secs = run_llamaindex(r, es, qv, span)
+        out[name] = {**metrics, "latency_depth100_ms": pcts(secs)}
+        print(f"  {name} {es.name}: {shown} {metrics[shown]:.4f}", file=sys.stderr, flush=True)
+    for name, r in LlamaIndexSystems(nodes, embed, latency_k).systems().items():
+        out[name]["latency_ms"] = llamaindex_latency(lambda r=r: r, es, qv)
+    return out, li.bm25_error
 
 
 def render(r: dict) -> str:

@@ -39,7 +39,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import DEFAULT_EVAL, REPO, machine, machine_line, out_dir, pcts, save_json, table  # noqa: E402
+from common import DEFAULT_EVAL, REPO, machine, machine_line, out_dir, pcts, publish, save_json, table  # noqa: E402
 
 from llama_index_polaris.engine.db.connect import connect  # noqa: E402
 
@@ -870,10 +870,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
         res["indexing"] = indexing_bench(eval_dir, args.index_docs)
     res["loadavg_end"] = os.getloadavg()
     res["seconds"] = time.perf_counter() - t0
-    save_json("speed.json", res)
-    md = render(res)
-    (out_dir() / "speed.md").write_text(md)
-    print(md)
+    publish("speed", res, render)
     return res
 
 
