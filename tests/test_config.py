@@ -290,3 +290,23 @@ def test_every_setting_and_hook_is_documented() -> None:
     hooks = [n for n in dir(hookspecs) if n.startswith("register_")]
     missing += [h for h in hooks if h not in documented]
     assert hooks and missing == []
+
+
+def test_the_documented_defaults_are_the_defaults() -> None:
+    """docs/configuration.md's table gives each setting's default as SETTINGS has it (a
+    fixed value is written in the table as the value; `none` for None; a phrase for a
+    default that depends on the model or machine)."""
+    import re
+
+    from polaris_testing import REPO
+
+    rows = re.findall(r"^\| `([a-z_]+)` \| ([^|]+) \|", (REPO / "docs" / "configuration.md").read_text("utf-8"), re.M)
+    table = {name: cell.strip().strip("`") for name, cell in rows}
+    assert set(table) == {s.name for s in SETTINGS}
+    for s in SETTINGS:
+        if s.default is None:
+            assert table[s.name] in ("none", "the model's", "physical cores"), s.name
+        elif isinstance(s.default, bool):
+            assert table[s.name] == str(s.default).lower(), s.name
+        else:
+            assert table[s.name] == str(s.default), (s.name, table[s.name], s.default)
