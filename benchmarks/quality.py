@@ -40,7 +40,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import DEFAULT_EVAL, machine, machine_line, out_dir, pcts, publish, save_json, table  # noqa: E402
 
-from llama_index_polaris.engine.config import load_config  # noqa: E402
+from llama_index_polaris.engine.config import SETTINGS, load_config  # noqa: E402
 from llama_index_polaris.engine.evaluate import (  # noqa: E402
     build_eval_index, corpus_markdown, documents_in_order, load_beir, read_qrels, score_run,
 )
@@ -177,8 +177,10 @@ def base_variants() -> list[Variant]:
     for k in (10, 20):
         for w in (0.05, 0.1, 0.2):
             v.append(Variant(f"RRF k={k} + boost {w}", rrf_k=k, heading_boost=w, group="combo"))
+    defaults = {s.name: s.default for s in SETTINGS}
     for unit in ("chunk", "section"):
-        v.append(Variant(f"defaults, unit {unit}", rrf_k=20, heading_boost=0.05, unit=unit, group="unit"))
+        v.append(Variant(f"defaults, unit {unit}", rrf_k=defaults["rrf_k"], heading_boost=defaults["heading_boost"],
+                         unit=unit, group="unit"))
     return v
 
 
