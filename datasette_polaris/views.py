@@ -23,6 +23,7 @@ from llama_index_polaris.engine.config import describe
 from llama_index_polaris.engine.db.connect import sqlite_error_message
 from llama_index_polaris.engine.errors import DatabaseError, InputError, PolarisError
 from llama_index_polaris.engine.search.pipeline import MAX_QUERY_CHARS, MODES, clamp_top_k
+from llama_index_polaris.engine.search.scope import resolve_documents
 
 from . import legend, render
 from llama_index_polaris.engine.index import PolarisIndex
@@ -145,6 +146,8 @@ async def document_page(datasette: Any, request: Any) -> Response:
         )
     except DatabaseError as exc:
         return await page.failure(DAMAGED_STATUS, str(exc), "polaris_document.html", context)
+    except InputError as exc:
+        return await page.failure(404, str(exc), "polaris_document.html", context)
     if doc is None:
         return await page.failure(404, f"No document with id {doc_id!r} in {name}.", "polaris_document.html", context)
     context.update(
@@ -292,10 +295,18 @@ def _text_html(text: str, marker: render.Highlighter, view: str, heading_offset:
 
 
 def _document(engine: PolarisIndex, doc_id: str, form: SearchForm, html: bool) -> tuple[Any, list[dict[str, Any]]]:
-    """The document and, per chunk, its figures (and, for the page, its marked-up text)."""
+    """The document (by id, else by its path when one document has it) and, per chunk,
+    its figures (and, for the page, its marked-up text)."""
     doc = engine.store.get_document(doc_id)
     if doc is None:
+        with engine.store.read() as conn:
+            ids = resolve_documents(conn, [doc_id], None) or ()
+        if len(ids) > 1:
+            raise InputError(f"{len(ids)} documents have the path {doc_id!r}: ask for one id, {', '.join(ids)}.")
+        doc = engine.store.get_document(ids[0]) if ids else None
+    if doc is None:
         return None, []
+    doc_id = doc.id
     chunks = engine.store.get_chunks(document_id=doc_id)
     count_tokens = _token_counter(engine) if any(c.token_count is None for c in chunks) else None
     shared = render.overlaps([(c.text, c.start_char, c.end_char) for c in chunks])

@@ -654,3 +654,30 @@ async def test_a_section_hit_lists_the_chunks_that_matched(tmp_path: Path) -> No
         "sql": """select polaris_search('token rotation schedule', 5, '{"unit": "chunk"}') as v""", "_shape": "array"})).json()
     chunk_hits = json.loads(chunked[0]["v"])  # the SQL function takes the unit as the other doors do
     assert [h["heading_path"] for h in chunk_hits].count("Keys > Rotation") >= 4 and chunk_hits[0]["unit"] == "chunk"
+
+
+async def test_the_document_page_finds_a_document_by_its_path(tmp_path: Path) -> None:
+    """A document's id is <collection>:<path>; the page also takes the path a user sees,
+    when one document has it, and names the ids when several do."""
+    from llama_index_polaris.engine.config import load_config
+    from llama_index_polaris.engine.index import PolarisIndex
+
+    for folder in ("guides", "notes"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "same.md").write_text(f"# Same\n\nThe {folder} copy.\n")
+    (tmp_path / "guides" / "only.md").write_text("# Only\n\nOne document has this path.\n")
+    (tmp_path / "polaris.toml").write_text('model_id = "all-minilm-l6-v2"\n')
+    cfg = load_config(tmp_path, use_user_config=False)
+    with PolarisIndex(tmp_path / "polaris.db", config=cfg) as index:
+        index.index_paths([tmp_path / "guides"], collection="guides")
+        index.index_paths([tmp_path / "notes"], collection="notes")
+    ds = Datasette([str(tmp_path / "polaris.db")])
+    by_path = await ds.client.get("/polaris/-/polaris/document.json", params={"id": "only.md"})
+    by_id = await ds.client.get("/polaris/-/polaris/document.json", params={"id": "guides:only.md"})
+    assert by_path.status_code == 200 and by_path.json() == by_id.json()
+    assert by_path.json()["document"]["id"] == "guides:only.md"
+    page = await ds.client.get("/polaris/-/polaris/document", params={"id": "only.md"})
+    assert page.status_code == 200 and "One document has this path." in page.text
+    both = await ds.client.get("/polaris/-/polaris/document.json", params={"id": "same.md"})
+    assert both.status_code == 404
+    assert both.json()["error"] == "2 documents have the path 'same.md': ask for one id, guides:same.md, notes:same.md."
