@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from llama_index_polaris.engine.search.pipeline import SECTION_POOL, candidate_pool
+
 COLUMNS_BY_MODE = {
     "hybrid": ("vector_rank", "vector_distance", "bm25_rank", "bm25_score", "rrf_vector", "rrf_bm25", "rrf",
                "boost", "relevance", "mmr_penalty", "score"),
@@ -54,14 +56,12 @@ def formula(mode: str, settings: Mapping[str, Any]) -> str:
 
 
 def candidates(settings: Mapping[str, Any], k: int, unit: str = "chunk") -> int:
-    """How many chunks each list returns before fusion (the pipeline's pool, capped by vec0)."""
-    return k * settings["mmr_candidate_multiplier"] * (section_pool() if unit == "section" else 1)
+    """How many chunks each list returns before fusion: the pipeline's own pool."""
+    return candidate_pool(k, settings["mmr_candidate_multiplier"], unit)
 
 
 def section_pool() -> int:
     """The pipeline's extra depth in section mode (sections repeat in a chunk list)."""
-    from llama_index_polaris.engine.search.pipeline import SECTION_POOL
-
     return SECTION_POOL
 
 

@@ -22,12 +22,11 @@ from datasette.version import __version__ as datasette_version
 from llama_index_polaris.engine.config import describe
 from llama_index_polaris.engine.db.connect import sqlite_error_message
 from llama_index_polaris.engine.errors import DatabaseError, InputError, PolarisError
+from llama_index_polaris.engine.index import PolarisIndex
 from llama_index_polaris.engine.search.pipeline import MAX_QUERY_CHARS, MODES, clamp_top_k
 from llama_index_polaris.engine.search.scope import resolve_documents
 
 from . import legend, render
-from llama_index_polaris.engine.index import PolarisIndex
-
 from .engines import index_for, is_polaris
 
 SEARCH_SETTINGS = ("rrf_k", "heading_boost", "mmr_lambda", "mmr_candidate_multiplier", "top_k", "unit", "fts_tokenizer")

@@ -45,5 +45,4 @@ def heading_boost(terms: list[str], heading_path: str, weight: float) -> float:
 
 def boosted_relevance(fused: np.ndarray, boosts: np.ndarray) -> np.ndarray:
     """Fused scores over the best one, plus each boost, rescaled so the best is 1.0."""
-    relevance = relative_to_max(fused) + boosts
-    return relative_to_max(relevance) if relevance.max(initial=0.0) > 0 else relevance
+    return relative_to_max(relative_to_max(fused) + boosts)

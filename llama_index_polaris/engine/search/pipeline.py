@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -100,6 +100,17 @@ def check_query(query: Any, what: str = "the query") -> str:
     return query
 
 
+def candidate_pool(k: int, multiplier: int, unit: str) -> int:
+    """How many chunks each list returns before ranking: ``k x multiplier``, ``SECTION_POOL``
+    times that in section unit (a section's chunks repeat in a chunk list), at most ``MAX_K``."""
+    return min(k * multiplier * (SECTION_POOL if unit == "section" else 1), MAX_K)
+
+
+def _uses(mode: str, weights: Mapping[str, float] | None, name: str) -> bool:
+    """Whether a query in ``mode`` with list ``weights`` reads the ``name`` list at all."""
+    return mode == name or (mode == "hybrid" and (weights is None or weights[name] > 0))
+
+
 def clamp_top_k(top_k: int | None, default: int, upper: int = 100) -> int:
     """The 5ire limit rule: default when absent, clamped to 1..100."""
     if top_k is None:
@@ -167,6 +178,11 @@ class Searcher:
         unit = self.config.unit if unit is None else unit
         if unit not in UNITS:
             raise InputError(f"unit must be one of {', '.join(UNITS)}, got {unit!r}.")
+        if context_tokens is not None and (isinstance(context_tokens, bool) or not isinstance(context_tokens, int)
+                                           or context_tokens < 1):
+            raise InputError(f"context_tokens must be a positive whole number, got {context_tokens!r}.")
+        if context_tokens is not None and unit != "section":
+            raise InputError("a section's text (context_tokens) needs unit='section'.")
         query = check_query(query).strip()
         lam = _check_lambda(self.config.mmr_lambda if mmr_lambda is None else mmr_lambda)
         weights = _alpha_weights(alpha)
@@ -180,32 +196,25 @@ class Searcher:
                                   node_ids=node_ids, within_collection=within_collection)
         if scope.empty:
             return []
-        needs_vector = mode == "vector" or (mode == "hybrid" and (weights is None or weights["vector"] > 0))
-        if needs_vector and query_vector is None and self.store.model is not None:
+        if _uses(mode, weights, "vector") and query_vector is None and self.store.model is not None:
             query_vector = self._check_vector(self._embed(query))  # outside the lock: other threads may read
         params = RankParams(
             k=k, mode=mode, unit=unit, rrf_k=self.config.rrf_k, heading_boost=self.config.heading_boost,
             boost_terms=tuple(boost_terms(query)), mmr_lambda=lam if mode == "hybrid" else mmr_lambda, weights=weights,
         )
-        if context_tokens is not None and (isinstance(context_tokens, bool) or not isinstance(context_tokens, int)
-                                           or context_tokens < 1):
-            raise InputError(f"context_tokens must be a positive whole number, got {context_tokens!r}.")
-        if context_tokens is not None and unit != "section":
-            raise InputError("a section's text (context_tokens) needs unit='section'.")
         with self.store.read():  # one snapshot for every stage
             return self._run(query, params, scope, query_vector, context_tokens)
 
     def _run(self, query: str, p: RankParams, scope: Scope, qvec: np.ndarray | None,
              context_tokens: int | None = None) -> list[Hit]:
-        pool = min(p.k * self.config.mmr_candidate_multiplier * (SECTION_POOL if p.unit == "section" else 1), MAX_K)
+        pool = candidate_pool(p.k, self.config.mmr_candidate_multiplier, p.unit)
         vec_hits: list[tuple[int, float]] = []
         bm_hits: list[tuple[int, float]] = []
-        use = p.weights or {"vector": 1.0, "bm25": 1.0}
-        if p.mode in ("hybrid", "vector") and qvec is not None and (p.mode == "vector" or use["vector"] > 0):
+        if _uses(p.mode, p.weights, "vector") and qvec is not None:
             # qvec None: no vectors in this index yet. A section search wants a deeper list, not
             # more recall work: the approximate path sizes its candidates for the chunk pool
             vec_hits = self._knn(qvec, pool, scope, fetch_k=pool // SECTION_POOL if p.unit == "section" else None)
-        if p.mode in ("hybrid", "bm25") and query and (p.mode == "bm25" or use["bm25"] > 0):
+        if _uses(p.mode, p.weights, "bm25") and query:
             bm_hits = self._bm25(query, pool, scope)
         with_vectors = p.mmr_lambda is not None and p.mmr_lambda < 1.0
         candidates = self._candidates([h[0] for h in [*vec_hits, *bm_hits]], with_vectors)

@@ -10,6 +10,7 @@ run over sections, and scores are normalised so that the top hit reads 1.0. With
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass, field
 from typing import Hashable, Mapping, Sequence
 
@@ -127,10 +128,10 @@ def rank(vector: Hits, bm25: Hits, candidates: Mapping[int, Candidate], p: RankP
     return _single(lists[p.mode], p)
 
 
-def _matches(key: Hashable, lists: Mapping[str, list[_Section]], index: Mapping[str, dict]) -> list[ChunkMatch]:
+def _matches(entries: Mapping[str, _Section | None]) -> list[ChunkMatch]:
+    """Every chunk of a section that a list returned, best first, with its rank in each list."""
     ranks: dict[int, dict[str, int]] = {}
-    for name in lists:
-        entry = index[name].get(key)
+    for name, entry in entries.items():
         for cid, r in (entry.ranks.items() if entry else ()):
             ranks.setdefault(cid, {})[name] = r
     order = sorted(ranks, key=lambda c: min(ranks[c].values()))
@@ -148,13 +149,9 @@ def _single(sections: list[_Section], p: RankParams) -> list[Ranked]:
             ex.vector_rank, ex.vector_distance = s.rank, s.value
         else:
             ex.bm25_rank, ex.bm25_score = s.rank, s.value
-        ex.chunks = _chunk_list(s, p.mode) if p.unit == "section" else None
+        ex.chunks = _matches({p.mode: s}) if p.unit == "section" else None
         out.append(Ranked(s.best, score, ex))
     return out
-
-
-def _chunk_list(s: _Section, mode: str) -> list[ChunkMatch]:
-    return [ChunkMatch(c, r if mode == "vector" else None, r if mode == "bm25" else None) for c, r in s.ranks.items()]
 
 
 def _vector_mmr(sections: list[_Section], candidates: Mapping[int, Candidate], p: RankParams) -> list[Ranked]:
@@ -169,7 +166,7 @@ def _vector_mmr(sections: list[_Section], candidates: Mapping[int, Candidate], p
         s = sections[pick.index]
         ex = Explanation(vector_rank=s.rank, vector_distance=s.value, relevance=float(relevance[pick.index]),
                          mmr_penalty=pick.penalty, score=score,
-                         chunks=_chunk_list(s, "vector") if p.unit == "section" else None)
+                         chunks=_matches({"vector": s}) if p.unit == "section" else None)
         out.append(Ranked(s.best, score, ex))
     return out
 
@@ -197,7 +194,7 @@ def _hybrid(lists: Mapping[str, list[_Section]], candidates: Mapping[int, Candid
             bm25_rank=bm.rank if bm else None, bm25_score=bm.value if bm else None,
             rrf=f.score, rrf_vector=f.contributions.get("vector"), rrf_bm25=f.contributions.get("bm25"),
             boost=boosts[pick.index], relevance=float(relevance[pick.index]), mmr_penalty=pick.penalty, score=score,
-            chunks=_matches(f.id, lists, index) if p.unit == "section" else None,
+            chunks=_matches({name: index[name].get(f.id) for name in lists}) if p.unit == "section" else None,
         )
         out.append(Ranked(chunk, score, ex))
     return out
@@ -210,13 +207,13 @@ def _boosts(fused: list, headings: list[str], p: RankParams, k: int | None) -> l
     terms, weight = list(p.boost_terms), p.heading_boost
     top = fused[0].score if fused and fused[0].score > 0 else 1.0
     boosts: list[float] = []
-    kept: list[float] = []  # the k best relevances so far, ascending
+    kept: list[float] = []  # a heap of the k best relevances so far: kept[0] is the k-th
     for f, heading in zip(fused, headings):
         if k is not None and len(kept) >= k and f.score / top + weight < kept[0]:
             return boosts + [0.0] * (len(fused) - len(boosts))
         boosts.append(heading_boost(terms, heading, weight))
         if k is not None:
-            kept = sorted([*kept, f.score / top + boosts[-1]])[-k:]
+            (heapq.heappush if len(kept) < k else heapq.heappushpop)(kept, f.score / top + boosts[-1])
     return boosts
 
 
