@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -132,3 +133,33 @@ async def test_a_query_engine_can_give_the_llm_the_section(project: Path) -> Non
     assert [h["section_text"] for h in json.loads(sql.json()[0]["v"])] == expected
     assert "section_text" not in without[0].node.metadata
     store.close()
+
+
+async def test_every_store_query_mode_and_the_page_answer_what_the_engine_answers(project: Path) -> None:
+    """PolarisVectorStore.query in each mode gives the engine's hits for the same query
+    (HYBRID in sections, the others in chunks, as LlamaIndex's modes mean), and the
+    Datasette page lists the engine's sections in its order."""
+    from llama_index.core.vector_stores.types import VectorStoreQuery, VectorStoreQueryMode as Mode
+
+    cfg = load_config(project, use_user_config=False)
+    embed = PolarisEmbedding(model_id=MODEL, config=cfg)
+    qvec = embed.get_query_embedding(QUERY)
+    with PolarisIndex(project / "polaris.db", config=cfg, readonly=True) as index:
+        engine = {
+            Mode.HYBRID: index.search(QUERY, top_k=4, query_vector=qvec),
+            Mode.DEFAULT: index.search(QUERY, top_k=4, mode="vector", unit="chunk", query_vector=qvec),
+            Mode.TEXT_SEARCH: index.search(QUERY, top_k=4, mode="bm25", unit="chunk"),
+            Mode.MMR: index.search(QUERY, top_k=4, mode="vector", unit="chunk", query_vector=qvec,
+                                   mmr_lambda=cfg.mmr_lambda),
+        }
+    store = PolarisVectorStore(project / "polaris.db", config=cfg)
+    for mode, hits in engine.items():
+        result = store.query(VectorStoreQuery(query_str=QUERY, query_embedding=qvec, similarity_top_k=4, mode=mode))
+        assert result.ids == [h.node_id for h in hits], mode
+    store.close()
+    assert len({h.node_id for h in engine[Mode.DEFAULT]}) == 4  # chunks: the long section may fill the list
+
+    page = await Datasette([str(project / "polaris.db")]).client.get("/polaris/-/polaris", params={"q": QUERY, "k": "4"})
+    headings = re.findall(r'<h3 class="polaris-heading">(.*?)</h3>', page.text, re.S)
+    shown = [" > ".join(re.sub(r"<[^>]+>", "", part) for part in re.findall(r"<span>(.*?)</span>", h)) for h in headings]
+    assert shown == [h.heading_path for h in engine[Mode.HYBRID]]
