@@ -33,7 +33,7 @@ from speed import hybrid_db, scifact_pieces  # noqa: E402
 
 from llama_index_polaris.engine.db.connect import connect  # noqa: E402
 from llama_index_polaris.engine.search.bm25 import bm25, fts_query, query_words  # noqa: E402
-from llama_index_polaris.engine.search.bm25_cache import K1, _QueryTokenizer, _fts_tokenizer, idf  # noqa: E402
+from llama_index_polaris.engine.search.postings import K1, Tokenizer, fts_tokenizer, idf  # noqa: E402
 
 ORDERED = ("SELECT rowid, -bm25(chunks_fts, 1.0, 1.0) FROM chunks_fts WHERE chunks_fts MATCH ?"
            " ORDER BY bm25(chunks_fts, 1.0, 1.0), rowid LIMIT ?")
@@ -105,7 +105,7 @@ def main() -> None:
     texts = scifact_pieces(eval_dir)[2][:args.queries]
     conn = connect(path, readonly=True)
     n_rows = conn.execute("SELECT count(*) FROM chunks_fts_docsize").fetchone()[0]
-    tok = _QueryTokenizer(_fts_tokenizer(conn))
+    tok = Tokenizer(fts_tokenizer(conn))
     rows = []
     ref, p = timed(lambda t: bm25(conn, t, 30), texts)
     rows.append(("engine: OR of quoted words, ORDER BY bm25() LIMIT 30", p, "reference"))

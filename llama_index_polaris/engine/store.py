@@ -24,6 +24,7 @@ from .db.schema import (
 )
 from .config import SETTINGS_BY_NAME
 from .errors import ConfigError, DatabaseError, InputError, ModelMismatchError
+from .search import postings
 from .search.filters import Filter, filter_sql
 
 DEFAULT_COLLECTION = "default"
@@ -131,6 +132,7 @@ class Store:
         self.path = str(path)
         self.readonly = readonly
         self._lock = threading.RLock()
+        self._tokenizer: postings.Tokenizer | None = None
         if fts_tokenizer is not None:
             problem = SETTINGS_BY_NAME["fts_tokenizer"].check(fts_tokenizer)
             if problem:
@@ -179,7 +181,19 @@ class Store:
     def _write(self) -> Any:
         if self.readonly:
             raise DatabaseError(f"{self.path} was opened read-only.")
-        return _LockedTransaction(self._lock, self.conn, transaction(self.conn))
+        return _LockedTransaction(self._lock, self.conn, transaction(self.conn, before_commit=self._flush))
+
+    def _flush(self, conn: Any) -> None:
+        """Derived tables that triggers cannot keep (BM25 posting lists) brought up to date."""
+        if has_table(conn, "chunks_bm25"):
+            postings.flush(conn, self.tokenizer())
+
+    def tokenizer(self) -> postings.Tokenizer:
+        """The index's FTS5 tokenizer, on a private in-memory connection (made once per tokenizer)."""
+        name = postings.fts_tokenizer(self.conn)
+        if self._tokenizer is None or self._tokenizer.tokenizer != name:
+            self._tokenizer = postings.Tokenizer(name)
+        return self._tokenizer
 
     def read(self) -> Any:
         """``with store.read() as conn:`` one consistent snapshot, the store's lock held."""

@@ -164,6 +164,42 @@ def _migration_sign_bits(conn: Any, fts_tokenizer: str) -> None:
         create_bits_table(conn, int(dim))
 
 
+POSTINGS_SQL = """
+CREATE TABLE chunks_bm25_terms (term TEXT PRIMARY KEY) WITHOUT ROWID;
+CREATE TABLE chunks_bm25 (
+    term  TEXT NOT NULL,
+    block INTEGER NOT NULL,
+    rows  BLOB NOT NULL,
+    tf    BLOB NOT NULL,
+    PRIMARY KEY (term, block)
+);
+CREATE TABLE chunks_bm25_lengths (block INTEGER PRIMARY KEY, lengths BLOB NOT NULL);
+CREATE TABLE chunks_bm25_dirty (id INTEGER PRIMARY KEY, text TEXT, heading_path TEXT, counted INTEGER NOT NULL);
+CREATE TRIGGER chunks_bm25_ai AFTER INSERT ON chunks BEGIN
+    INSERT OR IGNORE INTO chunks_bm25_dirty (id, text, heading_path, counted) VALUES (new.id, NULL, NULL, 0);
+END;
+CREATE TRIGGER chunks_bm25_ad AFTER DELETE ON chunks BEGIN
+    INSERT OR IGNORE INTO chunks_bm25_dirty (id, text, heading_path, counted)
+    VALUES (old.id, old.text, old.heading_path, 1);
+END;
+CREATE TRIGGER chunks_bm25_au AFTER UPDATE OF text, heading_path ON chunks BEGIN
+    INSERT OR IGNORE INTO chunks_bm25_dirty (id, text, heading_path, counted)
+    VALUES (old.id, old.text, old.heading_path, 1);
+END;
+"""
+
+
+def _migration_postings(conn: Any, fts_tokenizer: str) -> None:
+    """BM25 posting lists of common terms (#17, ``search/postings.py``), built from chunks_fts.
+
+    A chunk noted dirty keeps the text its postings were counted from (``counted``), the
+    first time it changes after a flush: INSERT OR IGNORE keeps that first note."""
+    from ..search.postings import rebuild
+
+    _script(conn, POSTINGS_SQL)
+    rebuild(conn)
+
+
 def _migration_1(conn: Any, fts_tokenizer: str) -> None:
     """Core tables: meta, documents, chunks."""
     _script(conn, CORE_SQL)
@@ -304,6 +340,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(4, "LlamaIndex node fields", _migration_4),
     Migration(5, "full-text index declared so that Datasette detects it", _migration_fts_for_datasette),
     Migration(6, "sign-bit vector index", _migration_sign_bits),
+    Migration(7, "BM25 posting lists of common terms", _migration_postings),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].number
 
@@ -385,10 +422,11 @@ class transaction:
     """``with transaction(conn):`` BEGIN IMMEDIATE ... COMMIT, ROLLBACK on error.
 
     ``begin="BEGIN"`` takes no write lock: a read snapshot for the statements inside.
+    ``before_commit(conn)`` runs last inside the transaction (derived tables brought up to date).
     """
 
-    def __init__(self, conn: Any, begin: str = "BEGIN IMMEDIATE") -> None:
-        self.conn, self.begin = conn, begin
+    def __init__(self, conn: Any, begin: str = "BEGIN IMMEDIATE", before_commit: Callable[[Any], None] | None = None) -> None:
+        self.conn, self.begin, self.before_commit = conn, begin, before_commit
 
     def __enter__(self) -> Any:
         self.conn.execute(self.begin)
@@ -397,6 +435,8 @@ class transaction:
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         if exc_type is None:
             try:
+                if self.before_commit is not None:
+                    self.before_commit(self.conn)
                 self.conn.execute("COMMIT")
                 return
             except BaseException:
@@ -446,3 +486,7 @@ def rebuild_fts(conn: Any, tokenizer: str) -> None:
     conn.execute("DROP TABLE IF EXISTS chunks_fts")
     _script(conn, fts_sql(tokenizer))
     set_meta(conn, fts_tokenizer=tokenizer)
+    if has_table(conn, "chunks_bm25"):  # counted with the old tokenizer's terms
+        from ..search.postings import rebuild
+
+        rebuild(conn)

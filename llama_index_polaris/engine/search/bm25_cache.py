@@ -18,8 +18,6 @@ and at least 8M, 8 bytes each (64 MB up to 250k chunks, 256 MB at 1M).
 from __future__ import annotations
 
 import logging
-import math
-import re
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
@@ -28,43 +26,17 @@ import numpy as np
 
 from ..db.connect import sqlite_module
 from .bm25 import HEADING_WEIGHT, TEXT_WEIGHT, bm25, bm25_sql, phrases_query, query_words
+from .postings import Tokenizer, fts_tokenizer, idf, phrase_scores, posting, varints
 from .scope import Scope
 from .store_cache import BATCH_ROWS, Changed, StoreCache
 from .vector_cache import MIN_CHUNKS, scope_rows
 
 log = logging.getLogger(__name__)
-K1, B = 1.2, 0.75  # the constants of FTS5's bm25()
 COMMON_DF = 1_000  # a word in at least this many chunks is scored from RAM
 MAX_POSTINGS = 8_000_000  # (int32 row, float32 weighted count) each: 64 MB
 POSTINGS_PER_CHUNK = 32  # the bound grows with the index: 50 SciFact questions touch 20M at 1M chunks
 MAX_WORDS = 100_000  # query words remembered (their terms and document frequencies)
 COLUMN_WEIGHTS = {"text": TEXT_WEIGHT, "heading_path": HEADING_WEIGHT}
-_TOKENIZE = re.compile(r"tokenize\s*=\s*'((?:[^']|'')*)'", re.IGNORECASE)
-
-
-def varints(blob: bytes) -> list[int]:
-    """The SQLite varints packed in ``blob`` (FTS5's docsize and averages records)."""
-    out, value = [], 0
-    # ``value`` holds the 7-bit groups of the varint read so far, most significant first;
-    # a byte without the high bit ends it.
-    for byte in blob:
-        value = (value << 7) | (byte & 0x7F)
-        if not byte & 0x80:
-            out.append(value)
-            value = 0
-    return out
-
-
-def idf(n_rows: int, n_hit: int) -> float:
-    """FTS5's inverse document frequency (never below 1e-6)."""
-    value = math.log((n_rows - n_hit + 0.5) / (n_hit + 0.5))
-    return value if value > 0 else 1e-6
-
-
-def phrase_scores(tf: np.ndarray, lengths: np.ndarray, avg_length: float, weight: float) -> np.ndarray:
-    """One phrase's BM25 term for each chunk holding it (``weight`` is its idf)."""
-    tf = tf.astype(np.float64)
-    return weight * tf * (K1 + 1.0) / (tf + K1 * (1.0 - B + B * lengths / avg_length))
 
 
 @dataclass(frozen=True)
@@ -154,7 +126,7 @@ class Bm25Cache(StoreCache):
                 return None, False
             averages = varints(self._locked(version, "SELECT block FROM chunks_fts_data WHERE id = 1")[0][0])
             with self.store._lock:
-                tokenizer = _fts_tokenizer(self.store.conn)
+                tokenizer = fts_tokenizer(self.store.conn)
                 for name, kind in (("polaris_fts_row", "row"), ("polaris_fts_instance", "instance")):
                     self.store.conn.execute(
                         f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.{name} USING fts5vocab(main, chunks_fts, {kind})"
@@ -177,7 +149,7 @@ class Bm25Cache(StoreCache):
         if not ids:
             return None, False
         if self._tokenizer is None:
-            self._tokenizer = _QueryTokenizer(tokenizer)
+            self._tokenizer = Tokenizer(tokenizer)
         n_rows = averages[0]
         base = _Base(
             ids=np.concatenate(ids),
@@ -202,7 +174,10 @@ class Bm25Cache(StoreCache):
             self._postings.move_to_end(term)
             return self._postings[term]
         conn, weights = self.store.conn, set(COLUMN_WEIGHTS.values())
-        if len(weights) == 1:  # every column weighs the same: count instances, half the rows to read
+        kept = posting(conn, term) if len(weights) == 1 else None
+        if kept is not None:  # the file's posting list (postings.py): no instance rows to count
+            unique, tf = kept[0], kept[1] * weights.pop()
+        elif len(weights) == 1:  # every column weighs the same: count instances, half the rows to read
             found = conn.execute("SELECT doc FROM temp.polaris_fts_instance WHERE term = ?", (term,)).fetchall()
             unique, counts = np.unique(np.fromiter((r[0] for r in found), dtype=np.int64, count=len(found)), return_counts=True)
             tf = counts * weights.pop()
@@ -243,35 +218,3 @@ class Bm25Cache(StoreCache):
         ids = np.fromiter((r[0] for r in found), dtype=np.int64, count=len(found))
         rows = np.searchsorted(base.ids, ids)
         scores[rows] += np.fromiter((r[1] for r in found), dtype=np.float64, count=len(found))
-
-
-class _QueryTokenizer:
-    """Terms of query words as the index's FTS5 tokenizer makes them (stemmed, folded).
-
-    Runs in a private in-memory database: writing a temp table on the store's own
-    connection would count as a change there and make the caches reload.
-    """
-
-    def __init__(self, tokenizer: str) -> None:
-        from ..db.connect import sqlite_module
-
-        quoted = tokenizer.replace("'", "''")
-        self.conn = sqlite_module().connect(":memory:", check_same_thread=False)
-        self.conn.execute(f"CREATE VIRTUAL TABLE words USING fts5(word, tokenize='{quoted}')")
-        self.conn.execute("CREATE VIRTUAL TABLE words_terms USING fts5vocab(words, instance)")
-
-    def terms(self, words: list[str]) -> list[tuple[str, ...]]:
-        """Each word's terms, in order."""
-        self.conn.execute("DELETE FROM words")
-        self.conn.executemany("INSERT INTO words(rowid, word) VALUES (?, ?)", list(enumerate(words)))
-        out: list[list[str]] = [[] for _ in words]
-        for doc, term in self.conn.execute("SELECT doc, term FROM words_terms ORDER BY doc, offset"):
-            out[doc].append(term)
-        return [tuple(t) for t in out]
-
-
-def _fts_tokenizer(conn: Any) -> str:
-    """The ``tokenize=`` argument chunks_fts was created with (FTS5's default when none)."""
-    sql = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'chunks_fts'").fetchone()[0]
-    found = _TOKENIZE.search(sql)
-    return found.group(1).replace("''", "'") if found else "unicode61"

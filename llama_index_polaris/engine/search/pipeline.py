@@ -23,6 +23,7 @@ from ..text import heuristic_tokens
 from .boost import boost_terms
 from .bm25 import bm25
 from .context import bounded, stitch
+from . import postings
 from .bm25_cache import Bm25Cache
 from .filters import Filter
 from .rank import UNITS, Candidate, Explanation, RankParams, Ranked, rank
@@ -262,7 +263,8 @@ class Searcher:
     def _bm25(self, query: str, k: int, scope: Scope) -> list[tuple[int, float]]:
         if self.bm25_cache is not None and self.bm25_cache.refresh():
             return self.bm25_cache.bm25(query, k, scope)
-        return bm25(self.store.conn, query, k, scope)
+        hits = postings.bm25(self.store.conn, self.store.tokenizer(), query, k, scope)
+        return bm25(self.store.conn, query, k, scope) if hits is None else hits
 
     def _embed(self, query: str) -> np.ndarray:
         if self.embed_query is None:

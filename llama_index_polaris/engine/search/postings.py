@@ -1,0 +1,374 @@
+"""Posting lists of common terms kept in polaris.db: BM25 without FTS5's per-row cost (#17).
+
+An FTS5 OR query scores every chunk that holds any query word with ``bm25()``; for
+questions with common words that is tens of thousands of chunks at 100k and hundreds of
+thousands at 1M, and the per-row function is about 85% of the time (docs/benchmarks.md).
+BM25 is a sum over the query's phrases, so the common one-term phrases can be scored
+apart. For every term in at least ``COMMON_DF`` chunks (stop words aside: queries drop
+them) the file keeps which chunks hold it and how often (``chunks_bm25``, one row per
+term and block of ``BLOCK`` chunk ids), and every chunk's length in tokens
+(``chunks_bm25_lengths``), both as FTS5 counts them. A query scores its common terms from
+those rows with numpy and leaves its other words to FTS5: the scores of ``bm25()``, to
+rounding, and the same ties (by chunk id).
+
+Upkeep: triggers on ``chunks`` note each chunk whose text changes in
+``chunks_bm25_dirty`` (with the text that was counted, if any), and every Store write
+calls ``flush`` before COMMIT: it tokenizes those chunks with the index's own tokenizer
+and edits the blocks they touch, in the same transaction, so a crash keeps the file
+consistent. A reader uses the postings only when no chunk is dirty: a write that did not
+flush (any other writer) makes search fall back to FTS5, never to a wrong score. A term
+is counted from the write that takes it to ``COMMON_DF`` chunks (built then from FTS5's
+own vocabulary).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections import defaultdict
+from typing import Any, Iterable
+
+import numpy as np
+
+from . import bm25 as fts
+from .bm25 import bm25_sql, phrases_query, query_words
+from .scope import Scope
+from .terms import STOP_WORDS
+
+K1, B = 1.2, 0.75  # the constants of FTS5's bm25()
+COMMON_DF = 1_000  # a term in at least this many chunks gets a posting list in the file
+BLOCK = 4_096  # chunk ids per row: a write rewrites small rows, a query reads few
+REBUILD_SHARE = 4  # a write that changes more than 1/4 of the chunks rebuilds instead
+_TOKENIZE = re.compile(r"tokenize\s*=\s*'((?:[^']|'')*)'", re.IGNORECASE)
+DIRTY = "chunks_bm25_dirty"
+
+
+def varints(blob: bytes) -> list[int]:
+    """The SQLite varints packed in ``blob`` (FTS5's docsize and averages records)."""
+    out, value = [], 0
+    # ``value`` holds the 7-bit groups of the varint read so far, most significant first;
+    # a byte without the high bit ends it.
+    for byte in blob:
+        value = (value << 7) | (byte & 0x7F)
+        if not byte & 0x80:
+            out.append(value)
+            value = 0
+    return out
+
+
+def idf(n_rows: int, n_hit: int) -> float:
+    """FTS5's inverse document frequency (never below 1e-6)."""
+    value = math.log((n_rows - n_hit + 0.5) / (n_hit + 0.5))
+    return value if value > 0 else 1e-6
+
+
+def phrase_scores(tf: np.ndarray, lengths: np.ndarray, avg_length: float, weight: float) -> np.ndarray:
+    """One phrase's BM25 term for each chunk holding it (``weight`` is its idf)."""
+    tf = tf.astype(np.float64)
+    return weight * tf * (K1 + 1.0) / (tf + K1 * (1.0 - B + B * lengths / avg_length))
+
+
+def averages(conn: Any) -> tuple[int, float]:
+    """FTS5's row count and average row length in tokens (its averages record)."""
+    row = conn.execute("SELECT block FROM chunks_fts_data WHERE id = 1").fetchone()
+    values = varints(row[0]) if row else [0]
+    n_rows = values[0]
+    return n_rows, (sum(values[1:]) / n_rows if n_rows else 1.0)
+
+
+def fts_tokenizer(conn: Any) -> str:
+    """The ``tokenize=`` argument chunks_fts was created with (FTS5's default when none)."""
+    row = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'chunks_fts'").fetchone()
+    found = _TOKENIZE.search(row[0] or "") if row else None
+    return found.group(1).replace("''", "'") if found else "unicode61"
+
+
+class Tokenizer:
+    """Terms as the index's FTS5 tokenizer makes them (stemmed, folded), in a private
+    in-memory database: writing a temp table on the store's own connection would count as
+    a change there and make the caches reload."""
+
+    def __init__(self, tokenizer: str) -> None:
+        from ..db.connect import sqlite_module
+
+        self.tokenizer = tokenizer
+        quoted = tokenizer.replace("'", "''")
+        self.conn = sqlite_module().connect(":memory:", check_same_thread=False)
+        self.conn.execute(f"CREATE VIRTUAL TABLE words USING fts5(text, heading_path, tokenize='{quoted}')")
+        self.conn.execute("CREATE VIRTUAL TABLE words_terms USING fts5vocab(words, instance)")
+        self._stop: frozenset[str] | None = None
+
+    def terms(self, words: list[str]) -> list[tuple[str, ...]]:
+        """Each word's terms, in order."""
+        self.conn.execute("DELETE FROM words")
+        self.conn.executemany("INSERT INTO words(rowid, text) VALUES (?, ?)", list(enumerate(words)))
+        out: list[list[str]] = [[] for _ in words]
+        for doc, term in self.conn.execute("SELECT doc, term FROM words_terms ORDER BY doc, offset"):
+            out[doc].append(term)
+        return [tuple(t) for t in out]
+
+    def counts(self, rows: list[tuple[int, str, str]]) -> tuple[dict[int, dict[str, int]], dict[int, int]]:
+        """For (id, text, heading path) rows: each id's term counts over both columns, and
+        its length in tokens (FTS5's docsize, summed over the columns)."""
+        self.conn.execute("DELETE FROM words")
+        self.conn.executemany("INSERT INTO words(rowid, text, heading_path) VALUES (?, ?, ?)", rows)
+        counts: dict[int, dict[str, int]] = {r[0]: {} for r in rows}
+        lengths = dict.fromkeys(counts, 0)
+        for doc, term, n in self.conn.execute("SELECT doc, term, count(*) FROM words_terms GROUP BY doc, term"):
+            counts[doc][term] = n
+            lengths[doc] += n
+        return counts, lengths
+
+    @property
+    def stop_terms(self) -> frozenset[str]:
+        """The terms of the stop words: never given posting lists."""
+        if self._stop is None:
+            self._stop = frozenset(t for ts in self.terms(sorted(STOP_WORDS)) for t in ts)
+        return self._stop
+
+
+# -- blocks ------------------------------------------------------------------------------
+def _encode(offsets: np.ndarray, tf: np.ndarray) -> tuple[bytes, bytes]:
+    """A block's postings: offsets as uint16, counts as uint8 (uint16 when one is over 255)."""
+    wide = tf.size and int(tf.max()) > 255
+    return offsets.astype("<u2").tobytes(), tf.astype("<u2" if wide else "u1").tobytes()
+
+
+def _decode(offsets: bytes, tf: bytes) -> tuple[np.ndarray, np.ndarray]:
+    off = np.frombuffer(offsets, dtype="<u2")
+    return off, np.frombuffer(tf, dtype="<u2" if len(tf) == 2 * len(off) else "u1")
+
+
+def _encode_lengths(lengths: np.ndarray) -> bytes:
+    return lengths.astype("<u2" if int(lengths.max(initial=0)) <= 0xFFFF else "<u4").tobytes()
+
+
+def _decode_lengths(blob: bytes) -> np.ndarray:
+    return np.frombuffer(blob, dtype="<u2" if len(blob) == 2 * BLOCK else "<u4")
+
+
+def _write_block(conn: Any, term: str, block: int, offsets: np.ndarray, tf: np.ndarray) -> None:
+    if offsets.size:
+        conn.execute("INSERT OR REPLACE INTO chunks_bm25 (term, block, rows, tf) VALUES (?, ?, ?, ?)",
+                     (term, block, *_encode(offsets, tf)))
+    else:
+        conn.execute("DELETE FROM chunks_bm25 WHERE term = ? AND block = ?", (term, block))
+
+
+def _vocab(conn: Any, kind: str) -> str:
+    name = f"polaris_fts_{kind}"
+    conn.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.{name} USING fts5vocab(main, chunks_fts, {kind})")
+    return f"temp.{name}"
+
+
+def _add_terms(conn: Any, terms: Iterable[str]) -> None:
+    """Posting lists for ``terms``, built from FTS5's own vocabulary (all chunks at once)."""
+    instance = _vocab(conn, "instance")
+    for term in terms:
+        rows = conn.execute(f"SELECT doc, count(*) FROM {instance} WHERE term = ? GROUP BY doc", (term,)).fetchall()
+        if not rows:
+            continue
+        ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+        tf = np.fromiter((r[1] for r in rows), dtype=np.int64, count=len(rows))
+        blocks = ids // BLOCK
+        cuts = np.flatnonzero(np.diff(blocks)) + 1
+        for part_ids, part_tf in zip(np.split(ids, cuts), np.split(tf, cuts)):
+            conn.execute("INSERT INTO chunks_bm25 (term, block, rows, tf) VALUES (?, ?, ?, ?)",
+                         (term, int(part_ids[0] // BLOCK), *_encode(part_ids % BLOCK, part_tf)))
+        conn.execute("INSERT OR IGNORE INTO chunks_bm25_terms (term) VALUES (?)", (term,))
+
+
+def rebuild(conn: Any) -> None:
+    """Every posting list and length again from chunks_fts (inside the caller's transaction)."""
+    for table in ("chunks_bm25", "chunks_bm25_terms", "chunks_bm25_lengths", DIRTY):
+        conn.execute(f"DELETE FROM {table}")
+    lengths: dict[int, np.ndarray] = {}
+    for chunk_id, size in conn.execute("SELECT id, sz FROM chunks_fts_docsize"):
+        block = lengths.get(chunk_id // BLOCK)
+        if block is None:
+            block = lengths[chunk_id // BLOCK] = np.zeros(BLOCK, dtype=np.int64)
+        block[chunk_id % BLOCK] = sum(varints(size))
+    conn.executemany("INSERT INTO chunks_bm25_lengths (block, lengths) VALUES (?, ?)",
+                     [(b, _encode_lengths(v)) for b, v in lengths.items()])
+    stop = Tokenizer(fts_tokenizer(conn)).stop_terms
+    row = _vocab(conn, "row")
+    common = [t for (t,) in conn.execute(f"SELECT term FROM {row} WHERE doc >= ?", (COMMON_DF,)) if t not in stop]
+    _add_terms(conn, common)
+
+
+def flush(conn: Any, tokenizer: Tokenizer) -> None:
+    """Bring the posting lists and lengths up to date with the dirty chunks (before COMMIT)."""
+    dirty = conn.execute(f"SELECT id, text, heading_path, counted FROM {DIRTY}").fetchall()
+    if not dirty:
+        return
+    n_rows, _ = averages(conn)
+    if len(dirty) > max(BLOCK, n_rows // REBUILD_SHARE):
+        rebuild(conn)
+        return
+    ids = json.dumps([r[0] for r in dirty])
+    now = conn.execute("SELECT id, text, heading_path FROM chunks WHERE id IN (SELECT value FROM json_each(?))",
+                       (ids,)).fetchall()
+    old_counts, _ = tokenizer.counts([(r[0], r[1], r[2]) for r in dirty if r[3]])
+    new_counts, new_lengths = tokenizer.counts(now)
+    touched = {t for c in (*old_counts.values(), *new_counts.values()) for t in c}
+    tracked = {r[0] for r in conn.execute(
+        "SELECT term FROM chunks_bm25_terms WHERE term IN (SELECT value FROM json_each(?))", (json.dumps(sorted(touched)),))}
+    # Edits of each (term, block): ids whose counted postings go, (id, count) pairs that come.
+    gone: dict[tuple[str, int], list[int]] = defaultdict(list)
+    come: dict[tuple[str, int], list[tuple[int, int]]] = defaultdict(list)
+    for chunk_id, counts in old_counts.items():
+        for term in counts.keys() & tracked:
+            gone[term, chunk_id // BLOCK].append(chunk_id % BLOCK)
+    for chunk_id, counts in new_counts.items():
+        for term in counts.keys() & tracked:
+            come[term, chunk_id // BLOCK].append((chunk_id % BLOCK, counts[term]))
+    for term, block in gone.keys() | come.keys():
+        row = conn.execute("SELECT rows, tf FROM chunks_bm25 WHERE term = ? AND block = ?", (term, block)).fetchone()
+        offsets, tf = _decode(*row) if row else (np.zeros(0, np.uint16), np.zeros(0, np.uint8))
+        keep = ~np.isin(offsets, gone.get((term, block), []))
+        added = come.get((term, block), [])
+        offsets = np.concatenate([offsets[keep], np.array([a[0] for a in added], dtype=np.int64)]).astype(np.int64)
+        tf = np.concatenate([tf[keep], np.array([a[1] for a in added], dtype=np.int64)]).astype(np.int64)
+        order = np.argsort(offsets, kind="stable")
+        _write_block(conn, term, block, offsets[order], tf[order])
+    _set_lengths(conn, {r[0]: new_lengths.get(r[0], 0) for r in dirty})
+    stop = tokenizer.stop_terms
+    fresh = sorted({t for c in new_counts.values() for t in c} - tracked - stop)
+    if fresh:
+        row_vocab = _vocab(conn, "row")
+        common = [t for (t,) in conn.execute(
+            f"SELECT term FROM {row_vocab} WHERE term IN (SELECT value FROM json_each(?)) AND doc >= ?",
+            (json.dumps(fresh), COMMON_DF))]
+        _add_terms(conn, common)
+    conn.execute(f"DELETE FROM {DIRTY}")
+
+
+def _set_lengths(conn: Any, lengths: dict[int, int]) -> None:
+    by_block: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    for chunk_id, n in lengths.items():
+        by_block[chunk_id // BLOCK].append((chunk_id % BLOCK, n))
+    for block, values in by_block.items():
+        row = conn.execute("SELECT lengths FROM chunks_bm25_lengths WHERE block = ?", (block,)).fetchone()
+        current = _decode_lengths(row[0]).astype(np.int64) if row else np.zeros(BLOCK, dtype=np.int64)
+        for offset, n in values:
+            current[offset] = n
+        if current.any():
+            conn.execute("INSERT OR REPLACE INTO chunks_bm25_lengths (block, lengths) VALUES (?, ?)",
+                         (block, _encode_lengths(current)))
+        else:
+            conn.execute("DELETE FROM chunks_bm25_lengths WHERE block = ?", (block,))
+
+
+# -- search ------------------------------------------------------------------------------
+def usable(conn: Any) -> bool:
+    """True when the posting lists match chunks_fts (no chunk changed since the last flush)."""
+    if fts.TEXT_WEIGHT != fts.HEADING_WEIGHT:
+        return False  # the lists hold counts over both columns, which then weigh differently
+    return conn.execute(f"SELECT 1 FROM {DIRTY} LIMIT 1").fetchone() is None
+
+
+def posting(conn: Any, term: str) -> tuple[np.ndarray, np.ndarray] | None:
+    """``term``'s (chunk ids, counts over both columns) from the file, ids ascending; None when
+    it has no posting list or the lists are behind the chunks."""
+    from ..db.connect import sqlite_module
+
+    try:
+        if not usable(conn) or conn.execute("SELECT 1 FROM chunks_bm25_terms WHERE term = ?", (term,)).fetchone() is None:
+            return None
+        parts = [(b, *_decode(o, f)) for b, o, f in conn.execute(
+            "SELECT block, rows, tf FROM chunks_bm25 WHERE term = ? ORDER BY block", (term,))]
+    except sqlite_module().OperationalError:
+        return None
+    if not parts:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    return (np.concatenate([b * BLOCK + off.astype(np.int64) for b, off, _ in parts]),
+            np.concatenate([f.astype(np.int64) for _, _, f in parts]))
+
+
+def bm25(conn: Any, tokenizer: Tokenizer, query: str, limit: int, scope: Scope = Scope()) -> list[tuple[int, float]] | None:
+    """What ``bm25.bm25(conn, query, limit, scope)`` returns, common terms scored from the
+    file's posting lists; None when they cannot answer (none of the query's terms has one,
+    or the lists are behind the chunks): the caller asks FTS5."""
+    from ..db.connect import sqlite_module
+
+    words = query_words(query)
+    if not words or scope.empty or limit <= 0:
+        return []
+    try:
+        return _bm25(conn, tokenizer, words, limit, scope)
+    except sqlite_module().OperationalError:  # no posting tables (or chunks_fts unreadable): FTS5 decides
+        return None
+
+
+def _bm25(conn: Any, tokenizer: Tokenizer, words: list[str], limit: int, scope: Scope) -> list[tuple[int, float]] | None:
+    terms = tokenizer.terms(words)
+    singles = sorted({t[0] for t in terms if len(t) == 1})
+    common = [r[0] for r in conn.execute(
+        "SELECT term FROM chunks_bm25_terms WHERE term IN (SELECT value FROM json_each(?))", (json.dumps(singles),))]
+    if not common or not usable(conn):
+        return None
+    n_rows, avg_length = averages(conn)
+    postings: dict[str, list[tuple[int, bytes, bytes]]] = defaultdict(list)
+    for term, block, offsets, tf in conn.execute(
+            "SELECT term, block, rows, tf FROM chunks_bm25 WHERE term IN (SELECT value FROM json_each(?))",
+            (json.dumps(common),)):
+        postings[term].append((block, offsets, tf))
+    blocks = sorted({p[0] for ps in postings.values() for p in ps})
+    size = ((blocks[-1] + 1) * BLOCK) if blocks else 0
+    lengths = np.zeros(size, dtype=np.float64)
+    for block, blob in conn.execute(
+            "SELECT block, lengths FROM chunks_bm25_lengths WHERE block IN (SELECT value FROM json_each(?))",
+            (json.dumps(blocks),)):
+        lengths[block * BLOCK:(block + 1) * BLOCK] = _decode_lengths(blob)
+    scores = np.zeros(size, dtype=np.float64)
+    # Each query word is a phrase of bm25(): two words with one term ("death", "deaths")
+    # count it twice there, so here too.
+    times = {term: sum(1 for t in terms if t == (term,)) for term in postings}
+    for term, parts in postings.items():
+        decoded = [(b, *_decode(o, f)) for b, o, f in parts]
+        ids = np.concatenate([b * BLOCK + off.astype(np.int64) for b, off, _ in decoded])
+        tf = np.concatenate([f for _, _, f in decoded]) * fts.TEXT_WEIGHT
+        scores[ids] += times[term] * phrase_scores(tf, lengths[ids], avg_length, idf(n_rows, len(ids)))
+    rare = [w for w, t in zip(words, terms) if not (len(t) == 1 and t[0] in postings)]
+    if rare:
+        scores = _add_fts(conn, scores, phrases_query(rare))
+    return _top(conn, scores, limit, scope)
+
+
+def _add_fts(conn: Any, scores: np.ndarray, match: str) -> np.ndarray:
+    """``scores`` plus FTS5's bm25() of the phrases in ``match`` (a full-text error adds nothing)."""
+    from ..db.connect import sqlite_module
+
+    sql, args = bm25_sql(Scope(), ordered=False)
+    try:
+        found = conn.execute(sql, [match, *args]).fetchall()
+    except sqlite_module().OperationalError:  # as the plain path: a full-text error loses these words only
+        return scores
+    if not found:
+        return scores
+    ids = np.fromiter((r[0] for r in found), dtype=np.int64, count=len(found))
+    if ids.max() >= len(scores):
+        scores = np.concatenate([scores, np.zeros(int(ids.max()) + 1 - len(scores))])
+    scores[ids] += np.fromiter((r[1] for r in found), dtype=np.float64, count=len(found))
+    return scores
+
+
+def _top(conn: Any, scores: np.ndarray, limit: int, scope: Scope) -> list[tuple[int, float]]:
+    """The ``limit`` best-scoring chunk ids in ``scope`` (ties: by id), best first."""
+    from .ann import scope_chunk_ids
+
+    allowed = scope_chunk_ids(conn, scope)
+    if allowed is not None:
+        allowed = allowed[allowed < len(scores)]
+        kept = np.zeros(len(scores))
+        kept[allowed] = scores[allowed]
+        scores = kept
+    hits = np.flatnonzero(scores > 0)
+    k = min(limit, len(hits))
+    if k == 0:
+        return []
+    kth = np.partition(scores[hits], len(hits) - k)[len(hits) - k]
+    top = hits[scores[hits] >= kth]  # every chunk tied with the k-th, so ties go by id
+    top = top[np.lexsort((top, -scores[top]))][:k]
+    return [(int(i), float(scores[i])) for i in top]
