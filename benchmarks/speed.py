@@ -25,6 +25,7 @@ import json
 import os
 import random
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -710,9 +711,24 @@ def cold_search(n: int, eval_dir: Path, reps: int = 5) -> dict[str, Any]:
             "cpu_p50_s": float(np.median(cpu)), "loadavg": os.getloadavg()}
 
 
-def write_overhead(eval_dir: Path, n_chunks: int = 2000, dim: int = 384) -> dict[str, Any]:
-    """What the sign-bit triggers add to storing chunks: the same chunks and vectors written into a
-    store with and without them (alternating, same process)."""
+BITS_TRIGGERS = ("chunks_bits_ai", "chunks_bits_ad", "chunks_bits_au", "chunks_bits_au_null")
+POSTINGS_TRIGGERS = ("chunks_bm25_ai", "chunks_bm25_ad", "chunks_bm25_au")
+
+
+def _drop(st: Any, triggers: Sequence[str], tables: Sequence[str]) -> None:
+    with st._write():
+        for trig in triggers:
+            st.conn.execute(f"DROP TRIGGER {trig}")
+        for table in tables:
+            st.conn.execute(f"DROP TABLE {table}")
+
+
+def write_overhead(eval_dir: Path, n_chunks: int = 2000, dim: int = 384, base: Path | None = None) -> dict[str, Any]:
+    """What the derived indexes add to storing chunks: the same chunks and vectors written
+    (10 per document, the stores taking turns, same process) into a store with everything,
+    one without the sign-bit index, and one without the BM25 posting lists. ``base``: each
+    store starts as a copy of that file (the posting lists' upkeep grows with the index: a
+    write edits the lists of the common terms it touches); None: each starts empty."""
     from llama_index_polaris.engine.store import ChunkRecord, DocumentRecord, ModelBinding, Store
 
     sentences, _, _ = scifact_pieces(eval_dir)
@@ -720,29 +736,41 @@ def write_overhead(eval_dir: Path, n_chunks: int = 2000, dim: int = 384) -> dict
     vecs = sample(n_chunks, dim, seed=4242)
     texts = [" ".join(rng.choice(sentences) for _ in range(6)) for _ in range(n_chunks)]
     stores = {}
-    for mode in ("with", "without"):
+    for mode in ("with", "no-bits", "no-postings"):
         p = out_dir() / f"write-{mode}.db"
         for suffix in ("", "-wal", "-shm"):
             Path(str(p) + suffix).unlink(missing_ok=True)
+        if base is not None:
+            shutil.copy(base, p)
         st = Store(p)
-        st.bind_model(ModelBinding("synthetic", dim))
-        if mode == "without":
-            with st._write():
-                for trig in ("chunks_bits_ai", "chunks_bits_ad", "chunks_bits_au", "chunks_bits_au_null"):
-                    st.conn.execute(f"DROP TRIGGER {trig}")
-                st.conn.execute("DROP TABLE chunks_bits")
+        if base is None:
+            st.bind_model(ModelBinding("synthetic", dim))
+        if mode == "no-bits":
+            _drop(st, BITS_TRIGGERS, ["chunks_bits"])
+        elif mode == "no-postings":
+            _drop(st, POSTINGS_TRIGGERS, ["chunks_bm25", "chunks_bm25_terms", "chunks_bm25_lengths", "chunks_bm25_dirty"])
         stores[mode] = st
-    secs = {"with": 0.0, "without": 0.0}
+    secs = dict.fromkeys(stores, 0.0)
     for d in range(0, n_chunks, 10):
-        for mode in (("with", "without") if d % 20 else ("without", "with")):
-            chunks = [ChunkRecord(f"n{d + j}", texts[d + j], ordinal=j) for j in range(10)]
+        order = list(stores)[d // 10 % 3:] + list(stores)[:d // 10 % 3]
+        for mode in order:
+            chunks = [ChunkRecord(f"new{d + j}", texts[d + j], ordinal=j) for j in range(10)]
             t0 = time.perf_counter()
-            stores[mode].upsert_document(DocumentRecord(f"doc{d}"), chunks, vecs[d:d + 10])
+            stores[mode].upsert_document(DocumentRecord(f"newdoc{d}"), chunks, vecs[d:d + 10])
             secs[mode] += time.perf_counter() - t0
-    for st in stores.values():
+    for mode, st in stores.items():
         st.close()
-    return {"chunks": n_chunks, "with_ms_per_chunk": 1000 * secs["with"] / n_chunks,
-            "without_ms_per_chunk": 1000 * secs["without"] / n_chunks, "loadavg": os.getloadavg()}
+        for suffix in ("", "-wal", "-shm"):
+            Path(str(out_dir() / f"write-{mode}.db") + suffix).unlink(missing_ok=True)
+    return {"chunks": n_chunks, "base_chunks": _count(base) if base else 0,
+            **{f"{mode}_ms_per_chunk": 1000 * t / n_chunks for mode, t in secs.items()}, "loadavg": os.getloadavg()}
+
+
+def _count(path: Path) -> int:
+    from llama_index_polaris.engine.store import Store
+
+    with Store(path, readonly=True) as st:
+        return st.conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
 
 
 # -- indexing throughput and peak memory, each in its own process ------------------------
@@ -859,7 +887,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
     res["real_ann"] = None if args.skip_real else real_ann(eval_dir)
     res["cache_memory"] = [cache_memory(n) for n in args.hybrid_sizes if n >= 100_000]
     res["cold_search"] = [cold_search(n, eval_dir) for n in args.cold_sizes]
-    res["write_overhead"] = write_overhead(eval_dir)
+    res["write_overhead"] = [write_overhead(eval_dir)] + [
+        write_overhead(eval_dir, base=out_dir() / f"hybrid-{n}-384.db") for n in args.hybrid_sizes if n >= 100_000]
     texts = scifact_pieces(eval_dir)[2][:args.queries]
     res["query_memory"] = []
     for n in args.hybrid_sizes:
@@ -1032,13 +1061,18 @@ def render_ann(r: dict) -> list[str]:
                   " CPU = user + system time of that process (steadier than wall on a shared machine):", "",
                   table(["chunks", "load", "wall p50", "CPU p50", "runs (wall)"], rows), ""]
     if r.get("write_overhead"):
-        w = r["write_overhead"]
-        per = w["with_ms_per_chunk"] - w["without_ms_per_chunk"]
         embed = (1000 / r["indexing"]["raw"]["chunks_per_s"]) if r.get("indexing") else None
-        lines += [f"Storing {w['chunks']:,} chunks (10 per document, 384-d): {w['without_ms_per_chunk']:.3f} ms per chunk"
-                  f" without the sign-bit triggers, {w['with_ms_per_chunk']:.3f} with them (+{per:.3f} ms)"
-                  + (f"; embedding one chunk took {embed:.1f} ms in this run, so the index adds {per / embed:.2%}"
-                     " of embedding time." if embed else "."), ""]
+        rows = []
+        for w in r["write_overhead"]:
+            bits = w["with_ms_per_chunk"] - w["no-bits_ms_per_chunk"]
+            lists = w["with_ms_per_chunk"] - w["no-postings_ms_per_chunk"]
+            rows.append([f"{w['base_chunks']:,}", f"{w['chunks']:,}", f"{w['with_ms_per_chunk']:.3f}",
+                         f"{w['no-bits_ms_per_chunk']:.3f} (+{bits:.3f})", f"{w['no-postings_ms_per_chunk']:.3f} (+{lists:.3f})",
+                         f"{(bits + lists) / embed:.2%}" if embed else ""])
+        lines += ["Storing chunks (10 per document, 384-d), ms per chunk; the difference is what each derived index"
+                  " adds" + (f", against the {embed:.1f} ms it took to embed a chunk in this run:" if embed else ":"), "",
+                  table(["chunks already in the file", "chunks written", "everything", "without sign bits",
+                         "without BM25 lists", "both, of embedding time"], rows), ""]
     return lines
 
 

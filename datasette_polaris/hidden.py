@@ -10,6 +10,10 @@ hook; they stay one click away (Datasette's "hidden tables" link) and queryable.
 
 ``get_metadata`` is synchronous and called many times per request, so the answer is
 cached per file and read again only when the file or its WAL changes on disk.
+
+Polaris's BM25 posting lists (``chunks_bm25`` and the tables named after it: packed
+blobs derived from ``chunks_fts``) are an index in the same sense, hidden alike in a file
+that Polaris made (one with ``polaris_meta``).
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ VEC0_TABLES = (
     "SELECT name FROM sqlite_master WHERE type = 'table' AND rootpage = 0"
     " AND sql LIKE 'CREATE VIRTUAL TABLE%USING vec0%'"
 )
+
+POLARIS_INDEXES = ("chunks_bm25",)
 
 
 def hidden_tables(db: Any) -> tuple[str, ...]:
@@ -63,7 +69,8 @@ def _vec0_tables(path: str, mutable: bool, signature: Any) -> tuple[str, ...]:
         return ()
     finally:
         conn.close()
-    return tuple(t for t in tables if any(t == v or t.startswith(v + "_") for v in vec0))
+    derived = vec0 + (list(POLARIS_INDEXES) if "polaris_meta" in tables else [])
+    return tuple(t for t in tables if any(t == v or t.startswith(v + "_") for v in derived))
 
 
 def metadata(datasette: Any) -> dict[str, Any] | None:

@@ -497,11 +497,13 @@ async def test_chunks_table_uses_the_full_text_index(ds: Datasette, polaris_db: 
     assert 'name="_search"' in page.text  # Datasette's search box on the table
 
 
-async def test_vec0_tables_are_hidden_like_fts_tables(ds: Datasette) -> None:
+async def test_vec0_tables_and_posting_lists_are_hidden_like_fts_tables(ds: Datasette) -> None:
     tables = {t["name"]: t["hidden"] for t in (await ds.client.get("/polaris.json")).json()["tables"]}
     vec = {name for name in tables if name.startswith("chunks_vec")}
     assert len(vec) == 7 and all(tables[name] for name in vec)  # chunks_vec and its six shadow tables
     assert all(tables[name] for name in tables if name.startswith("chunks_fts"))  # Datasette's own rule
+    lists = {name for name in tables if name.startswith("chunks_bm25")}
+    assert len(lists) == 4 and all(tables[name] for name in lists)  # the BM25 posting lists
     assert not any(tables[name] for name in ("chunks", "documents", "polaris_meta"))
     for path in ("/", "/polaris"):
         html = (await ds.client.get(path)).text

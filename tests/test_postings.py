@@ -44,8 +44,9 @@ def build(path: Path, n_docs: int = 30, per_doc: int = 10, seed: int = 0) -> Sto
     return store
 
 
-def assert_current(conn) -> None:
-    """Every kept list is FTS5's own for its term, every common term has one, every length is
+def assert_current(conn, every_common_term: bool = False) -> None:
+    """Every kept list is FTS5's own for its term (and, when asked, every common term has
+    one: true after a rebuild; writes give a term its list on a schedule), every length is
     FTS5's docsize, and nothing is dirty."""
     assert conn.execute("SELECT count(*) FROM chunks_bm25_dirty").fetchone()[0] == 0
     assert postings.usable(conn)
@@ -54,7 +55,9 @@ def assert_current(conn) -> None:
     stop = postings.Tokenizer(postings.fts_tokenizer(conn)).stop_terms
     kept = {r[0] for r in conn.execute("SELECT term FROM chunks_bm25_terms")}
     common = {t for t, df in conn.execute("SELECT term, doc FROM temp.t_row") if df >= COMMON and t not in stop}
-    assert common <= kept
+    assert not kept & stop
+    if every_common_term:
+        assert common <= kept
     assert {r[0] for r in conn.execute("SELECT DISTINCT term FROM chunks_bm25")} <= kept
     for term in kept:
         expected = conn.execute("SELECT doc, count(*) FROM temp.t_inst WHERE term = ? GROUP BY doc ORDER BY doc",
@@ -83,6 +86,9 @@ def store(tmp_path):
 
 def test_the_file_keeps_lists_for_common_terms_only(store):
     assert_current(store.conn)
+    with store._write():
+        postings.rebuild(store.conn)
+    assert_current(store.conn, every_common_term=True)
     kept = {r[0] for r in store.conn.execute("SELECT term FROM chunks_bm25_terms")}
     assert {"session", "token", "index"} <= kept  # stemmed, as FTS5 stores them
     rare = {t for t, df in store.conn.execute("SELECT term, doc FROM temp.t_row") if df < COMMON}
@@ -190,7 +196,20 @@ def test_an_older_file_gets_its_lists_built(tmp_path):
     path = tmp_path / "polaris.db"
     shutil.copy(REPO / "tests" / "fixtures" / "schema2.db", path)
     with Store(path) as store:
-        assert_current(store.conn)
+        assert_current(store.conn, every_common_term=True)
+
+
+def test_a_term_that_becomes_common_gets_its_list(tmp_path):
+    """Checked the 1st, 2nd, 4th ... time a process writes it: in a new process, at once."""
+    store = build(tmp_path / "p.db")
+    store.close()
+    for n in range(3):  # "zymurgy" in 7, then 14, then 21 chunks: common (15) on the third write
+        with Store(tmp_path / "p.db") as store:
+            chunks = [ChunkRecord(f"z{n}:{i}", f"zymurgy brewing note {i}", i) for i in range(7)]
+            store.upsert_document(DocumentRecord(f"z{n}"), chunks, np.ones((7, 4), dtype=np.float32))
+            assert_current(store.conn)
+            kept = {r[0] for r in store.conn.execute("SELECT term FROM chunks_bm25_terms")}
+            assert ("zymurgi" in kept) == (n == 2)
 
 
 CRASH_WRITER = r"""

@@ -172,7 +172,7 @@ CREATE TABLE chunks_bm25 (
     rows  BLOB NOT NULL,
     tf    BLOB NOT NULL,
     PRIMARY KEY (term, block)
-);
+) WITHOUT ROWID;
 CREATE TABLE chunks_bm25_lengths (block INTEGER PRIMARY KEY, lengths BLOB NOT NULL);
 CREATE TABLE chunks_bm25_dirty (id INTEGER PRIMARY KEY, text TEXT, heading_path TEXT, counted INTEGER NOT NULL);
 CREATE TRIGGER chunks_bm25_ai AFTER INSERT ON chunks BEGIN

@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections import defaultdict
+from collections import Counter, defaultdict
 from typing import Any, Iterable
 
 import numpy as np
@@ -42,6 +42,7 @@ BLOCK = 4_096  # chunk ids per row: a write rewrites small rows, a query reads f
 REBUILD_SHARE = 4  # a write that changes more than 1/4 of the chunks rebuilds instead
 _TOKENIZE = re.compile(r"tokenize\s*=\s*'((?:[^']|'')*)'", re.IGNORECASE)
 DIRTY = "chunks_bm25_dirty"
+MAX_SIGHTINGS = 1_000_000  # uncounted terms remembered per process
 
 
 def varints(blob: bytes) -> list[int]:
@@ -98,6 +99,7 @@ class Tokenizer:
         self.conn.execute(f"CREATE VIRTUAL TABLE words USING fts5(text, heading_path, tokenize='{quoted}')")
         self.conn.execute("CREATE VIRTUAL TABLE words_terms USING fts5vocab(words, instance)")
         self._stop: frozenset[str] | None = None
+        self.sightings: Counter[str] = Counter()  # how often this process wrote each uncounted term
 
     def terms(self, words: list[str]) -> list[tuple[str, ...]]:
         """Each word's terms, in order."""
@@ -148,12 +150,39 @@ def _decode_lengths(blob: bytes) -> np.ndarray:
     return np.frombuffer(blob, dtype="<u2" if len(blob) == 2 * BLOCK else "<u4")
 
 
-def _write_block(conn: Any, term: str, block: int, offsets: np.ndarray, tf: np.ndarray) -> None:
-    if offsets.size:
-        conn.execute("INSERT OR REPLACE INTO chunks_bm25 (term, block, rows, tf) VALUES (?, ?, ?, ?)",
-                     (term, block, *_encode(offsets, tf)))
-    else:
-        conn.execute("DELETE FROM chunks_bm25 WHERE term = ? AND block = ?", (term, block))
+BLOCKS_OF_KEYS = ("SELECT p.term, p.block, p.rows, p.tf FROM json_each(?) AS k JOIN chunks_bm25 AS p"
+                  " ON p.term = json_extract(k.value, '$[0]') AND p.block = json_extract(k.value, '$[1]')")
+
+
+def _edit_blocks(conn: Any, gone: dict[tuple[str, int], list[int]], come: dict[tuple[str, int], list[tuple[int, int]]]) -> None:
+    """Remove the ``gone`` offsets from, and add the ``come`` (offset, count) pairs to, each
+    (term, block) row: read in one statement, written in two."""
+    keys = sorted(gone.keys() | come.keys())
+    current = {(t, b): (o, f) for t, b, o, f in conn.execute(BLOCKS_OF_KEYS, (json.dumps(keys),))}
+    writes, deletes = [], []
+    for key in keys:
+        old_rows, old_tf = current.get(key, (b"", b""))
+        added = sorted(come.get(key, []))
+        removed = gone.get(key)
+        n = len(old_rows) // 2
+        narrow = len(old_tf) == n and all(c <= 255 for _, c in added)
+        if not removed and narrow and (not n or not added or added[0][0] > int.from_bytes(old_rows[-2:], "little")):
+            # the common case, new chunks after the block's last one: append the bytes
+            rows = old_rows + np.array([a[0] for a in added], dtype="<u2").tobytes()
+            tf = old_tf + bytes(c for _, c in added)
+        else:
+            offsets, counts = _decode(old_rows, old_tf)
+            keep = ~np.isin(offsets, removed or [])
+            offsets = np.concatenate([offsets[keep].astype(np.int64), np.array([a[0] for a in added], dtype=np.int64)])
+            counts = np.concatenate([counts[keep].astype(np.int64), np.array([a[1] for a in added], dtype=np.int64)])
+            order = np.argsort(offsets, kind="stable")
+            rows, tf = _encode(offsets[order], counts[order])
+        if rows:
+            writes.append((*key, rows, tf))
+        elif key in current:
+            deletes.append(key)
+    conn.executemany("INSERT OR REPLACE INTO chunks_bm25 (term, block, rows, tf) VALUES (?, ?, ?, ?)", writes)
+    conn.executemany("DELETE FROM chunks_bm25 WHERE term = ? AND block = ?", deletes)
 
 
 def _vocab(conn: Any, kind: str) -> str:
@@ -223,18 +252,10 @@ def flush(conn: Any, tokenizer: Tokenizer) -> None:
     for chunk_id, counts in new_counts.items():
         for term in counts.keys() & tracked:
             come[term, chunk_id // BLOCK].append((chunk_id % BLOCK, counts[term]))
-    for term, block in gone.keys() | come.keys():
-        row = conn.execute("SELECT rows, tf FROM chunks_bm25 WHERE term = ? AND block = ?", (term, block)).fetchone()
-        offsets, tf = _decode(*row) if row else (np.zeros(0, np.uint16), np.zeros(0, np.uint8))
-        keep = ~np.isin(offsets, gone.get((term, block), []))
-        added = come.get((term, block), [])
-        offsets = np.concatenate([offsets[keep], np.array([a[0] for a in added], dtype=np.int64)]).astype(np.int64)
-        tf = np.concatenate([tf[keep], np.array([a[1] for a in added], dtype=np.int64)]).astype(np.int64)
-        order = np.argsort(offsets, kind="stable")
-        _write_block(conn, term, block, offsets[order], tf[order])
+    _edit_blocks(conn, gone, come)
     _set_lengths(conn, {r[0]: new_lengths.get(r[0], 0) for r in dirty})
     stop = tokenizer.stop_terms
-    fresh = sorted({t for c in new_counts.values() for t in c} - tracked - stop)
+    fresh = sorted(_due(tokenizer, {t for c in new_counts.values() for t in c} - tracked - stop))
     if fresh:
         row_vocab = _vocab(conn, "row")
         common = [t for (t,) in conn.execute(
@@ -242,6 +263,22 @@ def flush(conn: Any, tokenizer: Tokenizer) -> None:
             (json.dumps(fresh), COMMON_DF))]
         _add_terms(conn, common)
     conn.execute(f"DELETE FROM {DIRTY}")
+
+
+def _due(tokenizer: Tokenizer, terms: set[str]) -> list[str]:
+    """The terms whose document frequency to check now: each is checked the 1st, 2nd, 4th, 8th
+    ... time this process writes it (FTS5 counts a term's documents by reading its whole
+    list, ~30 us a term). A term that reaches COMMON_DF between checks gets its list a
+    little later; until then FTS5 scores it, exactly."""
+    seen = tokenizer.sightings
+    if len(seen) > MAX_SIGHTINGS:
+        seen.clear()
+    due = []
+    for term in terms:
+        seen[term] += 1
+        if seen[term] & (seen[term] - 1) == 0:  # a power of two
+            due.append(term)
+    return due
 
 
 def _set_lengths(conn: Any, lengths: dict[int, int]) -> None:
