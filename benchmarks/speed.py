@@ -318,7 +318,7 @@ def scifact_pieces(eval_dir: Path) -> tuple[list[str], list[str], list[str]]:
 
 def hybrid_db(n: int, dim: int, eval_dir: Path) -> tuple[Path, float]:
     """A real Polaris index of ``n`` chunks: recombined SciFact text, synthetic vectors."""
-    from llama_index_polaris.engine.store import ChunkRecord, DocumentRecord, ModelBinding, Store
+    from llama_index_polaris.engine.store import ModelBinding, Store
 
     path = out_dir() / f"hybrid-{n}-{dim}.db"
     if path.exists():
@@ -334,6 +334,19 @@ def hybrid_db(n: int, dim: int, eval_dir: Path) -> tuple[Path, float]:
     store.bind_model(ModelBinding("synthetic", dim, ""))
     store.conn.execute("PRAGMA synchronous=OFF")
     per_doc = 10
+    with store.batch():  # the BM25 posting lists built once, at the end (as `polaris index` per batch)
+        _fill(store, n, per_doc, rng, titles, sentences, vecs)
+    store.close()
+    tmp.rename(path)
+    for suffix in ("-wal", "-shm"):
+        Path(str(tmp) + suffix).unlink(missing_ok=True)
+    return path, time.perf_counter() - t
+
+
+def _fill(store: Any, n: int, per_doc: int, rng: random.Random, titles: list[str], sentences: list[str],
+          vecs: np.ndarray) -> None:
+    from llama_index_polaris.engine.store import ChunkRecord, DocumentRecord
+
     for d in range(0, n, per_doc):
         title = rng.choice(titles)
         chunks = []
@@ -342,11 +355,6 @@ def hybrid_db(n: int, dim: int, eval_dir: Path) -> tuple[Path, float]:
             chunks.append(ChunkRecord(node_id=f"n{d + j}", text=text, ordinal=j, heading_path=f"{title} > Part {j}",
                                       heading_level=2, start_char=0, end_char=len(text)))
         store.upsert_document(DocumentRecord(id=f"doc{d // per_doc}", name=title), chunks, vecs[d:d + len(chunks)])
-    store.close()
-    tmp.rename(path)
-    for suffix in ("-wal", "-shm"):
-        Path(str(tmp) + suffix).unlink(missing_ok=True)
-    return path, time.perf_counter() - t
 
 
 def exact_ids(vecs: np.ndarray, q: np.ndarray, k: int, rows: np.ndarray | None = None) -> list[int]:
@@ -370,7 +378,7 @@ def hybrid_bench(n: int, dim: int, eval_dir: Path, nq: int) -> dict[str, Any]:
 
     from llama_index_polaris.engine.config import load_config
     from llama_index_polaris.engine.embed import load_embedder
-    from llama_index_polaris.engine.search import ann, pipeline
+    from llama_index_polaris.engine.search import ann, pipeline, postings
     from llama_index_polaris.engine.search.bm25 import bm25
     from llama_index_polaris.engine.search.pipeline import Searcher
     from llama_index_polaris.engine.search.scope import Scope
@@ -407,6 +415,12 @@ def hybrid_bench(n: int, dim: int, eval_dir: Path, nq: int) -> dict[str, Any]:
 
     exact = [exact_ids(vecs, qvecs[i], POOL) for i in range(nq)]
     res["bm25_ms"] = pcts(run(lambda i: bm25(store.conn, texts[i], POOL)))
+    tokenizer = store.tokenizer()
+    res["bm25_lists_ms"] = pcts(run(lambda i: postings.bm25(store.conn, tokenizer, texts[i], POOL)))
+    res["lists_mb"] = store.conn.execute(
+        "SELECT (SELECT coalesce(sum(length(rows) + length(tf)), 0) FROM chunks_bm25)"
+        " + (SELECT coalesce(sum(length(lengths)), 0) FROM chunks_bm25_lengths)").fetchone()[0] / 1e6
+    res["lists_terms"] = store.conn.execute("SELECT count(*) FROM chunks_bm25_terms").fetchone()[0]
     res["vec0_ms"] = pcts(run(lambda i: exact_knn(store.conn, qvecs[i], POOL)))
     got: list[list[int]] = [[] for _ in range(nq)]
 
@@ -441,12 +455,19 @@ def hybrid_bench(n: int, dim: int, eval_dir: Path, nq: int) -> dict[str, Any]:
     res["ann_scoped_in_scope"] = all(set(g) <= set((rows + 1).tolist()) for g in scoped_got)
 
     res["hybrid_ms"] = pcts(run(lambda i: searcher.search(texts[i], top_k=10, query_vector=qvecs[i])))
+    real_lists = pipeline.postings.bm25
+    pipeline.postings.bm25 = lambda *a, **kw: None  # the one-shot pipeline before the posting lists: FTS5 alone
+    try:
+        res["hybrid_fts5_ms"] = pcts(run(lambda i: searcher.search(texts[i], top_k=10, query_vector=qvecs[i])))
+    finally:
+        pipeline.postings.bm25 = real_lists
     real_knn = pipeline.knn
-    pipeline.knn = functools.partial(real_knn, exact_below=10**12)  # the one-shot pipeline before #17: exact vec0
+    pipeline.knn = functools.partial(real_knn, exact_below=10**12)  # the one-shot pipeline before #17: exact vec0,
+    pipeline.postings.bm25 = lambda *a, **kw: None  # FTS5 alone
     try:
         res["hybrid_exact_ms"] = pcts(run(lambda i: searcher.search(texts[i], top_k=10, query_vector=qvecs[i])))
     finally:
-        pipeline.knn = real_knn
+        pipeline.knn, pipeline.postings.bm25 = real_knn, real_lists
     # a long-lived process (notebook, retriever, Datasette): sign bits in RAM, floats re-read
     # from SQLite; BM25 with common words' postings from RAM (a cold and a warm pass)
     from llama_index_polaris.engine.search.bm25_cache import Bm25Cache
@@ -887,8 +908,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
     res["real_ann"] = None if args.skip_real else real_ann(eval_dir)
     res["cache_memory"] = [cache_memory(n) for n in args.hybrid_sizes if n >= 100_000]
     res["cold_search"] = [cold_search(n, eval_dir) for n in args.cold_sizes]
-    res["write_overhead"] = [write_overhead(eval_dir)] + [
-        write_overhead(eval_dir, base=out_dir() / f"hybrid-{n}-384.db") for n in args.hybrid_sizes if n >= 100_000]
+    res["write_overhead"] = [write_overhead(eval_dir)] + [  # 100k: three copies of a 1M file would be 19 GB
+        write_overhead(eval_dir, base=out_dir() / f"hybrid-{n}-384.db") for n in args.hybrid_sizes if n == 100_000]
     texts = scifact_pieces(eval_dir)[2][:args.queries]
     res["query_memory"] = []
     for n in args.hybrid_sizes:
@@ -1002,7 +1023,10 @@ def render_ann(r: dict) -> list[str]:
                          f"{_pp(h['ann_ms'])} (R@10 {h['ann_recall@10']:.3f}, R@30 {h['ann_recall@30']:.3f})",
                          ("exact: " if h["auto_is_exact"] else "sign bits: ") + _pp(h["auto_ms"]),
                          f"{h['ann_scoped_recall@10']:.3f}" + ("" if h["ann_scoped_in_scope"] else " (OUT OF SCOPE)"),
-                         _pp(h["hybrid_exact_ms"]), f"**{_pp(h['hybrid_ms'])}**",
+                         _pp(h["hybrid_exact_ms"]), _pp(h["hybrid_fts5_ms"]) if "hybrid_fts5_ms" in h else "",
+                         _pp(h["bm25_lists_ms"]) if "bm25_lists_ms" in h else "",
+                         f"{h['lists_mb']:.0f} MB, {h['lists_terms']:,} terms" if "lists_mb" in h else "",
+                         f"**{_pp(h['hybrid_ms'])}**",
                          (f"{_pp(h['cache_knn_ms'])} (R@10 {h['cache_recall@10']:.3f})" if h.get("cache_active") else "exact"),
                          _pp(h["hybrid_cached_ms"]), _pp(h["hybrid_cached_cold_ms"]),
                          f"{h['cache_load_s']:.2f} s / {h['cache_bytes_per_chunk']:.0f} B" if h.get("cache_active") else "",
@@ -1012,8 +1036,9 @@ def render_ann(r: dict) -> list[str]:
                   " recall against exact search over the same vectors (synthetic clusters), pool 30.", "",
                   table(["chunks", "load", "FTS5 BM25", "exact KNN (vec0)", "sign-bit KNN, one-shot",
                          "knn() as chosen automatically",
-                         "scoped R@10 (half the documents)", "hybrid one-shot, exact vector (before)",
-                         "hybrid one-shot, sign bits", "long-lived KNN", "long-lived hybrid (warm)",
+                         "scoped R@10 (half the documents)", "hybrid one-shot, exact vector, FTS5 (before #17)",
+                         "hybrid one-shot, sign bits, FTS5", "BM25 from the posting lists", "posting lists in the file",
+                         "hybrid one-shot, sign bits + posting lists", "long-lived KNN", "long-lived hybrid (warm)",
                          "long-lived hybrid, first sight of the words", "cache load / bytes per chunk",
                          "migration backfill"], rows), ""]
         parts = [[f"{h['n']:,}"] + [f"{v:.1f}" for v in h["ann_parts_ms"].values()]

@@ -269,3 +269,36 @@ def test_the_llamaindex_door_keeps_the_lists(tmp_path):
         assert_current(vs.client.conn)
     finally:
         vs.close()
+
+
+def test_a_batch_updates_the_lists_once_at_its_end(store):
+    rng = random.Random(5)
+    with store.batch():
+        for d in range(3):
+            store.upsert_document(DocumentRecord(f"doc{d}"), chunks_for(rng, d, 6, " session"), np.ones((6, 4), np.float32))
+            assert not postings.usable(store.conn)  # committed, lists not yet: readers use FTS5
+            assert postings.bm25(store.conn, store.tokenizer(), "session", 5) is None
+    assert_current(store.conn)
+    with pytest.raises(RuntimeError), store.batch():
+        store.delete_document("doc5")
+        raise RuntimeError("the caller failed half way")
+    assert_current(store.conn)  # what was committed is counted all the same
+
+
+def test_polaris_index_keeps_the_lists(tmp_path):
+    from llama_index_polaris.engine.config import load_config
+    from llama_index_polaris.engine.index import PolarisIndex
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for i in range(24):
+        (docs / f"page{i}.md").write_text(f"# Page {i}\n\nSession tokens expire after {i} hours.\n", "utf-8")
+    cfg = load_config(use_user_config=False, model_id="all-minilm-l6-v2")
+    with PolarisIndex(tmp_path / "p.db", config=cfg) as index:
+        index.index_paths([docs])
+        assert_current(index.store.conn)
+        assert {"session", "token"} <= {r[0] for r in index.store.conn.execute("SELECT term FROM chunks_bm25_terms")}
+        (docs / "page3.md").unlink()
+        (docs / "page4.md").write_text("# Page 4\n\nRotated keys.\n", "utf-8")
+        index.index_paths([docs])
+        assert_current(index.store.conn)

@@ -292,12 +292,13 @@ class Indexer:
             return
         by_hash = {c.text_hash: t for p in pending for c, t in zip(p.chunks, p.inputs)}
         vectors = self._vectors(by_hash, report)
-        for p in pending:
-            vecs = np.array([vectors[c.text_hash] for c in p.chunks]) if p.chunks else None
-            self.store.upsert_document(self._document_record(p.doc, "completed"), p.chunks, vecs)
-            report.added += p.is_new
-            report.updated += not p.is_new
-            report.chunks += len(p.chunks)
+        with self.store.batch():  # one update of the BM25 posting lists for the batch
+            for p in pending:
+                vecs = np.array([vectors[c.text_hash] for c in p.chunks]) if p.chunks else None
+                self.store.upsert_document(self._document_record(p.doc, "completed"), p.chunks, vecs)
+                report.added += p.is_new
+                report.updated += not p.is_new
+                report.chunks += len(p.chunks)
 
     def _vectors(self, by_hash: dict[str, str], report: IndexReport) -> dict[str, np.ndarray]:
         """Vectors for each embedded text (by hash): stored ones reused, the rest embedded."""

@@ -7,6 +7,7 @@ vec0 table ``chunks_vec`` and the text into the FTS5 table ``chunks_fts``.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -14,7 +15,7 @@ import threading
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -133,6 +134,7 @@ class Store:
         self.readonly = readonly
         self._lock = threading.RLock()
         self._tokenizer: postings.Tokenizer | None = None
+        self._batched = 0
         if fts_tokenizer is not None:
             problem = SETTINGS_BY_NAME["fts_tokenizer"].check(fts_tokenizer)
             if problem:
@@ -185,8 +187,29 @@ class Store:
 
     def _flush(self, conn: Any) -> None:
         """Derived tables that triggers cannot keep (BM25 posting lists) brought up to date."""
-        if has_table(conn, "chunks_bm25"):
+        if not self._batched and has_table(conn, "chunks_bm25"):
             postings.flush(conn, self.tokenizer())
+
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        """``with store.batch():`` the writes inside update the BM25 posting lists once, at the end
+        (a write that changes many chunks costs less than many small ones; meanwhile readers
+        score with FTS5 alone, exactly). Each write still commits on its own."""
+        self._batched += 1
+        try:
+            yield
+        except BaseException:
+            self._batched -= 1
+            with contextlib.suppress(Exception):  # the lists catch up at the next write if this fails
+                self._end_batch()
+            raise
+        self._batched -= 1
+        self._end_batch()
+
+    def _end_batch(self) -> None:
+        if not self._batched and not self.readonly:
+            with self._write():
+                pass  # the flush runs before COMMIT
 
     def tokenizer(self) -> postings.Tokenizer:
         """The index's FTS5 tokenizer, on a private in-memory connection (made once per tokenizer)."""
