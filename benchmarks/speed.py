@@ -702,7 +702,9 @@ def cold_search(n: int, eval_dir: Path, reps: int = 5) -> dict[str, Any]:
 
     src = out_dir() / f"hybrid-{n}-384.db"
     path = out_dir() / f"cold-{n}-384.db"
-    if not path.exists():
+    if path.exists():
+        Store(path).close()  # made by an earlier version: `polaris search` reads only, so upgrade it here
+    else:
         Store(src).close()
         shutil.copy(src, path)
         e = load_embedder(MODEL)
@@ -886,6 +888,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
     ap.add_argument("--index-docs", type=int, default=200, help="SciFact documents for the throughput run (0 skips)")
     ap.add_argument("--skip-vector", action="store_true")
     ap.add_argument("--reuse-vector", metavar="JSON", help="take the vector KNN results from an earlier speed.json")
+    ap.add_argument("--reuse-hybrid", metavar="JSON", help="take the full-pipeline results from an earlier run's JSON"
+                    " (speed-partial.json of an interrupted run)")
     ap.add_argument("--structures-sizes", type=ints, default=[100_000, 1_000_000],
                     help="sizes at which the sign-bit index is compared with IVF")
     ap.add_argument("--cold-sizes", type=ints, default=[100_000], help="`polaris search` in a new process")
@@ -901,7 +905,11 @@ def main(argv: Sequence[str] | None = None) -> dict:
         res["vector"] = [] if args.skip_vector else [vector_bench(n, d, args.queries, args.overfetch)
                                                       for n in args.sizes for d in args.dims]
     res["real_bits"] = real_bit_recall(eval_dir, sorted(set(args.overfetch) | {2, 4, 10}))
-    res["hybrid"] = [hybrid_bench(n, 384, eval_dir, args.queries) for n in args.hybrid_sizes]
+    if args.reuse_hybrid:
+        res["hybrid"] = json.loads(Path(args.reuse_hybrid).read_text())["hybrid"]
+        res["hybrid_reused_from"] = args.reuse_hybrid
+    else:
+        res["hybrid"] = [hybrid_bench(n, 384, eval_dir, args.queries) for n in args.hybrid_sizes]
     save_json("speed-partial.json", res)
     res["structures"] = [structures_bench(n, 384, args.queries, eval_dir) for n in args.structures_sizes]
     save_json("speed-partial.json", res)

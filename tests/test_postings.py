@@ -96,6 +96,12 @@ def test_the_file_keeps_lists_for_common_terms_only(store):
     assert store.conn.execute("SELECT count(DISTINCT block) FROM chunks_bm25 WHERE term = 'session'").fetchone()[0] > 5
 
 
+def test_stop_terms_are_whole_stop_words_only():
+    stop = postings.Tokenizer("porter unicode61 remove_diacritics 2").stop_terms
+    assert {"the", "what", "doe"} <= stop  # "does", stemmed
+    assert "t" not in stop  # from "don't": but "T cell" searches "t"
+
+
 words = st.sampled_from(VOCAB + ["the", "and", "what", "NEAR", "-", '"', "*", ":", "(", "zzzunknown", "Sessions", "CAFE"])
 
 

@@ -36,6 +36,8 @@ from .bm25 import bm25_sql, phrases_query, query_words
 from .scope import Scope
 from .terms import STOP_WORDS
 
+WORD = re.compile(r"\w+")
+
 K1, B = 1.2, 0.75  # the constants of FTS5's bm25()
 COMMON_DF = 1_000  # a term in at least this many chunks gets a posting list in the file
 BLOCK = 4_096  # chunk ids per row: a write rewrites small rows, a query reads few
@@ -126,7 +128,10 @@ class Tokenizer:
     def stop_terms(self) -> frozenset[str]:
         """The terms of the stop words: never given posting lists."""
         if self._stop is None:
-            self._stop = frozenset(t for ts in self.terms(sorted(STOP_WORDS)) for t in ts)
+            # Only whole-word stop words: "don't" is searched as "don" and "t", and "t" is no
+            # stop word of a query ("T cell").
+            whole = sorted(w for w in STOP_WORDS if WORD.fullmatch(w))
+            self._stop = frozenset(t for ts in self.terms(whole) for t in ts)
         return self._stop
 
 
@@ -313,14 +318,24 @@ def posting(conn: Any, term: str) -> tuple[np.ndarray, np.ndarray] | None:
     try:
         if not usable(conn) or conn.execute("SELECT 1 FROM chunks_bm25_terms WHERE term = ?", (term,)).fetchone() is None:
             return None
-        parts = [(b, *_decode(o, f)) for b, o, f in conn.execute(
-            "SELECT block, rows, tf FROM chunks_bm25 WHERE term = ? ORDER BY block", (term,))]
+        rows = conn.execute("SELECT block, rows, tf FROM chunks_bm25 WHERE term = ?", (term,)).fetchall()
     except sqlite_module().OperationalError:
         return None
-    if not parts:
-        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    return (np.concatenate([b * BLOCK + off.astype(np.int64) for b, off, _ in parts]),
-            np.concatenate([f.astype(np.int64) for _, _, f in parts]))
+    return _join(rows)
+
+
+def _join(rows: list[tuple[int, bytes, bytes]]) -> tuple[np.ndarray, np.ndarray]:
+    """One term's (block, offsets, counts) rows as chunk ids and counts, ids ascending."""
+    sizes = np.fromiter((len(r[1]) // 2 for r in rows), dtype=np.int64, count=len(rows))
+    blocks = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+    order = np.argsort(blocks, kind="stable")
+    rows = [rows[i] for i in order]
+    ids = np.repeat(blocks[order] * BLOCK, sizes[order]) + np.frombuffer(b"".join(r[1] for r in rows), dtype="<u2")
+    if all(len(r[2]) == len(r[1]) // 2 for r in rows):  # every count under 256: one byte each
+        tf = np.frombuffer(b"".join(r[2] for r in rows), dtype="u1")
+    else:
+        tf = np.concatenate([_decode(r[1], r[2])[1].astype(np.int64) for r in rows]) if rows else np.zeros(0, np.int64)
+    return ids, tf.astype(np.int64)
 
 
 def bm25(conn: Any, tokenizer: Tokenizer, query: str, limit: int, scope: Scope = Scope()) -> list[tuple[int, float]] | None:
@@ -363,9 +378,8 @@ def _bm25(conn: Any, tokenizer: Tokenizer, words: list[str], limit: int, scope: 
     # count it twice there, so here too.
     times = {term: sum(1 for t in terms if t == (term,)) for term in postings}
     for term, parts in postings.items():
-        decoded = [(b, *_decode(o, f)) for b, o, f in parts]
-        ids = np.concatenate([b * BLOCK + off.astype(np.int64) for b, off, _ in decoded])
-        tf = np.concatenate([f for _, _, f in decoded]) * fts.TEXT_WEIGHT
+        ids, tf = _join(parts)
+        tf = tf * fts.TEXT_WEIGHT
         scores[ids] += times[term] * phrase_scores(tf, lengths[ids], avg_length, idf(n_rows, len(ids)))
     rare = [w for w, t in zip(words, terms) if not (len(t) == 1 and t[0] in postings)]
     if rare:
