@@ -14,16 +14,17 @@ from llama_index_polaris.engine.search.pipeline import SECTION_POOL, candidate_p
 
 COLUMNS_BY_MODE = {
     "hybrid": ("vector_rank", "vector_distance", "bm25_rank", "bm25_score", "rrf_vector", "rrf_bm25", "rrf",
-               "boost", "relevance", "mmr_penalty", "score"),
+               "fusion_vector", "fusion_bm25", "fused", "boost", "relevance", "mmr_penalty", "score"),
     "vector": ("vector_rank", "vector_distance", "score"),
     "bm25": ("bm25_rank", "bm25_score", "score"),
 }
 LABELS = {
     "vector_rank": "Vector rank", "vector_distance": "Distance", "bm25_rank": "BM25 rank", "bm25_score": "BM25 score",
-    "rrf_vector": "RRF vector", "rrf_bm25": "RRF BM25", "rrf": "RRF", "boost": "Boost", "relevance": "Relevance",
+    "rrf_vector": "RRF vector", "rrf_bm25": "RRF BM25", "rrf": "RRF", "fusion_vector": "Score fusion vector",
+    "fusion_bm25": "Score fusion BM25", "fused": "Fused", "boost": "Boost", "relevance": "Relevance",
     "mmr_penalty": "MMR penalty", "score": "Score",
 }
-DIGITS = {"rrf_vector": 5, "rrf_bm25": 5, "rrf": 5, "score": 3}
+DIGITS = {"rrf_vector": 5, "rrf_bm25": 5, "rrf": 5, "fusion_vector": 3, "fusion_bm25": 3, "fused": 3, "score": 3}
 
 
 @dataclass(frozen=True)
@@ -47,8 +48,15 @@ def formula(mode: str, settings: Mapping[str, Any]) -> str:
     if mode == "bm25":
         return "Score = BM25 score ÷ the top hit's BM25 score"
     k, boost, lam = settings["rrf_k"], settings["heading_boost"], settings["mmr_lambda"]
+    share, alpha, depth = settings["score_fusion"], settings["score_fusion_vector"], settings["score_fusion_depth"]
     rrf = f"RRF = 1/({k} + vector rank) + 1/({k} + BM25 rank)"
-    relevance = f"relevance = (RRF ÷ best RRF + {boost} × heading match) ÷ best"
+    if share > 0:
+        rrf += (f";  score fusion = {_num(alpha)} × similarity + {_num(1 - alpha)} × BM25, each rescaled from its"
+                f" list's best (1) to its rank {depth} (0);  fused = {_num(1 - share)} × RRF ÷ best RRF"
+                f" + {_num(share)} × score fusion ÷ best")
+    else:
+        rrf += ";  fused = RRF (score_fusion = 0)"
+    relevance = f"relevance = (fused ÷ best fused + {boost} × heading match) ÷ best"
     if lam >= 1.0:
         return f"{rrf};  {relevance};  Score = relevance (MMR off: mmr_lambda = {lam})"
     return (f"{rrf};  {relevance};  Score = ({lam} × relevance − MMR penalty + {_num(1 - lam)}) ÷ hit 1's,"
@@ -67,6 +75,7 @@ def section_pool() -> int:
 
 def _meanings(mode: str, s: Mapping[str, Any]) -> dict[str, str]:
     k, boost, lam = s.get("rrf_k"), s.get("heading_boost"), s.get("mmr_lambda")
+    share, alpha, depth = s.get("score_fusion") or 0.0, s.get("score_fusion_vector", 0.4), s.get("score_fusion_depth")
     top = "the top hit reads 1.000"
     score = {
         "hybrid": (f"the final score: relevance after MMR, divided by the first hit's, so {top}"
@@ -84,10 +93,17 @@ def _meanings(mode: str, s: Mapping[str, Any]) -> dict[str, str]:
         "bm25_score": "FTS5's BM25 score of the best chunk, over text and heading path (higher is better)",
         "rrf_vector": f"the vector list's share of RRF: 1 / (rrf_k + vector rank), rrf_k = {k}",
         "rrf_bm25": f"the full-text list's share of RRF: 1 / (rrf_k + BM25 rank), rrf_k = {k}",
-        "rrf": "Reciprocal Rank Fusion: RRF vector + RRF BM25 (ranks are fused, the lists' scores are not)",
+        "rrf": "Reciprocal Rank Fusion: RRF vector + RRF BM25 (ranks only, the lists' scores are not used)",
+        "fusion_vector": (f"score fusion, vector side: {_num(alpha)} × the cosine similarity rescaled so the list's best"
+                          f" reads 1 and its rank {depth} reads 0 (clipped to 0..1); – : score fusion is off"),
+        "fusion_bm25": (f"score fusion, full-text side: {_num(1 - alpha)} × the BM25 score rescaled so the list's best"
+                        f" reads 1 and its rank {depth} reads 0 (clipped to 0..1); – : score fusion is off"),
+        "fused": (f"{_num(1 - share)} × RRF ÷ the best RRF + {_num(share)} × (score fusion vector + BM25) ÷ the best"
+                  " such sum: the ranks and how far apart the scores are, mixed"
+                  if share else "equal to RRF: score_fusion is 0, so only ranks are fused"),
         "boost": (f"heading boost: heading_boost ({boost}) × the share of the query's words (3+ letters,"
                   " stop words left out) found in the heading path"),
-        "relevance": "RRF divided by the best RRF among the candidates, plus the boost, divided again so the best is 1.000",
+        "relevance": "Fused divided by the best fused among the candidates, plus the boost, divided again so the best is 1.000",
         "mmr_penalty": (f"(1 − mmr_lambda) × the highest cosine similarity to a hit ranked above; mmr_lambda = {lam}"
                         + (", so MMR is off and the penalty is 0" if lam is not None and lam >= 1.0 else "")),
         "score": score,

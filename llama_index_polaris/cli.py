@@ -176,6 +176,7 @@ def _explain_line(e: Any) -> str:
         f"vector #{_fmt(e.vector_rank, 'd')} dist {_fmt(e.vector_distance, '.4f')} | "
         f"bm25 #{_fmt(e.bm25_rank, 'd')} score {_fmt(e.bm25_score, '.3f')} | "
         f"rrf {_fmt(e.rrf, '.5f')} (v {_fmt(e.rrf_vector, '.5f')} + b {_fmt(e.rrf_bm25, '.5f')}) | "
+        f"score fusion v {_fmt(e.fusion_vector, '.3f')} + b {_fmt(e.fusion_bm25, '.3f')} | fused {_fmt(e.fused, '.3f')} | "
         f"boost {_fmt(e.boost, '.4f')} | mmr penalty {_fmt(e.mmr_penalty, '.4f')} | score {e.score:.3f}"
     )
 

@@ -123,8 +123,8 @@ def test_search_in_the_browser(server: str, page) -> None:
     rrf_k = _settings(server)["rrf_k"]
     assert f"1/({rrf_k} + vector rank)" in page.locator(".polaris-formula").inner_text()
     labels = first.locator(".polaris-stages dt")
-    assert labels.count() == 11
-    assert all(labels.nth(i).get_attribute("title") for i in range(11))
+    assert labels.count() == 14
+    assert all(labels.nth(i).get_attribute("title") for i in range(14))
     assert "Relevance" in labels.all_inner_texts()
     _no_page_scroll(page)
     ARTIFACTS.mkdir(exist_ok=True)

@@ -424,7 +424,10 @@ async def test_search_page_has_a_json_twin_with_the_cli_hit_fields(ds: Datasette
     )
     assert cli.returncode == 0, cli.stderr
     cli_hits = json.loads(cli.stdout)
-    assert [{**h, "explain": None} for h in data["hits"]] == [{**h, "explain": None} for h in cli_hits]
+    # the score uses the similarities themselves (score fusion), so it is compared like the explain figures
+    assert [{**h, "explain": None, "score": None} for h in data["hits"]] == [{**h, "explain": None, "score": None}
+                                                                             for h in cli_hits]
+    assert [h["score"] for h in data["hits"]] == pytest.approx([h["score"] for h in cli_hits], abs=1e-5)
     for ours, theirs in zip(data["hits"], cli_hits):  # a one-shot ONNX session may differ in the 7th digit
         assert ours["explain"].keys() == theirs["explain"].keys()
         for key, value in ours["explain"].items():
@@ -515,7 +518,8 @@ async def test_vec0_tables_and_posting_lists_are_hidden_like_fts_tables(ds: Data
 
 async def test_score_legend_shows_the_settings_in_effect(tmp_path: Path) -> None:
     db = build_polaris_db(tmp_path / "tuned.db", fts_tokenizer="unicode61")
-    (tmp_path / "polaris.toml").write_text("rrf_k = 33\nheading_boost = 0.07\nmmr_lambda = 0.6\n")
+    (tmp_path / "polaris.toml").write_text("rrf_k = 33\nheading_boost = 0.07\nmmr_lambda = 0.6\nscore_fusion = 0.3\n"
+                                           "score_fusion_vector = 0.25\nscore_fusion_depth = 40\n")
     tuned = Datasette([str(db)])
     r = await tuned.client.get("/tuned/-/polaris", params={"q": "expired sessions", "k": "3"})
     assert r.status_code == 200
@@ -524,13 +528,16 @@ async def test_score_legend_shows_the_settings_in_effect(tmp_path: Path) -> None
     assert "0.07 × heading match" in legend_html and "Score = (0.6 × relevance − MMR penalty + 0.4)" in legend_html
     assert "Each list returns up to 18 chunks (top_k × mmr_candidate_multiplier × 2), then each section counts once" in legend_html
     first = r.text.split('id="hit-1"')[1].split('id="hit-2"')[0]
-    titles = dict(re.findall(r'<dt title="([^"]+)" aria-describedby="legend-(\w+)">', first)[i][::-1] for i in range(11))
+    titles = dict(re.findall(r'<dt title="([^"]+)" aria-describedby="legend-(\w+)">', first)[i][::-1] for i in range(14))
     assert list(titles) == ["vector_rank", "vector_distance", "bm25_rank", "bm25_score", "rrf_vector", "rrf_bm25", "rrf",
-                            "boost", "relevance", "mmr_penalty", "score"]
+                            "fusion_vector", "fusion_bm25", "fused", "boost", "relevance", "mmr_penalty", "score"]
+    assert "0.7 × RRF ÷ best RRF + 0.3 × score fusion ÷ best" in legend_html
+    assert "0.25 × similarity + 0.75 × BM25" in legend_html and "rank 40 (0)" in legend_html
+    assert "0.25 × the cosine similarity" in titles["fusion_vector"]
     assert "rrf_k = 33" in titles["rrf_vector"] and "mmr_lambda = 0.6" in titles["mmr_penalty"]
     hit = (await tuned.client.get("/tuned/-/polaris.json", params={"q": "expired sessions", "k": "3"})).json()["hits"][0]
     assert f">{hit['explain']['relevance']:.4f}<" in first and hit["explain"]["relevance"] is not None
-    assert f">{hit['explain']['rrf']:.5f}<" in first
+    assert f">{hit['explain']['rrf']:.5f}<" in first and f">{hit['explain']['fused']:.3f}<" in first
     # this index was built without porter: "expired" marks "expired", never "expires"
     assert "token_<mark>expired</mark>" in first and "<mark>expires</mark>" not in first
     bm25 = await tuned.client.get("/tuned/-/polaris", params={"q": "backup", "mode": "bm25"})

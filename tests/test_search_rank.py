@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -66,12 +67,12 @@ ranked_list = st.lists(chunk_ids, unique=True, max_size=25)
 
 @settings(max_examples=200, deadline=None)
 @given(vec=ranked_list, bm=ranked_list, sections=st.lists(st.integers(0, 6), min_size=40, max_size=40),
-       k=st.integers(1, 12), mode=st.sampled_from(["hybrid", "vector", "bm25"]))
-def test_sections_never_repeat_and_scores_fall_from_one(vec, bm, sections, k, mode) -> None:
+       k=st.integers(1, 12), mode=st.sampled_from(["hybrid", "vector", "bm25"]), share=st.sampled_from([0.0, 0.5, 1.0]))
+def test_sections_never_repeat_and_scores_fall_from_one(vec, bm, sections, k, mode, share) -> None:
     cands = {cid: Candidate(("d", sections[cid - 1]), f"H{sections[cid - 1]}") for cid in range(1, 41)}
     vector = [(cid, i / 100) for i, cid in enumerate(vec)]
     bm25 = [(cid, 10 - i / 10) for i, cid in enumerate(bm)]
-    hits = rank(vector, bm25, cands, RankParams(k=k, mode=mode))
+    hits = rank(vector, bm25, cands, RankParams(k=k, mode=mode, score_fusion=share, score_fusion_depth=5))
     keys = [cands[h.chunk_id].section for h in hits]
     assert len(keys) == len(set(keys)) <= k
     listed = {cands[c].section for c in (vec if mode == "vector" else bm if mode == "bm25" else vec + bm)}
@@ -124,3 +125,45 @@ def test_boosts_stop_where_no_candidate_can_reach_the_top_k(scores, matched, k, 
     base = np.array([f.score for f in fused])
     order = lambda b: list(np.argsort(-boosted_relevance(base, np.array(b)), kind="stable")[:k])  # noqa: E731
     assert order(pruned) == order(full)
+
+
+# -- score fusion mixed into RRF ------------------------------------------------------------------
+def test_score_fusion_keeps_how_far_apart_the_scores_are() -> None:
+    """BM25 finds "other" far ahead of everything; the vector list has it last, the rest close
+    together. Ranks alone put it third; score fusion puts it first."""
+    vector = [(8, 0.30), (6, 0.31), (1, 0.32), (7, 0.33)]
+    bm25 = [(7, 30.0), (6, 5.0), (8, 4.9), (1, 4.8)]
+    ranks_only = rank(vector, bm25, CANDIDATES, RankParams(k=3, heading_boost=0.0))
+    assert [SECTIONS[h.chunk_id] for h in ranks_only] == ["third", "short", "other"]
+    mixed = rank(vector, bm25, CANDIDATES, RankParams(k=4, heading_boost=0.0, score_fusion=0.5,
+                                                      score_fusion_vector=0.4, score_fusion_depth=4))
+    assert [SECTIONS[h.chunk_id] for h in mixed] == ["other", "third", "short", "long"]
+    ex = mixed[0].explain
+    assert ex.rrf == pytest.approx(1 / 24 + 1 / 21) and ex.rrf_bm25 == pytest.approx(1 / 21)  # RRF itself, unmixed
+    assert ex.fusion_bm25 == pytest.approx(0.6) and ex.fusion_vector == pytest.approx(0.0)  # BM25's best; vector's 4th
+    short = mixed[2].explain
+    assert short.fusion_vector == pytest.approx(0.4 * 0.02 / 0.03) and short.fusion_bm25 == pytest.approx(0.6 * 0.2 / 25.2)
+    best_rrf = max(h.explain.rrf for h in mixed)
+    best_fusion = max(h.explain.fusion_vector + h.explain.fusion_bm25 for h in mixed)
+    for h in mixed:  # fused = half RRF, half score fusion, each relative to its best
+        e = h.explain
+        assert e.fused == pytest.approx(0.5 * e.rrf / best_rrf + 0.5 * (e.fusion_vector + e.fusion_bm25) / best_fusion)
+
+
+def test_score_fusion_zero_is_rrf_alone() -> None:
+    vector = [(8, 0.30), (6, 0.31), (7, 0.32)]
+    bm25 = [(7, 30.0), (6, 5.0), (8, 4.9)]
+    hits = rank(vector, bm25, CANDIDATES, RankParams(k=3, score_fusion=0.0))
+    assert all(h.explain.fused == h.explain.rrf and h.explain.fusion_bm25 is None for h in hits)
+
+
+def test_score_fusion_rescales_at_a_fixed_depth() -> None:
+    from llama_index_polaris.engine.search.fuse import score_fusion
+
+    shares = score_fusion({"bm25": [("a", 9.0), ("b", 5.0), ("c", 1.0), ("d", 0.5)]}, {"bm25": 0.5}, depth=3)
+    assert shares == {"a": {"bm25": 0.5}, "b": {"bm25": pytest.approx(0.25)}, "c": {"bm25": 0.0}, "d": {"bm25": 0.0}}
+    short = score_fusion({"bm25": [("a", 9.0), ("b", 5.0)]}, {"bm25": 1.0}, depth=50)  # shorter than depth: its last
+    assert short == {"a": {"bm25": 1.0}, "b": {"bm25": 0.0}}
+    assert score_fusion({"bm25": [("a", 2.0), ("b", 2.0)]}, {"bm25": 1.0}, depth=5) == {"a": {"bm25": 1.0},
+                                                                                          "b": {"bm25": 1.0}}
+    assert score_fusion({"vector": [("a", 0.9)]}, {"vector": 0.0}, depth=5) == {}  # a list of weight 0 takes no part

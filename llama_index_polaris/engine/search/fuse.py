@@ -1,4 +1,11 @@
-"""Reciprocal Rank Fusion: scores are thrown away, ranks are kept."""
+"""Fusing ranked lists: Reciprocal Rank Fusion (ranks only), and score fusion mixed into it.
+
+RRF throws the scores away and keeps the ranks (the spec). Score fusion (a convex
+combination, Bruch et al. 2022) keeps how far apart the scores are: each list's scores
+are rescaled so that its best reads 1 and its ``depth``-th (or its last) reads 0, then
+weighted and added. ``mix`` blends the two, each relative to its best; measured in
+docs/search.md ("Fusion").
+"""
 
 from __future__ import annotations
 
@@ -39,3 +46,37 @@ def rrf(
             entry.contributions[name] = contribution
             entry.score += contribution
     return sorted(fused.values(), key=lambda f: -f.score)
+
+
+def score_fusion(
+    lists: Mapping[str, Sequence[tuple[Hashable, float]]], weights: Mapping[str, float], depth: int
+) -> dict[Hashable, dict[str, float]]:
+    """Each id's share of every list: ``weight x (score - floor) / (best - floor)``, clipped to
+    [0, 1], where ``floor`` is the list's score at rank ``depth`` (its last when shorter), so
+    the rescaling does not move with the pool's size. Scores are higher-is-better, best
+    first; an id a list did not return takes 0 from it, and every id of a list whose
+    scores are all equal takes 1."""
+    out: dict[Hashable, dict[str, float]] = {}
+    for name, scored in lists.items():
+        weight = weights.get(name, 0.0)
+        if not scored or weight == 0:
+            continue
+        best, floor = scored[0][1], scored[min(depth, len(scored)) - 1][1]
+        span = best - floor
+        for id_, value in scored:
+            share = min(max((value - floor) / span, 0.0), 1.0) if span > 0 else 1.0
+            out.setdefault(id_, {})[name] = weight * share
+    return out
+
+
+def mix(fused: list[Fused], shares: Mapping[Hashable, Mapping[str, float]], share: float) -> list[Fused]:
+    """``fused`` (RRF) rescored as ``(1 - share) x rrf / best rrf + share x fusion / best
+    fusion`` and sorted again (ties keep RRF's order); ``share`` 0 is RRF alone."""
+    if share <= 0 or not fused:
+        return fused
+    totals = {id_: sum(parts.values()) for id_, parts in shares.items()}
+    top_rrf = fused[0].score or 1.0
+    top_fusion = max(totals.values(), default=0.0) or 1.0
+    for f in fused:
+        f.score = (1 - share) * f.score / top_rrf + share * totals.get(f.id, 0.0) / top_fusion
+    return sorted(fused, key=lambda f: -f.score)

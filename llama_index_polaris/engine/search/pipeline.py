@@ -202,6 +202,8 @@ class Searcher:
         params = RankParams(
             k=k, mode=mode, unit=unit, rrf_k=self.config.rrf_k, heading_boost=self.config.heading_boost,
             boost_terms=tuple(boost_terms(query)), mmr_lambda=lam if mode == "hybrid" else mmr_lambda, weights=weights,
+            score_fusion=self.config.score_fusion, score_fusion_vector=self.config.score_fusion_vector,
+            score_fusion_depth=self.config.score_fusion_depth,
         )
         with self.store.read():  # one snapshot for every stage
             return self._run(query, params, scope, query_vector, context_tokens)

@@ -3,8 +3,9 @@
 ``rank`` is the whole scoring path of every mode (the Searcher only reads the database,
 the benchmarks call it with their own parameters): each retriever's list is reduced to
 sections (a section ranks at its best chunk in that list; its chunks' scores are never
-summed, so a long section does not win by length), then RRF, the heading boost and MMR
-run over sections, and scores are normalised so that the top hit reads 1.0. With
+summed, so a long section does not win by length), then fusion (RRF mixed with score
+fusion, ``fuse.py``), the heading boost and MMR run over sections, and scores are
+normalised so that the top hit reads 1.0. With
 ``unit="chunk"`` every chunk is its own section, which is the chunk-level ranking.
 """
 
@@ -17,7 +18,7 @@ from typing import Hashable, Mapping, Sequence
 import numpy as np
 
 from .boost import boosted_relevance, heading_boost
-from .fuse import rrf
+from .fuse import mix, rrf, score_fusion
 from .mmr import mmr
 from .normalise import mmr_scores, relative_to_top
 
@@ -61,6 +62,9 @@ class Explanation:
     rrf: float | None = None
     rrf_vector: float | None = None
     rrf_bm25: float | None = None
+    fusion_vector: float | None = None  # score fusion: the list's rescaled score x its weight
+    fusion_bm25: float | None = None
+    fused: float | None = None  # RRF and score fusion mixed, each relative to its best: what the boost is added to
     boost: float | None = None
     relevance: float | None = None
     mmr_penalty: float | None = None
@@ -79,7 +83,10 @@ class RankParams:
     heading_boost: float = 0.05
     boost_terms: tuple[str, ...] = ()
     mmr_lambda: float | None = None  # None or 1.0: no MMR
-    weights: Mapping[str, float] | None = None
+    weights: Mapping[str, float] | None = None  # each list's weight (LlamaIndex's alpha); None: RRF's equal
+    score_fusion: float = 0.0  # share of score fusion mixed into RRF; 0: RRF alone (the spec)
+    score_fusion_vector: float = 0.4  # the vector list's weight in score fusion when ``weights`` is None
+    score_fusion_depth: int = 50  # each list's scores are rescaled between its best and this rank
 
 
 @dataclass
@@ -176,6 +183,9 @@ def _hybrid(lists: Mapping[str, list[_Section]], candidates: Mapping[int, Candid
     fused = rrf({n: [s.key for s in ss] for n, ss in lists.items() if ss}, p.rrf_k, p.weights)
     if not fused:
         return []
+    rrf_of = {f.id: (f.score, dict(f.contributions)) for f in fused}
+    shares = _score_shares(lists, p) if p.score_fusion > 0 else {}
+    fused = mix(fused, shares, p.score_fusion)
     lam = float(p.mmr_lambda if p.mmr_lambda is not None else 1.0)
     # every chunk of a section has its heading path: any of them gives the section's
     first = [(index["vector"].get(f.id) or index["bm25"][f.id]).best for f in fused]
@@ -192,12 +202,22 @@ def _hybrid(lists: Mapping[str, list[_Section]], candidates: Mapping[int, Candid
         ex = Explanation(
             vector_rank=vec.rank if vec else None, vector_distance=vec.value if vec else None,
             bm25_rank=bm.rank if bm else None, bm25_score=bm.value if bm else None,
-            rrf=f.score, rrf_vector=f.contributions.get("vector"), rrf_bm25=f.contributions.get("bm25"),
+            rrf=rrf_of[f.id][0], rrf_vector=rrf_of[f.id][1].get("vector"), rrf_bm25=rrf_of[f.id][1].get("bm25"),
+            fusion_vector=shares.get(f.id, {}).get("vector"), fusion_bm25=shares.get(f.id, {}).get("bm25"),
+            fused=f.score,
             boost=boosts[pick.index], relevance=float(relevance[pick.index]), mmr_penalty=pick.penalty, score=score,
             chunks=_matches({name: index[name].get(f.id) for name in lists}) if p.unit == "section" else None,
         )
         out.append(Ranked(chunk, score, ex))
     return out
+
+
+def _score_shares(lists: Mapping[str, list[_Section]], p: RankParams) -> dict[Hashable, dict[str, float]]:
+    """Score fusion's share of each section from each list (vector: cosine similarity)."""
+    alpha = p.score_fusion_vector if p.weights is None else p.weights.get("vector", 0.5)
+    scored = {name: [(s.key, (1.0 - s.value) if name == "vector" else s.value) for s in sections]
+              for name, sections in lists.items()}
+    return score_fusion(scored, {"vector": alpha, "bm25": 1.0 - alpha}, p.score_fusion_depth)
 
 
 def _boosts(fused: list, headings: list[str], p: RankParams, k: int | None) -> list[float]:
