@@ -150,9 +150,11 @@ class Variant:
     bm25_text: float = 1.0
     bm25_heading: float = 1.0
     group: str = ""
+    score_fusion: float = 0.0  # the ablation's rows fuse ranks alone unless they say otherwise
 
     def overrides(self) -> dict[str, Any]:
-        return {"rrf_k": self.rrf_k, "heading_boost": self.heading_boost, "mmr_lambda": self.mmr_lambda}
+        return {"rrf_k": self.rrf_k, "heading_boost": self.heading_boost, "mmr_lambda": self.mmr_lambda,
+                "score_fusion": self.score_fusion}
 
 
 def base_variants() -> list[Variant]:
@@ -180,7 +182,10 @@ def base_variants() -> list[Variant]:
     defaults = {s.name: s.default for s in SETTINGS}
     for unit in ("chunk", "section"):
         v.append(Variant(f"defaults, unit {unit}", rrf_k=defaults["rrf_k"], heading_boost=defaults["heading_boost"],
-                         unit=unit, group="unit"))
+                         unit=unit, group="unit", score_fusion=defaults["score_fusion"]))
+    for share in (0.0, 0.25, 0.5, 0.75, 1.0):
+        v.append(Variant(f"defaults with score_fusion {share}", rrf_k=defaults["rrf_k"],
+                         heading_boost=defaults["heading_boost"], unit="section", group="fusion", score_fusion=share))
     return v
 
 
@@ -189,7 +194,7 @@ def with_boost_and_mmr(best: Variant) -> list[Variant]:
     out = []
     for lam in (0.5, 0.7, 0.85, 0.9, 1.0):
         out.append(Variant(f"{best.name} + MMR {lam}", rrf_k=best.rrf_k, heading_boost=best.heading_boost,
-                           mmr_lambda=lam, unit=best.unit, bm25_text=best.bm25_text,
+                           mmr_lambda=lam, unit=best.unit, bm25_text=best.bm25_text, score_fusion=best.score_fusion,
                            bm25_heading=best.bm25_heading, group="boost+mmr"))
     return out
 
