@@ -7,8 +7,8 @@ FTS5's ``bm25()`` is a sum over the query's phrases of ``idf * tf(k1+1) / (tf + 
 b + b*len/avglen))``, so the phrases can be scored apart and added. This cache keeps the
 chunk lengths, the row count and the average length (read from FTS5's own tables) and,
 once a common word has been asked for, its posting list (the file's, ``postings.py``;
-``fts5vocab`` when it has none); a query's common single-word phrases are scored here with numpy and the rest by FTS5 itself, over
-just the rare words. Same scores as ``bm25()`` (to rounding), same scope rules.
+``fts5vocab`` when it has none); a query's common single-word phrases are scored here
+with numpy and the rest by FTS5 itself, over just the rare words. Same scores as ``bm25()`` (to rounding), same scope rules.
 
 It reloads when the database changed, like the vector cache, and holds at most
 ``max_postings`` postings (least recently used words go first): by default 32 per chunk
