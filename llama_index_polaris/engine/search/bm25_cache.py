@@ -26,7 +26,7 @@ import numpy as np
 
 from ..db.connect import sqlite_module
 from .bm25 import HEADING_WEIGHT, TEXT_WEIGHT, bm25, bm25_sql, phrases_query, query_words
-from .postings import Tokenizer, fts_tokenizer, idf, phrase_scores, posting, varints
+from .postings import Tokenizer, fts_tokenizer, idf, phrase_scores, posting, top_hits, varints, vocab
 from .scope import Scope
 from .store_cache import BATCH_ROWS, Changed, StoreCache
 from .vector_cache import MIN_CHUNKS, scope_rows
@@ -73,6 +73,7 @@ class Bm25Cache(StoreCache):
         self._held = 0
         self._terms: dict[str, tuple[str, ...]] = {}
         self._tokenizer: Any = None
+        self._vocab: dict[str, str] = {}  # fts5vocab tables by kind, made at the first load
 
     def bm25(self, query: str, limit: int, scope: Scope = Scope()) -> list[tuple[int, float]]:
         """What ``bm25(conn, query, limit, scope)`` returns, common words scored from RAM."""
@@ -101,18 +102,7 @@ class Bm25Cache(StoreCache):
             rare = [w for w, t in zip(words, terms) if not (len(t) == 1 and t[0] in common)]
             if rare:
                 self._add_fts(scores, base, phrases_query(rare), scope)
-        allowed = scope_rows(base.ids, base.docs, base.doc_codes, scope)
-        if allowed is not None:
-            keep = np.zeros(len(scores), dtype=bool)
-            keep[allowed] = True
-            scores[~keep] = 0.0
-        hits = np.flatnonzero(scores > 0)
-        k = min(limit, len(hits))
-        if k == 0:
-            return []
-        top = hits[np.argpartition(-scores[hits], k - 1)[:k]]
-        top = top[np.lexsort((base.ids[top], -scores[top]))]
-        return [(int(base.ids[i]), float(scores[i])) for i in top]
+        return top_hits(scores, limit, scope_rows(base.ids, base.docs, base.doc_codes, scope), base.ids)
 
     # -- loading ------------------------------------------------------------------------
     def _install(self, state: _Base | None, active: bool) -> None:
@@ -127,10 +117,7 @@ class Bm25Cache(StoreCache):
             averages = varints(self._locked(version, "SELECT block FROM chunks_fts_data WHERE id = 1")[0][0])
             with self.store._lock:
                 tokenizer = fts_tokenizer(self.store.conn)
-                for name, kind in (("polaris_fts_row", "row"), ("polaris_fts_instance", "instance")):
-                    self.store.conn.execute(
-                        f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.{name} USING fts5vocab(main, chunks_fts, {kind})"
-                    )
+                self._vocab = {kind: vocab(self.store.conn, kind) for kind in ("row", "instance")}
         except Changed:
             raise
         except sqlite_module().OperationalError as exc:  # no FTS table (or not ours): the plain path degrades itself
@@ -165,7 +152,7 @@ class Bm25Cache(StoreCache):
         if term not in self._df:
             if len(self._df) >= MAX_WORDS:
                 self._df.clear()
-            row = self.store.conn.execute("SELECT doc FROM temp.polaris_fts_row WHERE term = ?", (term,)).fetchone()
+            row = self.store.conn.execute(f"SELECT doc FROM {self._vocab['row']} WHERE term = ?", (term,)).fetchone()
             self._df[term] = row[0] if row else 0
         return self._df[term]
 
@@ -178,11 +165,11 @@ class Bm25Cache(StoreCache):
         if kept is not None:  # the file's posting list (postings.py): no instance rows to count
             unique, tf = kept[0], kept[1] * weights.pop()
         elif len(weights) == 1:  # every column weighs the same: count instances, half the rows to read
-            found = conn.execute("SELECT doc FROM temp.polaris_fts_instance WHERE term = ?", (term,)).fetchall()
+            found = conn.execute(f"SELECT doc FROM {self._vocab['instance']} WHERE term = ?", (term,)).fetchall()
             unique, counts = np.unique(np.fromiter((r[0] for r in found), dtype=np.int64, count=len(found)), return_counts=True)
             tf = counts * weights.pop()
         else:
-            found = conn.execute("SELECT doc, col FROM temp.polaris_fts_instance WHERE term = ?", (term,)).fetchall()
+            found = conn.execute(f"SELECT doc, col FROM {self._vocab['instance']} WHERE term = ?", (term,)).fetchall()
             ids = np.fromiter((r[0] for r in found), dtype=np.int64, count=len(found))
             weight = np.fromiter((COLUMN_WEIGHTS.get(r[1], 1.0) for r in found), dtype=np.float64, count=len(found))
             unique, inverse = np.unique(ids, return_inverse=True)

@@ -190,7 +190,8 @@ def _edit_blocks(conn: Any, gone: dict[tuple[str, int], list[int]], come: dict[t
     conn.executemany("DELETE FROM chunks_bm25 WHERE term = ? AND block = ?", deletes)
 
 
-def _vocab(conn: Any, kind: str) -> str:
+def vocab(conn: Any, kind: str) -> str:
+    """The name of a temp ``fts5vocab`` table of kind ``row`` or ``instance`` over chunks_fts."""
     name = f"polaris_fts_{kind}"
     conn.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.{name} USING fts5vocab(main, chunks_fts, {kind})")
     return f"temp.{name}"
@@ -198,7 +199,7 @@ def _vocab(conn: Any, kind: str) -> str:
 
 def _add_terms(conn: Any, terms: Iterable[str]) -> None:
     """Posting lists for ``terms``, built from FTS5's own vocabulary (all chunks at once)."""
-    instance = _vocab(conn, "instance")
+    instance = vocab(conn, "instance")
     for term in terms:
         rows = conn.execute(f"SELECT doc, count(*) FROM {instance} WHERE term = ? GROUP BY doc", (term,)).fetchall()
         if not rows:
@@ -226,7 +227,7 @@ def rebuild(conn: Any) -> None:
     conn.executemany("INSERT INTO chunks_bm25_lengths (block, lengths) VALUES (?, ?)",
                      [(b, _encode_lengths(v)) for b, v in lengths.items()])
     stop = Tokenizer(fts_tokenizer(conn)).stop_terms
-    row = _vocab(conn, "row")
+    row = vocab(conn, "row")
     common = [t for (t,) in conn.execute(f"SELECT term FROM {row} WHERE doc >= ?", (COMMON_DF,)) if t not in stop]
     _add_terms(conn, common)
 
@@ -262,7 +263,7 @@ def flush(conn: Any, tokenizer: Tokenizer) -> None:
     stop = tokenizer.stop_terms
     fresh = sorted(_due(tokenizer, {t for c in new_counts.values() for t in c} - tracked - stop))
     if fresh:
-        row_vocab = _vocab(conn, "row")
+        row_vocab = vocab(conn, "row")
         common = [t for (t,) in conn.execute(
             f"SELECT term FROM {row_vocab} WHERE term IN (SELECT value FROM json_each(?)) AND doc >= ?",
             (json.dumps(fresh), COMMON_DF))]
@@ -406,12 +407,19 @@ def _add_fts(conn: Any, scores: np.ndarray, match: str) -> np.ndarray:
 
 
 def _top(conn: Any, scores: np.ndarray, limit: int, scope: Scope) -> list[tuple[int, float]]:
-    """The ``limit`` best-scoring chunk ids in ``scope`` (ties: by id), best first."""
+    """The ``limit`` best-scoring chunk ids in ``scope`` (``scores`` is indexed by chunk id)."""
     from .ann import scope_chunk_ids
 
     allowed = scope_chunk_ids(conn, scope)
+    return top_hits(scores, limit, None if allowed is None else allowed[allowed < len(scores)])
+
+
+def top_hits(scores: np.ndarray, limit: int, allowed: np.ndarray | None = None,
+             ids: np.ndarray | None = None) -> list[tuple[int, float]]:
+    """The ``limit`` best positive scores as (chunk id, score), best first, ties by chunk id
+    as FTS5 orders them. ``allowed``: the positions that may be returned (None: all);
+    ``ids``: each position's chunk id (None: the position is the id)."""
     if allowed is not None:
-        allowed = allowed[allowed < len(scores)]
         kept = np.zeros(len(scores))
         kept[allowed] = scores[allowed]
         scores = kept
@@ -421,5 +429,6 @@ def _top(conn: Any, scores: np.ndarray, limit: int, scope: Scope) -> list[tuple[
         return []
     kth = np.partition(scores[hits], len(hits) - k)[len(hits) - k]
     top = hits[scores[hits] >= kth]  # every chunk tied with the k-th, so ties go by id
-    top = top[np.lexsort((top, -scores[top]))][:k]
-    return [(int(i), float(scores[i])) for i in top]
+    chunk = top if ids is None else ids[top]
+    order = np.lexsort((chunk, -scores[top]))[:k]
+    return [(int(chunk[i]), float(scores[top[i]])) for i in order]
