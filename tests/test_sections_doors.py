@@ -18,6 +18,8 @@ from llama_index.core import VectorStoreIndex
 from llama_index_polaris import PolarisEmbedding, PolarisRetriever, PolarisVectorStore
 from llama_index_polaris.engine.config import load_config
 from llama_index_polaris.engine.index import PolarisIndex
+from llama_index_polaris.engine.search import pipeline, postings
+from llama_index_polaris.engine.search.bm25 import bm25
 
 MODEL = "all-minilm-l6-v2"
 QUERY = "how are signing keys rotated"
@@ -40,11 +42,30 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for name, text in FILES.items():
         (root / "docs" / name).write_text(text)
     (root / "polaris.toml").write_text(f'model_id = "{MODEL}"\n')
-    with PolarisIndex(root / "polaris.db", config=load_config(root, use_user_config=False)) as index:
+    # Words in two chunks or more get BM25 posting lists (1,000 in the engine): the file keeps
+    # them, so every door below, the CLI's process and Datasette's included, scores from them.
+    with pytest.MonkeyPatch.context() as mp, \
+            PolarisIndex(root / "polaris.db", config=load_config(root, use_user_config=False)) as index:
+        mp.setattr(postings, "COMMON_DF", 2)
         index.index_paths([root / "docs"])
         rotation = [c for c in index.store.get_chunks() if c.heading_path == "Keys > Rotation"]
         assert len(rotation) >= 4  # one section, many chunks: the case that repeated
     return root
+
+
+def test_the_posting_lists_answer_and_rank_as_fts5(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = load_config(project, use_user_config=False)
+    with PolarisIndex(project / "polaris.db", config=cfg, readonly=True) as index:
+        conn = index.store.conn
+        assert {"kei", "rotat", "sign"} <= {r[0] for r in conn.execute("SELECT term FROM chunks_bm25_terms")}
+        from_lists = postings.bm25(conn, index.store.tokenizer(), QUERY, 20)
+        assert from_lists is not None
+        assert [i for i, _ in from_lists] == [i for i, _ in bm25(conn, QUERY, 20)]
+        with_lists = [(h.chunk_id, h.score) for h in index.search(QUERY, top_k=4)]
+        monkeypatch.setattr(pipeline.postings, "bm25", lambda *a, **kw: None)  # FTS5 alone
+        fts5_alone = [(h.chunk_id, h.score) for h in index.search(QUERY, top_k=4)]
+        assert [c for c, _ in fts5_alone] == [c for c, _ in with_lists]
+        assert [s for _, s in fts5_alone] == pytest.approx([s for _, s in with_lists])
 
 
 def sections(keys: list[tuple[str, str]]) -> list[tuple[str, str]]:
