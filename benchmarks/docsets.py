@@ -71,6 +71,8 @@ SOURCES: dict[str, Source] = {
                          "MIT OR Apache-2.0"),
     "typer": Source("fastapi/typer", "9a7b2e83f6b62c750d6026b0de9ebf2026a8b8fa", "docs", "MIT"),
     "pydantic": Source("pydantic/pydantic", "2151025aa51263f3016502b00010b78e4481eaa1", "docs", "MIT"),
+    "uv": Source("astral-sh/uv", "26a9dd4b2125bc271b47855e1fa0c49af3365db5", "docs", "MIT OR Apache-2.0"),
+    "sqlmodel": Source("fastapi/sqlmodel", "a6469ef61bb903cbf7fd8749c70d8ceb8046c368", "docs", "MIT"),
 }
 DERIVED = ("anthropic_docs",)
 ALL_SETS = tuple(SOURCES) + DERIVED
