@@ -12,6 +12,7 @@ a hit's section is (document, heading path) and the metrics are those of section
 - ``section``: the engine's section fusion (each list reduced to sections, then RRF);
 - ``section-pool1`` / ``section-pool4``: the same with each list fetching 1x / 4x the chunks;
 - ``no-phrases``: section fusion without identifier phrases in the BM25 query;
+- ``no-lookup``: without the identifier lookup (a query of identifiers only: BM25 hits naming them as written first);
 - ``alpha0.0`` ... ``alpha1.0``: LlamaIndex's ``alpha`` (RRF list weights, 1 = vector only);
 - ``boost0.1`` ...: ``heading_boost``; ``rrf10`` ...: ``rrf_k``; ``hweight2`` ...: BM25 weight of the
   heading path column (text 1).
@@ -82,6 +83,7 @@ VARIANTS: dict[str, tuple[Callable[[], Any], Callable[[Any, str], list[str]]]] =
        for k in (10, 40, 60)},
     **{f"hweight{w}": (lambda w=w: setting(bm25_module, "HEADING_WEIGHT", w), lambda s, t: run(s, t, "section"))
        for w in (2.0, 4.0)},
+    "no-lookup": (lambda: setting(pipeline, "IDENTIFIER_LOOKUP", False), lambda s, t: run(s, t, "section")),
     "boost0.2-hweight2": (lambda: _both(configured(SEARCHER[0], heading_boost=0.2),
                                         setting(bm25_module, "HEADING_WEIGHT", 2.0)), lambda s, t: run(s, t, "section")),
 }

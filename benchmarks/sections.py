@@ -237,8 +237,9 @@ def render(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def compare(results: dict[str, Any], a: str, b: str, names: Sequence[str] | None = None) -> str:
-    """Per set: questions where ``a`` scores a lower nDCG@10 than ``b``, by kind, with top sections."""
+def compare(results: dict[str, Any], a: str, b: str, names: Sequence[str] | None = None, split: str = "all") -> str:
+    """Per set: questions where ``a`` scores a lower nDCG@10 than ``b``, by kind, with top sections
+    (``split`` train or test: that split's questions only, so a diagnosis can stay on train)."""
     lines = []
     for name, entry in results["sets"].items():
         if names and name not in names:
@@ -246,6 +247,8 @@ def compare(results: dict[str, Any], a: str, b: str, names: Sequence[str] | None
         ds = load_set(name)
         sa, sb = entry["systems"][a], entry["systems"][b]
         pa, pb = sa["all"]["per_query"], sb["all"]["per_query"]
+        if split != "all":
+            pa = {q: v for q, v in pa.items() if q in ds.split(split)}
         worse = [q for q in pa if pa[q]["ndcg@10"] < pb[q]["ndcg@10"] - 1e-9]
         better = [q for q in pa if pa[q]["ndcg@10"] > pb[q]["ndcg@10"] + 1e-9]
         by_kind = {k: (sum(ds.queries[q]["kind"] == k for q in worse), sum(ds.queries[q]["kind"] == k for q in better))
@@ -272,6 +275,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     cp.add_argument("b")
     cp.add_argument("--json", default=str(out_dir() / "sections.json"))
     cp.add_argument("--names", nargs="*")
+    cp.add_argument("--split", default="all", choices=("all", "train", "test"))
     i = sub.add_parser("index")
     i.add_argument("names", nargs="*", default=list(ALL_SETS))
     s = sub.add_parser("score")
@@ -282,7 +286,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(render(json.loads(Path(args.json).read_text())))
         return 0
     if args.cmd == "compare":
-        print(compare(json.loads(Path(args.json).read_text()), args.a, args.b, args.names))
+        print(compare(json.loads(Path(args.json).read_text()), args.a, args.b, args.names, args.split))
         return 0
     if args.cmd == "index":
         for name in args.names:

@@ -89,8 +89,10 @@ def _meanings(mode: str, s: Mapping[str, Any]) -> dict[str, str]:
         "vector_distance": ("cosine distance between the query and the best chunk's vector"
                             " (0 = same direction, lower is closer)"),
         "bm25_rank": ("place in the full-text (FTS5) list, each section counted once at its best chunk;"
-                      " – : no query word matched it"),
-        "bm25_score": "FTS5's BM25 score of the best chunk, over text and heading path (higher is better)",
+                      " – : no query word matched it. A query of identifiers only (OUT_DIR, --locked) lists"
+                      " the chunks naming one as written first"),
+        "bm25_score": ("FTS5's BM25 score of the best chunk, over text and heading path (higher is better);"
+                       " in a query of identifiers only, the score of the place the chunk moved to"),
         "rrf_vector": f"the vector list's share of RRF: 1 / (rrf_k + vector rank), rrf_k = {k}",
         "rrf_bm25": f"the full-text list's share of RRF: 1 / (rrf_k + BM25 rank), rrf_k = {k}",
         "rrf": "Reciprocal Rank Fusion: RRF vector + RRF BM25 (ranks only, the lists' scores are not used)",

@@ -32,7 +32,15 @@ FILES = {
     "keys.md": f"# Keys\n\n## Rotation\n\n{LONG}\n\n## Storage\n\nKeys are stored in the vault, never on disk.\n",
     "tokens.md": "# Tokens\n\n## Refresh\n\nA refresh token is exchanged for a new access token and a new refresh token.\n",
     "ops.md": "# Operations\n\n## Key ceremonies\n\nA rotation of the root key needs two operators.\n",
+    # FTS5 reads OUT_DIR as the words "out dir", which the first section has more of
+    "build.md": "# Build\n\n## Output folder\n\nPass `--out-dir` to copy the final artifacts out to a dir of your"
+                " choice: the out dir is created if missing.\n\n## Script environment\n\nA build script reads the"
+                " variables that Cargo sets before it runs: the target triple, the profile, the number of jobs, the"
+                " features that are enabled and `OUT_DIR`, the folder where generated files belong. Write nothing"
+                " anywhere else.\n",
 }
+LOOKUP = "OUT_DIR"  # a query of identifiers only: the section naming it as written answers
+NAMING = ("build.md", "Build > Script environment")
 
 
 @pytest.fixture(scope="module")
@@ -184,3 +192,44 @@ async def test_every_store_query_mode_and_the_page_answer_what_the_engine_answer
     headings = re.findall(r'<h3 class="polaris-heading">(.*?)</h3>', page.text, re.S)
     shown = [" > ".join(re.sub(r"<[^>]+>", "", part) for part in re.findall(r"<span>(.*?)</span>", h)) for h in headings]
     assert shown == [h.heading_path for h in engine[Mode.HYBRID]]
+
+
+async def test_an_identifier_lookup_is_answered_by_the_section_naming_it_in_every_door(
+        project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """BM25 alone ranks "out dir" prose first; every door puts the section that names
+    `OUT_DIR` as written first, in hybrid and in BM25 mode, the same as the engine."""
+    from llama_index.core.vector_stores.types import VectorStoreQuery, VectorStoreQueryMode as Mode
+
+    cfg = load_config(project, use_user_config=False)
+    with PolarisIndex(project / "polaris.db", config=cfg, readonly=True) as index:
+        hybrid = [(h.document, h.heading_path) for h in index.search(LOOKUP, top_k=3)]
+        text = [h.node_id for h in index.search(LOOKUP, top_k=3, mode="bm25", unit="chunk")]
+        assert hybrid[0] == NAMING and index.search(LOOKUP, top_k=1, mode="bm25")[0].heading_path == NAMING[1]
+        with monkeypatch.context() as m:
+            m.setattr(pipeline, "IDENTIFIER_LOOKUP", False)  # without it the words win: the test can fail
+            assert index.search(LOOKUP, top_k=1, mode="bm25")[0].heading_path == "Build > Output folder"
+            assert index.search(LOOKUP, top_k=1)[0].heading_path == "Build > Output folder"
+
+    exe = str(Path(sys.executable).with_name("polaris"))
+    env = {**os.environ, "XDG_CONFIG_HOME": str(project / "xdg")}
+    cli = subprocess.run([exe, "search", LOOKUP, "-k", "3", "--json"], cwd=project, capture_output=True, text=True,
+                         env=env, timeout=120)
+    assert cli.returncode == 0, cli.stderr
+    assert [(h["document"], h["heading_path"]) for h in json.loads(cli.stdout)] == hybrid
+
+    store = PolarisVectorStore(project / "polaris.db", config=cfg)
+    embed = PolarisEmbedding(model_id=MODEL, config=cfg)
+    retriever = PolarisRetriever(vector_store=store, similarity_top_k=3)
+    assert [(n.node.metadata["file_path"], n.node.metadata["heading_path"]) for n in retriever.retrieve(LOOKUP)] == hybrid
+    as_hybrid = VectorStoreIndex.from_vector_store(store, embed_model=embed).as_retriever(
+        vector_store_query_mode="hybrid", similarity_top_k=3)
+    assert [(n.node.metadata["file_path"], n.node.metadata["heading_path"]) for n in as_hybrid.retrieve(LOOKUP)] == hybrid
+    assert store.query(VectorStoreQuery(query_str=LOOKUP, similarity_top_k=3, mode=Mode.TEXT_SEARCH)).ids == text
+    store.close()
+
+    ds = Datasette([str(project / "polaris.db")])
+    page = (await ds.client.get("/polaris/-/polaris.json", params={"q": LOOKUP, "k": "3"})).json()
+    assert [(h["document"], h["heading_path"]) for h in page["hits"]] == hybrid
+    sql = await ds.client.get("/polaris.json", params={"sql": f"select polaris_search('{LOOKUP}', 3) as v",
+                                                       "_shape": "array"})
+    assert [(h["document"], h["heading_path"]) for h in json.loads(sql.json()[0]["v"])] == hybrid

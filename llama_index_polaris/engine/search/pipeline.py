@@ -23,7 +23,7 @@ from ..text import heuristic_tokens
 from .boost import boost_terms
 from .bm25 import bm25
 from .context import bounded, stitch
-from . import postings
+from . import literal, postings
 from .bm25_cache import Bm25Cache
 from .filters import Filter
 from .rank import UNITS, Candidate, Explanation, RankParams, Ranked, rank
@@ -33,6 +33,7 @@ from .vector_cache import VectorCache
 
 MODES = ("hybrid", "vector", "bm25")
 MAX_QUERY_CHARS = 10_000
+IDENTIFIER_LOOKUP = True  # a query of identifiers only: BM25 hits that name them as written come first
 SECTION_POOL = 2  # in section mode each list fetches this many times more chunks: sections repeat in it
 __all__ = ["Explanation", "Hit", "Searcher", "MODES", "MAX_QUERY_CHARS", "check_query", "clamp_top_k"]
 
@@ -264,9 +265,19 @@ class Searcher:
 
     def _bm25(self, query: str, k: int, scope: Scope) -> list[tuple[int, float]]:
         if self.bm25_cache is not None and self.bm25_cache.refresh():
-            return self.bm25_cache.bm25(query, k, scope)
-        hits = postings.bm25(self.store.conn, self.store.tokenizer(), query, k, scope)
-        return bm25(self.store.conn, query, k, scope) if hits is None else hits
+            hits = self.bm25_cache.bm25(query, k, scope)
+        else:
+            hits = postings.bm25(self.store.conn, self.store.tokenizer(), query, k, scope)
+            hits = bm25(self.store.conn, query, k, scope) if hits is None else hits
+        if IDENTIFIER_LOOKUP and hits and literal.is_lookup(query):
+            hits = literal.lift(hits, self._texts([h[0] for h in hits]), literal.identifiers(query))
+        return hits
+
+    def _texts(self, ids: list[int]) -> dict[int, str]:
+        """Each chunk's own heading and text, where an identifier is looked for as written."""
+        sql = "SELECT id, heading_path, text FROM chunks WHERE id IN (SELECT value FROM json_each(?))"
+        return {r[0]: (r[1] or "").rsplit(" > ", 1)[-1] + "\n" + (r[2] or "")
+                for r in self.store.conn.execute(sql, (json.dumps(ids),))}
 
     def _embed(self, query: str) -> np.ndarray:
         if self.embed_query is None:

@@ -1,0 +1,56 @@
+"""Identifiers as written (engine/search/literal.py): which query terms are identifiers, where
+a text names one as itself, and the BM25 list with those hits first. Pure functions; the
+doors' test of a lookup is in test_sections_doors.py."""
+
+from __future__ import annotations
+
+from hypothesis import given, strategies as st
+
+from llama_index_polaris.engine.search.literal import identifiers, is_identifier, is_lookup, lift, named, pattern
+
+
+def test_identifier_spellings() -> None:
+    for term in ("--locked", "-n", "OUT_DIR", "~1.2.3", "cargo::rustc-cfg", "build.rustflags", "[workspace.package]",
+                 "[env]", "is_eager=True", "@model_serializer", "SerializeAsAny", "RUSTFLAGS", "Cargo.lock"):
+        assert is_identifier(term), term
+    for term in ("cargo", "install", "features", "the", "a", "-", "--", "Cargo"):
+        assert not is_identifier(term), term
+
+
+def test_a_lookup_is_a_query_of_identifiers_only() -> None:
+    assert is_lookup("OUT_DIR") and is_lookup("`--no-sources`") and is_lookup("the [workspace.package]")
+    assert identifiers("what is `OUT_DIR`?") == ["OUT_DIR"]
+    assert not is_lookup("cargo install --locked") and identifiers("cargo install --locked") == ["--locked"]
+    assert not is_lookup("how do I pin a version") and not is_lookup("") and not is_lookup("the a")
+
+
+def test_a_text_names_an_identifier_as_itself_only() -> None:
+    out_dir, pre = pattern("OUT_DIR"), pattern("--pre")
+    assert named("Cargo sets `OUT_DIR` for build scripts.", [out_dir]) == 1
+    assert named("set out_dir first", [out_dir]) == 1  # case aside
+    assert named("the --out-dir flag, an out dir", [out_dir]) == 0  # same words, another identifier
+    assert named("pass --pre-glob", [pre]) == 0 and named("pass --pre.", [pre]) == 1
+    assert named("OUT_DIR.join", [out_dir]) == 0  # a longer dotted name
+    assert named("~1.2.3 means", [pattern("~1.2.3")]) == 1 and named("1.2.3 means", [pattern("~1.2.3")]) == 0
+
+
+hits_lists = st.lists(st.floats(0.1, 50.0), min_size=0, max_size=30).map(
+    lambda scores: [(i, s) for i, s in enumerate(sorted(scores, reverse=True))])
+
+
+@given(hits_lists, st.sets(st.integers(0, 29)))
+def test_lift_moves_the_naming_hits_first_and_keeps_the_scores_falling(hits: list, naming: set) -> None:
+    texts = {cid: ("uses OUT_DIR" if cid in naming else "the out dir") for cid, _ in hits}
+    out = lift(hits, texts, ["OUT_DIR"])
+    assert sorted(c for c, _ in out) == sorted(c for c, _ in hits)  # the same hits
+    first = [c for c, _ in out if c in naming]
+    assert [c for c, _ in out] == first + [c for c, _ in out if c not in naming]  # naming hits first
+    assert first == [c for c, _ in hits if c in naming]  # BM25 order within each group
+    assert [c for c, _ in out if c not in naming] == [c for c, _ in hits if c not in naming]
+    assert [s for _, s in out] == [s for _, s in hits]  # each takes the score of its new place
+
+
+def test_lift_without_a_naming_hit_changes_nothing() -> None:
+    hits = [(3, 9.0), (1, 4.0)]
+    assert lift(hits, {3: "out dir", 1: "dir out"}, ["OUT_DIR"]) == hits
+    assert lift(hits, {}, []) == hits and lift([], {}, ["OUT_DIR"]) == []
