@@ -401,7 +401,9 @@ def main() -> None:
             with searcher.store.read():
                 bm = searcher._bm25(text, pool, scope)
             params = RankParams(k=K, mode=args.mode, unit="section", rrf_k=cfg.rrf_k, heading_boost=cfg.heading_boost,
-                                boost_terms=tuple(boost_terms(text)), mmr_lambda=cfg.mmr_lambda)
+                                boost_terms=tuple(boost_terms(text)), mmr_lambda=cfg.mmr_lambda,
+                                score_fusion=cfg.score_fusion, score_fusion_vector=cfg.score_fusion_vector,
+                                score_fusion_depth=cfg.score_fusion_depth)
             queries[q] = (qvec, bm, params)
         sp = spaces(chunks, cvecs, extras, evecs)
         for variant in args.variants.split(","):

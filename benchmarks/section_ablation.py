@@ -13,6 +13,8 @@ a hit's section is (document, heading path) and the metrics are those of section
 - ``section-pool1`` / ``section-pool4``: the same with each list fetching 1x / 4x the chunks;
 - ``no-phrases``: section fusion without identifier phrases in the BM25 query;
 - ``no-lookup``: without the identifier lookup (a query of identifiers only: BM25 hits naming them as written first);
+- ``idalpha0.25`` ... ``idalpha0.6``: LlamaIndex's ``alpha`` for questions with an identifier-like word only
+  (equal weights otherwise); ``mixalpha...``: the same for questions with words and an identifier;
 - ``alpha0.0`` ... ``alpha1.0``: LlamaIndex's ``alpha`` (RRF list weights, 1 = vector only);
 - ``boost0.1`` ...: ``heading_boost``; ``rrf10`` ...: ``rrf_k``; ``hweight2`` ...: BM25 weight of the
   heading path column (text 1).
@@ -36,6 +38,7 @@ from docsets import ALL_SETS, load_set  # noqa: E402
 from sections import DEEP, K, dedup, hit_section, open_index, slots, summarise  # noqa: E402
 
 from llama_index_polaris.engine.search import bm25 as bm25_module  # noqa: E402
+from llama_index_polaris.engine.search import literal  # noqa: E402
 from llama_index_polaris.engine.search import pipeline  # noqa: E402
 
 
@@ -83,6 +86,12 @@ VARIANTS: dict[str, tuple[Callable[[], Any], Callable[[Any, str], list[str]]]] =
        for k in (10, 40, 60)},
     **{f"hweight{w}": (lambda w=w: setting(bm25_module, "HEADING_WEIGHT", w), lambda s, t: run(s, t, "section"))
        for w in (2.0, 4.0)},
+    **{f"idalpha{a}": (contextlib.nullcontext,
+                       lambda s, t, a=a: run(s, t, "section", alpha=a if literal.identifiers(t) else None))
+       for a in (0.25, 0.35, 0.45, 0.6)},
+    **{f"mixalpha{a}": (contextlib.nullcontext,
+                        lambda s, t, a=a: run(s, t, "section", alpha=a if literal.identifiers(t) and not literal.is_lookup(t) else None))
+       for a in (0.25, 0.35)},
     "no-lookup": (lambda: setting(pipeline, "IDENTIFIER_LOOKUP", False), lambda s, t: run(s, t, "section")),
     "boost0.2-hweight2": (lambda: _both(configured(SEARCHER[0], heading_boost=0.2),
                                         setting(bm25_module, "HEADING_WEIGHT", 2.0)), lambda s, t: run(s, t, "section")),

@@ -265,6 +265,41 @@ def compare(results: dict[str, Any], a: str, b: str, names: Sequence[str] | None
     return "\n".join(lines)
 
 
+def paired(results: dict[str, Any], a: str, b: str, rounds: int = 10_000, seed: int = 0) -> str:
+    """``a`` minus ``b`` in nDCG@10, question by question: the mean and a 95% bootstrap interval
+    (questions resampled with replacement, ``rounds`` times, fixed seed) per set and split,
+    then pooled over the sets, all questions and by kind."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+
+    def row(label: str, diffs: list[float], left: list[float], right: list[float]) -> list[Any]:
+        d = np.asarray(diffs)
+        means = d[rng.integers(0, len(d), size=(rounds, len(d)))].mean(axis=1)
+        lo, hi = np.quantile(means, [0.025, 0.975])
+        return [label, len(d), f"{np.mean(left):.3f}", f"{np.mean(right):.3f}", f"{d.mean():+.3f}", f"{lo:+.3f} .. {hi:+.3f}"]
+
+    from common import table
+
+    rows, pooled = [], {}
+    for name, entry in results["sets"].items():
+        ds = load_set(name)
+        pa, pb = entry["systems"][a]["all"]["per_query"], entry["systems"][b]["all"]["per_query"]
+        for split in ("train", "test", "all"):
+            qids = [q for q in pa if split == "all" or q in ds.split(split)]
+            if not qids or (split != "all" and len(qids) == len(pa)):
+                continue
+            rows.append(row(f"{name} {split}", [pa[q]["ndcg@10"] - pb[q]["ndcg@10"] for q in qids],
+                            [pa[q]["ndcg@10"] for q in qids], [pb[q]["ndcg@10"] for q in qids]))
+        for q in pa:
+            for split in ("all", "test" if q in ds.split("test") else "train"):
+                for kind in ("all", ds.queries[q]["kind"]):
+                    pooled.setdefault((split, kind), []).append((pa[q]["ndcg@10"], pb[q]["ndcg@10"]))
+    for (split, kind), pairs in sorted(pooled.items()):
+        rows.append(row(f"pooled {split}, {kind}", [x - y for x, y in pairs], [x for x, _ in pairs], [y for _, y in pairs]))
+    return table(["questions", "n", a, b, "difference", "95% interval"], rows)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -276,6 +311,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     cp.add_argument("--json", default=str(out_dir() / "sections.json"))
     cp.add_argument("--names", nargs="*")
     cp.add_argument("--split", default="all", choices=("all", "train", "test"))
+    pp = sub.add_parser("paired", help="A minus B per question: mean and 95%% bootstrap interval per set and pooled")
+    pp.add_argument("a")
+    pp.add_argument("b")
+    pp.add_argument("--json", default=str(out_dir() / "sections.json"))
     i = sub.add_parser("index")
     i.add_argument("names", nargs="*", default=list(ALL_SETS))
     s = sub.add_parser("score")
@@ -287,6 +326,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.cmd == "compare":
         print(compare(json.loads(Path(args.json).read_text()), args.a, args.b, args.names, args.split))
+        return 0
+    if args.cmd == "paired":
+        print(paired(json.loads(Path(args.json).read_text()), args.a, args.b))
         return 0
     if args.cmd == "index":
         for name in args.names:
