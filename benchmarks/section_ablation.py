@@ -92,6 +92,9 @@ VARIANTS: dict[str, tuple[Callable[[], Any], Callable[[Any, str], list[str]]]] =
     **{f"mixalpha{a}": (contextlib.nullcontext,
                         lambda s, t, a=a: run(s, t, "section", alpha=a if literal.identifiers(t) and not literal.is_lookup(t) else None))
        for a in (0.25, 0.35)},
+    **{f"lookalpha{a}": (contextlib.nullcontext,
+                         lambda s, t, a=a: run(s, t, "section", alpha=a if literal.is_lookup(t) else None))
+       for a in (0.2, 0.3, 0.4)},
     "no-lookup": (lambda: setting(pipeline, "IDENTIFIER_LOOKUP", False), lambda s, t: run(s, t, "section")),
     "boost0.2-hweight2": (lambda: _both(configured(SEARCHER[0], heading_boost=0.2),
                                         setting(bm25_module, "HEADING_WEIGHT", 2.0)), lambda s, t: run(s, t, "section")),

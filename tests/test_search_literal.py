@@ -54,3 +54,12 @@ def test_lift_without_a_naming_hit_changes_nothing() -> None:
     hits = [(3, 9.0), (1, 4.0)]
     assert lift(hits, {3: "out dir", 1: "dir out"}, ["OUT_DIR"]) == hits
     assert lift(hits, {}, []) == hits and lift([], {}, ["OUT_DIR"]) == []
+
+
+def test_a_hit_explaining_the_identifier_in_prose_comes_before_one_using_it_in_code() -> None:
+    hits = [(1, 9.0), (2, 7.0), (3, 5.0)]
+    texts = {1: "Build it:\n\n```sh\nuv sync --frozen\n```\n", 2: "no flag here",
+             3: "`--frozen` uses the lockfile as it is, without checking it."}
+    assert lift(hits, texts, ["--frozen"]) == [(3, 9.0), (1, 7.0), (2, 5.0)]
+    unclosed = {1: "```sh\nuv sync --frozen", 3: "pass --frozen"}
+    assert [c for c, _ in lift(hits, unclosed, ["--frozen"])] == [3, 1, 2]

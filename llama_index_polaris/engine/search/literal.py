@@ -16,6 +16,7 @@ from typing import Iterable, Sequence
 from .terms import STOP_WORDS
 
 MARKS = frozenset("_./\\:@#$=~^")
+FENCE = re.compile(r"^(```|~~~).*?(^\1|\Z)", re.S | re.M)  # a fenced code block, to its end or the text's
 EDGE = "A-Za-z0-9_-"  # characters that continue an identifier: --pre is not found inside --pre-glob
 _TRIM = "\"'`,;!?()"
 
@@ -64,7 +65,9 @@ def named(text: str, patterns: Sequence[re.Pattern[str]]) -> int:
 
 def lift(hits: Sequence[tuple[int, float]], texts: dict[int, str],
          terms: Iterable[str]) -> list[tuple[int, float]]:
-    """BM25 ``hits`` with those naming more of ``terms`` as written first, BM25 order within.
+    """BM25 ``hits`` with those naming more of ``terms`` as written first, then those naming
+    them outside code blocks (documentation explains an identifier in prose; examples use
+    it), BM25 order within.
 
     Each hit takes the score of the place it moves to, so the scores still fall down the
     list and score fusion reads the new order.
@@ -75,5 +78,6 @@ def lift(hits: Sequence[tuple[int, float]], texts: dict[int, str],
     count = [named(texts.get(cid, ""), patterns) for cid, _ in hits]
     if not any(count):
         return list(hits)
-    order = sorted(range(len(hits)), key=lambda i: (-count[i], i))
+    prose = [named(FENCE.sub(" ", texts.get(cid, "")), patterns) if count[i] else 0 for i, (cid, _) in enumerate(hits)]
+    order = sorted(range(len(hits)), key=lambda i: (-count[i], -prose[i], i))
     return [(hits[i][0], hits[place][1]) for place, i in enumerate(order)]
