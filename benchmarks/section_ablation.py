@@ -15,6 +15,7 @@ a hit's section is (document, heading path) and the metrics are those of section
 - ``no-lookup``: without the identifier lookup (a query of identifiers only: BM25 hits naming them as written first);
 - ``idalpha0.25`` ... ``idalpha0.6``: LlamaIndex's ``alpha`` for questions with an identifier-like word only
   (equal weights otherwise); ``mixalpha...``: the same for questions with words and an identifier;
+  ``lookalpha...``: for queries of identifiers only;
 - ``alpha0.0`` ... ``alpha1.0``: LlamaIndex's ``alpha`` (RRF list weights, 1 = vector only);
 - ``boost0.1`` ...: ``heading_boost``; ``rrf10`` ...: ``rrf_k``; ``hweight2`` ...: BM25 weight of the
   heading path column (text 1).
