@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from hypothesis import given, strategies as st
 
-from llama_index_polaris.engine.search.literal import identifiers, is_identifier, is_lookup, lift, named, pattern
+from llama_index_polaris.engine.search.literal import identifiers, is_identifier, is_lookup, lift, named
 
 
 def test_identifier_spellings() -> None:
@@ -25,13 +25,15 @@ def test_a_lookup_is_a_query_of_identifiers_only() -> None:
 
 
 def test_a_text_names_an_identifier_as_itself_only() -> None:
-    out_dir, pre = pattern("OUT_DIR"), pattern("--pre")
-    assert named("Cargo sets `OUT_DIR` for build scripts.", [out_dir]) == 1
-    assert named("set out_dir first", [out_dir]) == 1  # case aside
-    assert named("the --out-dir flag, an out dir", [out_dir]) == 0  # same words, another identifier
-    assert named("pass --pre-glob", [pre]) == 0 and named("pass --pre.", [pre]) == 1
-    assert named("OUT_DIR.join", [out_dir]) == 0  # a longer dotted name
-    assert named("~1.2.3 means", [pattern("~1.2.3")]) == 1 and named("1.2.3 means", [pattern("~1.2.3")]) == 0
+    out_dir, pre = ["OUT_DIR"], ["--pre"]
+    assert named("Cargo sets `OUT_DIR` for build scripts.", out_dir) == 1
+    assert named("set out_dir first", out_dir) == 1 and named("OUT_DIR", out_dir) == 1  # case aside; edges
+    assert named("the --out-dir flag, an out dir, MY_OUT_DIR, OUT_DIRS", out_dir) == 0  # other identifiers
+    assert named("pass --pre-glob", pre) == 0 and named("pass --pre.", pre) == 1 and named("--pre-x or --pre", pre) == 1
+    assert named("OUT_DIR.join", out_dir) == 0  # a longer dotted name
+    assert named("~1.2.3 means", ["~1.2.3"]) == 1 and named("1.2.3 means", ["~1.2.3"]) == 0
+    assert named("naïve_OUT_DIR é", out_dir) == 0 and named("é OUT_DIR", out_dir) == 1
+    assert named("OUT_DIR and --pre", out_dir + pre) == 2
 
 
 hits_lists = st.lists(st.floats(0.1, 50.0), min_size=0, max_size=30).map(
@@ -63,3 +65,11 @@ def test_a_hit_explaining_the_identifier_in_prose_comes_before_one_using_it_in_c
     assert lift(hits, texts, ["--frozen"]) == [(3, 9.0), (1, 7.0), (2, 5.0)]
     unclosed = {1: "```sh\nuv sync --frozen", 3: "pass --frozen"}
     assert [c for c, _ in lift(hits, unclosed, ["--frozen"])] == [3, 1, 2]
+
+
+def test_code_blocks_are_fenced_lines_indented_or_not() -> None:
+    from llama_index_polaris.engine.search.literal import outside_code
+
+    text = "Use it:\n\n1. Run:\n\n   ```sh\n   uv sync --frozen\n   ```\n\n`--frozen` keeps the lock.\n~~~\nx\n~~~\nend"
+    assert outside_code(text) == "Use it:\n\n1. Run:\n\n\n`--frozen` keeps the lock.\nend"
+    assert outside_code("a\n```\nb ~~~ c\n```\nd") == "a\nd"  # the other fence does not close it

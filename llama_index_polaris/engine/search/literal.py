@@ -9,15 +9,13 @@ aside, not inside a longer identifier) above those that only share its words.
 
 from __future__ import annotations
 
-import re
 from itertools import pairwise
 from typing import Iterable, Sequence
 
 from .terms import STOP_WORDS
 
 MARKS = frozenset("_./\\:@#$=~^")
-FENCE = re.compile(r"^(```|~~~).*?(^\1|\Z)", re.S | re.M)  # a fenced code block, to its end or the text's
-EDGE = "A-Za-z0-9_-"  # characters that continue an identifier: --pre is not found inside --pre-glob
+FENCES = ("```", "~~~")
 _TRIM = "\"'`,;!?()"
 
 
@@ -53,14 +51,32 @@ def is_lookup(query: str) -> bool:
     return bool(terms) and all(is_identifier(t) for t in terms)
 
 
-def pattern(term: str) -> re.Pattern[str]:
-    """``term`` as itself: case aside, not preceded or followed by a character of an identifier."""
-    return re.compile(rf"(?<![{EDGE}]){re.escape(term)}(?![{EDGE}])(?!\.[A-Za-z0-9_])", re.IGNORECASE)
+def occurs(text: str, needle: str) -> bool:
+    """Whether lower-cased ``text`` holds lower-cased ``needle`` as itself: not preceded or
+    followed by a character of an identifier, nor followed by ``.`` and one."""
+    at = text.find(needle)
+    while at >= 0:
+        end = at + len(needle)
+        before = text[at - 1] if at else " "
+        after, next_ = text[end:end + 1], text[end + 1:end + 2]
+        if not _continues(before) and not _continues(after) and not (after == "." and _word(next_)):
+            return True
+        at = text.find(needle, at + 1)
+    return False
 
 
-def named(text: str, patterns: Sequence[re.Pattern[str]]) -> int:
-    """How many of the identifiers ``text`` names as written."""
-    return sum(1 for p in patterns if p.search(text))
+def named(text: str, terms: Sequence[str]) -> int:
+    """How many of the identifiers ``terms`` ``text`` names as written (case aside)."""
+    low = text.lower()
+    return sum(1 for t in terms if occurs(low, t.lower()))
+
+
+def _continues(c: str) -> bool:
+    return c == "-" or _word(c)
+
+
+def _word(c: str) -> bool:
+    return bool(c) and (c.isascii() and (c.isalnum() or c == "_"))
 
 
 def lift(hits: Sequence[tuple[int, float]], texts: dict[int, str],
@@ -72,12 +88,33 @@ def lift(hits: Sequence[tuple[int, float]], texts: dict[int, str],
     Each hit takes the score of the place it moves to, so the scores still fall down the
     list and score fusion reads the new order.
     """
-    patterns = [pattern(t) for t in terms]
-    if not patterns or not hits:
+    terms = list(terms)
+    if not terms or not hits:
         return list(hits)
-    count = [named(texts.get(cid, ""), patterns) for cid, _ in hits]
+    count = [named(texts.get(cid, ""), terms) for cid, _ in hits]
     if not any(count):
         return list(hits)
-    prose = [named(FENCE.sub(" ", texts.get(cid, "")), patterns) if count[i] else 0 for i, (cid, _) in enumerate(hits)]
+    prose = [_prose_named(texts.get(cid, ""), terms, count[i]) for i, (cid, _) in enumerate(hits)]
     order = sorted(range(len(hits)), key=lambda i: (-count[i], -prose[i], i))
     return [(hits[i][0], hits[place][1]) for place, i in enumerate(order)]
+
+
+def _prose_named(text: str, terms: Sequence[str], count: int) -> int:
+    """How many of the identifiers ``text`` names outside fenced code blocks."""
+    if not count or not any(f in text for f in FENCES):
+        return count
+    return named(outside_code(text), terms)
+
+
+def outside_code(text: str) -> str:
+    """``text`` without its fenced code blocks (a block left open runs to the end)."""
+    kept, fence = [], None
+    for line in text.split("\n"):
+        start = line.lstrip()[:3]
+        if fence is None and start in FENCES:
+            fence = start
+        elif fence is not None:
+            fence = None if start == fence else fence
+        else:
+            kept.append(line)
+    return "\n".join(kept)
