@@ -12,6 +12,7 @@ a hit's section is (document, heading path) and the metrics are those of section
 - ``section``: the engine's section fusion (each list reduced to sections, then RRF);
 - ``section-pool1`` / ``section-pool4``: the same with each list fetching 1x / 4x the chunks;
 - ``no-phrases``: section fusion without identifier phrases in the BM25 query;
+- ``rrf-only``: RRF alone (``score_fusion`` 0, the spec's fusion);
 - ``no-lookup``: without the identifier lookup (a query of identifiers only: BM25 hits naming them as written first);
 - ``idalpha0.25`` ... ``idalpha0.6``: LlamaIndex's ``alpha`` for questions with an identifier-like word only
   (equal weights otherwise); ``mixalpha...``: the same for questions with words and an identifier;
@@ -96,6 +97,7 @@ VARIANTS: dict[str, tuple[Callable[[], Any], Callable[[Any, str], list[str]]]] =
     **{f"lookalpha{a}": (contextlib.nullcontext,
                          lambda s, t, a=a: run(s, t, "section", alpha=a if literal.is_lookup(t) else None))
        for a in (0.2, 0.3, 0.4)},
+    "rrf-only": (lambda: configured(SEARCHER[0], score_fusion=0.0), lambda s, t: run(s, t, "section")),
     "no-lookup": (lambda: setting(pipeline, "IDENTIFIER_LOOKUP", False), lambda s, t: run(s, t, "section")),
     "boost0.2-hweight2": (lambda: _both(configured(SEARCHER[0], heading_boost=0.2),
                                         setting(bm25_module, "HEADING_WEIGHT", 2.0)), lambda s, t: run(s, t, "section")),
