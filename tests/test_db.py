@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Callable
@@ -208,6 +209,56 @@ def test_another_programs_sqlite_file_is_not_touched(tmp_path: Path) -> None:
     with pytest.raises(DatabaseError, match="is not a Polaris index"):
         Store(path, readonly=True)
     assert path.read_bytes() == before
+
+
+def test_a_new_index_opened_while_another_process_writes_the_file_waits_for_wal(tmp_path: Path) -> None:
+    """SQLite answers `PRAGMA journal_mode = WAL` with "database is locked" at once, without its
+    busy wait, while another connection holds a write lock on a rollback-journal file: two
+    `polaris index` runs creating one index together failed that way. The switch is retried
+    until the lock goes."""
+    path = tmp_path / "polaris.db"
+    # the engine's own SQLite library: two copies in one process would not see each other's locks
+    other = sqlite_module().connect(str(path), isolation_level=None, check_same_thread=False)
+    other.execute("BEGIN IMMEDIATE")  # a write lock on a new, rollback-journal file
+    release = threading.Timer(0.4, lambda: other.execute("COMMIT"))
+    release.start()
+    try:
+        store = Store(path)
+    finally:
+        release.join()
+        other.close()
+    assert store.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert store.conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    store.close()
+
+
+def test_an_index_created_by_another_process_meanwhile_is_not_called_foreign(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The other half of that race: an opener read version 0, the first run then committed its
+    tables and version 1, and the opener called the file someone else's database. Version and
+    tables are read in one snapshot, so the first run's commit waits for the opener instead."""
+    import importlib
+
+    connect_module = importlib.import_module("llama_index_polaris.engine.db.connect")
+
+    path = tmp_path / "polaris.db"
+    sqlite_module().connect(str(path)).close()  # an empty file, as the first run leaves it at first
+    real = connect_module.schema_version
+    first: list[threading.Thread] = []
+
+    def version_then_the_other_run_creates_the_index(conn):
+        version = real(conn)
+        if not first:  # the other run creates the whole index now, while this opener checks
+            first.append(threading.Thread(target=lambda: Store(path).close()))
+            first[0].start()
+            first[0].join(timeout=1.5)  # done at once if nothing holds it off; else it waits for us
+        return version
+
+    monkeypatch.setattr(connect_module, "schema_version", version_then_the_other_run_creates_the_index)
+    store = Store(path)
+    first[0].join(timeout=30)
+    assert store.conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    store.close()
 
 
 def test_a_file_that_is_not_sqlite_is_named_as_such(tmp_path: Path) -> None:

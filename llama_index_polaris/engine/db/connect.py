@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
+import time
 import urllib.parse
 from pathlib import Path
 from types import ModuleType
@@ -94,14 +95,25 @@ def connect(path: str | os.PathLike[str], *, readonly: bool = False) -> Any:
         raise DatabaseError(f"{target}: cannot open ({exc}).") from exc
     try:
         _check_is_database(conn, target, sqlite)
-        if not readonly and schema_version(conn) == 0:
-            refuse_foreign_tables(conn, str(target))  # before WAL mode rewrites its header
+        if not readonly:
+            _refuse_foreign_file(conn, target)  # before WAL mode rewrites its header
         load_extensions(conn)
         configure(conn, readonly=readonly)
     except BaseException:
         conn.close()
         raise
     return conn
+
+
+def _refuse_foreign_file(conn: Any, target: Path) -> None:
+    """Someone else's database (tables at version 0) is refused, read in one snapshot: another
+    process creating this index commits its first tables and version 1 together."""
+    conn.execute("BEGIN")
+    try:
+        if schema_version(conn) == 0:
+            refuse_foreign_tables(conn, str(target))
+    finally:
+        conn.execute("ROLLBACK")
 
 
 def _check_is_database(conn: Any, target: Path, sqlite: ModuleType) -> None:
@@ -154,10 +166,20 @@ def configure(conn: Any, *, readonly: bool = False) -> None:
     conn.execute(f"PRAGMA mmap_size = {MMAP_BYTES}")
     conn.execute("PRAGMA foreign_keys = ON")
     if not readonly:
-        try:
-            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-        except Exception as exc:
-            raise DatabaseError(f"cannot switch to WAL mode: {exc}") from exc
+        mode = _switch_to_wal(conn)
         if mode.lower() != "wal":
             raise DatabaseError(f"cannot switch to WAL mode (got {mode}); is the file on a network share?")
         conn.execute("PRAGMA synchronous = NORMAL")
+
+
+def _switch_to_wal(conn: Any) -> str:
+    """``PRAGMA journal_mode = WAL``, retried while another process holds the file (SQLite does
+    not wait for a lock on this pragma): two runs opening a new index at once both get WAL."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    while True:
+        try:
+            return conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        except Exception as exc:
+            if "locked" not in str(exc) and "busy" not in str(exc) or time.monotonic() > deadline:
+                raise DatabaseError(f"cannot switch to WAL mode: {exc}") from exc
+            time.sleep(0.02)
