@@ -189,6 +189,8 @@ def test_two_index_runs_and_a_search_meanwhile(tmp_path: Path) -> None:
     db = tmp_path / "polaris.db"
     while _completed(db) == 0 and a.poll() is None and b.poll() is None:
         time.sleep(0.02)
+    for p in (a, b):  # a run that ended before anything was committed says why
+        assert p.poll() in (None, 0), p.communicate()[1]
     hits = json.loads(run("search", "decision", "--json", "--mode", "bm25", cwd=tmp_path).stdout)
     assert hits, "a search during an index run answers from the committed state"
     reports = [json.loads(p.communicate(timeout=240)[0]) for p in (a, b)]
