@@ -81,13 +81,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import out_dir  # noqa: E402
-from docsets import ALL_SETS, KINDS, load_set, section_id  # noqa: E402
-from sections import K, config, open_index, summarise  # noqa: E402
+from docsets import ALL_SETS, load_set, section_id  # noqa: E402
+from sections import K, ablation_row, config, open_index, questions, summarise  # noqa: E402
 
 from llama_index_polaris.engine.search import pipeline  # noqa: E402
-from llama_index_polaris.engine.search.boost import boost_terms  # noqa: E402
 from llama_index_polaris.engine.search.context import stitch  # noqa: E402
-from llama_index_polaris.engine.search.rank import Candidate, RankParams, rank  # noqa: E402
+from llama_index_polaris.engine.search.rank import Candidate, rank  # noqa: E402
 from llama_index_polaris.engine.search.scope import resolve_scope  # noqa: E402
 from llama_index_polaris.engine.store import from_blob  # noqa: E402
 
@@ -392,8 +391,7 @@ def main() -> None:
         if args.embed_only:
             index.close()
             continue
-        split = args.split if ds.split(args.split) else "all"
-        qids = sorted(ds.all_qrels if split == "all" else ds.split(split))
+        split, qids = questions(ds, args.split)
         searcher = index.searcher()
         cfg = searcher.config
         pool = min(K * cfg.mmr_candidate_multiplier * pipeline.SECTION_POOL, pipeline.MAX_K)
@@ -407,10 +405,7 @@ def main() -> None:
             qvec = searcher._check_vector(searcher._embed(text))
             with searcher.store.read():
                 bm = searcher._bm25(text, pool, scope)
-            params = RankParams(k=K, mode=args.mode, unit="section", rrf_k=cfg.rrf_k, heading_boost=cfg.heading_boost,
-                                boost_terms=tuple(boost_terms(text)), mmr_lambda=cfg.mmr_lambda,
-                                score_fusion=cfg.score_fusion, score_fusion_vector=cfg.score_fusion_vector,
-                                score_fusion_depth=cfg.score_fusion_depth)
+            params = searcher.params(text, K, args.mode, mmr_lambda=cfg.mmr_lambda)
             queries[q] = (qvec, bm, params)
         sp = spaces(chunks, cvecs, extras, evecs)
         for variant in args.variants.split(","):
@@ -425,10 +420,7 @@ def main() -> None:
             results[name][variant] = {k: v for k, v in m.items() if k != "per_query"}
             results[name][variant]["per_query"] = {q: v["ndcg@10"] for q, v in m["per_query"].items()}
             results[name][variant]["extra_vectors_per_chunk"] = per_chunk
-            a = m["all"]
-            kinds = " | ".join(f"{m[k]['ndcg@10']:.3f}" if k in m else "-" for k in KINDS)
-            line = (f"| {name} | {split} | {variant} | {a['ndcg@10']:.4f} | {a['recall@10']:.4f} | {a['mrr@10']:.4f} |"
-                    f" {kinds} | +{per_chunk:.2f} |")
+            line = ablation_row(name, split, variant, m)[:-1] + f"| +{per_chunk:.2f} |"
             rows_out.append(line)
             print(line, flush=True)
         if args.check:

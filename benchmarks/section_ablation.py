@@ -37,7 +37,7 @@ from typing import Any, Callable, Iterator
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import out_dir  # noqa: E402
 from docsets import ALL_SETS, load_set  # noqa: E402
-from sections import DEEP, K, dedup, hit_section, open_index, slots, summarise  # noqa: E402
+from sections import DEEP, K, ablation_header, ablation_row, dedup, hit_section, open_index, questions, slots, summarise  # noqa: E402
 
 from llama_index_polaris.engine.search import bm25 as bm25_module  # noqa: E402
 from llama_index_polaris.engine.search import literal  # noqa: E402
@@ -117,12 +117,10 @@ def main() -> None:
     ap.add_argument("--variants", default=",".join(VARIANTS))
     args = ap.parse_args()
     results: dict[str, Any] = {}
-    print("| set | split | variant | nDCG@10 | R@10 | MRR@10 | dup share | paraphrase | identifier | mixed |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print(ablation_header(["dup share"]))
     for name in args.names:
         ds = load_set(name)
-        split = args.split if ds.split(args.split) else "all"
-        qids = sorted(ds.all_qrels if split == "all" else ds.split(split))
+        split, qids = questions(ds, args.split)
         index, _ = open_index(ds)
         searcher = index.searcher()
         searcher.max_top_k = DEEP
@@ -133,10 +131,7 @@ def main() -> None:
                 runs = {q: answer(searcher, ds.queries[q]["text"]) for q in qids}
             m = summarise(ds, runs, split)
             results.setdefault(name, {})[variant] = {k: v for k, v in m.items() if k != "per_query"}
-            a = m["all"]
-            kinds = " | ".join(f"{m[k]['ndcg@10']:.3f}" if k in m else "-" for k in ("paraphrase", "identifier", "mixed"))
-            print(f"| {name} | {split} | {variant} | {a['ndcg@10']:.4f} | {a['recall@10']:.4f} | {a['mrr@10']:.4f} |"
-                  f" {a['dup_share']:.3f} | {kinds} |", flush=True)
+            print(ablation_row(name, split, variant, m, f"{m['all']['dup_share']:.3f} | "), flush=True)
         index.close()
     (out_dir() / f"section_ablation-{args.split}.json").write_text(json.dumps(results, indent=2))
 

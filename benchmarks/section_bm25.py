@@ -36,16 +36,15 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from docsets import ALL_SETS, KINDS, load_set, section_id  # noqa: E402
-from sections import K, open_index, summarise  # noqa: E402
+from docsets import ALL_SETS, load_set, section_id  # noqa: E402
+from sections import K, ablation_header, ablation_row, open_index, questions, summarise  # noqa: E402
 
 from llama_index_polaris.engine.db.connect import sqlite_module  # noqa: E402
 from llama_index_polaris.engine.search import bm25 as bm25_mod  # noqa: E402
 from llama_index_polaris.engine.search import pipeline  # noqa: E402
-from llama_index_polaris.engine.search.boost import boost_terms  # noqa: E402
 from llama_index_polaris.engine.search.context import stitch  # noqa: E402
 from llama_index_polaris.engine.search.postings import fts_tokenizer  # noqa: E402
-from llama_index_polaris.engine.search.rank import Candidate, RankParams, rank  # noqa: E402
+from llama_index_polaris.engine.search.rank import Candidate, rank  # noqa: E402
 from llama_index_polaris.engine.search.scope import resolve_scope  # noqa: E402
 
 VARIANTS = ("baseline", "section", "section-cap3200", "section-cap2000", "max")
@@ -109,12 +108,10 @@ def main() -> None:
     ap.add_argument("--split", default="train")
     ap.add_argument("--variants", default=",".join(VARIANTS))
     args = ap.parse_args()
-    print("| set | split | variant | nDCG@10 | R@10 | MRR@10 | paraphrase | identifier | mixed |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print(ablation_header())
     for name in args.names:
         ds = load_set(name)
-        split = args.split if ds.split(args.split) else "all"
-        qids = sorted(ds.all_qrels if split == "all" else ds.split(split))
+        split, qids = questions(ds, args.split)
         index, _ = open_index(ds)
         searcher = index.searcher()
         cfg = searcher.config
@@ -141,16 +138,9 @@ def main() -> None:
                     bm = section_list(*tables[variant], text, pool)
                 elif variant == "max":
                     bm = interleave(bm, section_list(*tables["max"], text, pool), pool)
-                params = RankParams(k=K, mode="hybrid", unit="section", rrf_k=cfg.rrf_k, heading_boost=cfg.heading_boost,
-                                    boost_terms=tuple(boost_terms(text)), mmr_lambda=cfg.mmr_lambda,
-                                    score_fusion=cfg.score_fusion, score_fusion_vector=cfg.score_fusion_vector,
-                                    score_fusion_depth=cfg.score_fusion_depth)
+                params = searcher.params(text, K, mmr_lambda=cfg.mmr_lambda)
                 runs[q] = [section_of[r.chunk_id] for r in rank(vec, bm, candidates, params)][:K]
-            m = summarise(ds, runs, split)
-            a = m["all"]
-            kinds = " | ".join(f"{m[k]['ndcg@10']:.3f}" if k in m else "-" for k in KINDS)
-            print(f"| {name} | {split} | {variant} | {a['ndcg@10']:.4f} | {a['recall@10']:.4f} | {a['mrr@10']:.4f} |"
-                  f" {kinds} |", flush=True)
+            print(ablation_row(name, split, variant, summarise(ds, runs, split)), flush=True)
         index.close()
 
 

@@ -157,6 +157,29 @@ def summarise(ds: DocSet, runs: dict[str, list[str]], split: str) -> dict[str, A
     return out
 
 
+def questions(ds: DocSet, split: str) -> tuple[str, list[str]]:
+    """The split actually scored (``all`` for a set without that split) and its question ids."""
+    split = split if ds.split(split) else "all"
+    return split, sorted(ds.all_qrels if split == "all" else ds.split(split))
+
+
+ABLATION_HEADER = "| set | split | variant | nDCG@10 | R@10 | MRR@10 | {extra}paraphrase | identifier | mixed |"
+
+
+def ablation_row(name: str, split: str, variant: str, m: dict[str, Any], extra: str = "") -> str:
+    """One Markdown row of an ablation: the run's metrics, ``extra`` cells, nDCG@10 per kind."""
+    a = m["all"]
+    kinds = " | ".join(f"{m[k]['ndcg@10']:.3f}" if k in m else "-" for k in KINDS)
+    return (f"| {name} | {split} | {variant} | {a['ndcg@10']:.4f} | {a['recall@10']:.4f} | {a['mrr@10']:.4f} |"
+            f" {extra}{kinds} |")
+
+
+def ablation_header(extra: Sequence[str] = ()) -> str:
+    """The header and rule of ``ablation_row``'s table, with the ``extra`` columns."""
+    head = ABLATION_HEADER.format(extra="".join(f"{e} | " for e in extra))
+    return head + "\n" + "|---" * head.count(" | ") + "|---|"
+
+
 # -- running Polaris ----------------------------------------------------------------------------------
 def polaris_runs(ds: DocSet, index: Any) -> dict[str, dict[str, Any]]:
     """For each mode: the section run (the engine's default unit), the chunk run (top 10

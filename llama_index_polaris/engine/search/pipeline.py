@@ -200,14 +200,19 @@ class Searcher:
             return []
         if _uses(mode, weights, "vector") and query_vector is None and self.store.model is not None:
             query_vector = self._check_vector(self._embed(query))  # outside the lock: other threads may read
-        params = RankParams(
-            k=k, mode=mode, unit=unit, rrf_k=self.config.rrf_k, heading_boost=self.config.heading_boost,
-            boost_terms=tuple(boost_terms(query)), mmr_lambda=lam if mode == "hybrid" else mmr_lambda, weights=weights,
-            score_fusion=self.config.score_fusion, score_fusion_vector=self.config.score_fusion_vector,
-            score_fusion_depth=self.config.score_fusion_depth,
-        )
+        params = self.params(query, k, mode, unit, lam if mode == "hybrid" else mmr_lambda, weights)
         with self.store.read():  # one snapshot for every stage
             return self._run(query, params, scope, query_vector, context_tokens)
+
+    def params(self, query: str, k: int, mode: str = "hybrid", unit: str = "section", mmr_lambda: float | None = None,
+               weights: Mapping[str, float] | None = None) -> RankParams:
+        """The ranking settings of one query under this searcher's config (benchmarks reuse them)."""
+        c = self.config
+        return RankParams(
+            k=k, mode=mode, unit=unit, rrf_k=c.rrf_k, heading_boost=c.heading_boost, boost_terms=tuple(boost_terms(query)),
+            mmr_lambda=mmr_lambda, weights=weights, score_fusion=c.score_fusion,
+            score_fusion_vector=c.score_fusion_vector, score_fusion_depth=c.score_fusion_depth,
+        )
 
     def _run(self, query: str, p: RankParams, scope: Scope, qvec: np.ndarray | None,
              context_tokens: int | None = None) -> list[Hit]:
