@@ -73,6 +73,8 @@ SOURCES: dict[str, Source] = {
     "pydantic": Source("pydantic/pydantic", "2151025aa51263f3016502b00010b78e4481eaa1", "docs", "MIT"),
     "uv": Source("astral-sh/uv", "26a9dd4b2125bc271b47855e1fa0c49af3365db5", "docs", "MIT OR Apache-2.0"),
     "sqlmodel": Source("fastapi/sqlmodel", "a6469ef61bb903cbf7fd8749c70d8ceb8046c368", "docs", "MIT"),
+    "poetry": Source("python-poetry/poetry", "f46702336862f30050d5c641d5ed6f7568ded793", "docs", "MIT"),
+    "mkdocs": Source("mkdocs/mkdocs", "2862536793b3c67d9d83c33e0dd6d50a791928f8", "docs", "BSD-2-Clause"),
 }
 DERIVED = ("anthropic_docs",)
 ALL_SETS = tuple(SOURCES) + DERIVED
