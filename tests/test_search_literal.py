@@ -73,3 +73,13 @@ def test_code_blocks_are_fenced_lines_indented_or_not() -> None:
     text = "Use it:\n\n1. Run:\n\n   ```sh\n   uv sync --frozen\n   ```\n\n`--frozen` keeps the lock.\n~~~\nx\n~~~\nend"
     assert outside_code(text) == "Use it:\n\n1. Run:\n\n\n`--frozen` keeps the lock.\nend"
     assert outside_code("a\n```\nb ~~~ c\n```\nd") == "a\nd"  # the other fence does not close it
+
+
+def test_the_section_headed_by_the_identifier_comes_first_among_those_naming_it() -> None:
+    hits = [(1, 9.0), (2, 7.0), (3, 5.0)]
+    texts = {1: "Version 1.2\nThe `site_url` setting is now required for sitemaps.",
+             2: "Changes\nnothing about it",
+             3: "`site_url`\nSet the canonical URL of the site with site_url."}
+    assert [c for c, _ in lift(hits, texts, ["site_url"])] == [3, 1, 2]
+    texts[3] = "Site\nSet the canonical URL of the site with site_url."  # not headed by it: BM25 order
+    assert [c for c, _ in lift(hits, texts, ["site_url"])] == [1, 3, 2]

@@ -81,9 +81,10 @@ def _word(c: str) -> bool:
 
 def lift(hits: Sequence[tuple[int, float]], texts: dict[int, str],
          terms: Iterable[str]) -> list[tuple[int, float]]:
-    """BM25 ``hits`` with those naming more of ``terms`` as written first, then those naming
-    them outside code blocks (documentation explains an identifier in prose; examples use
-    it), BM25 order within.
+    """BM25 ``hits`` with those naming more of ``terms`` as written first; among those, the
+    chunks of a section headed by the identifier (its definition), then those naming it
+    outside code blocks (documentation explains an identifier in prose; examples use it);
+    BM25 order within.
 
     Each hit takes the score of the place it moves to, so the scores still fall down the
     list and score fusion reads the new order.
@@ -95,7 +96,8 @@ def lift(hits: Sequence[tuple[int, float]], texts: dict[int, str],
     if not any(count):
         return list(hits)
     prose = [_prose_named(texts.get(cid, ""), terms, count[i]) for i, (cid, _) in enumerate(hits)]
-    order = sorted(range(len(hits)), key=lambda i: (-count[i], -prose[i], i))
+    heads = [_heads(texts.get(cid, ""), terms) if count[i] else 0 for i, (cid, _) in enumerate(hits)]
+    order = sorted(range(len(hits)), key=lambda i: (-count[i], -heads[i], -prose[i], i))
     return [(hits[i][0], hits[place][1]) for place, i in enumerate(order)]
 
 
@@ -118,3 +120,9 @@ def outside_code(text: str) -> str:
         else:
             kept.append(line)
     return "\n".join(kept)
+
+
+def _heads(text: str, terms: Sequence[str]) -> int:
+    """1 when the chunk's own heading (``text``'s first line) is one of the identifiers itself."""
+    own = text.split("\n", 1)[0].replace("`", "").strip().removesuffix("()").strip().lower()
+    return int(any(own == t.lower().removesuffix("()") for t in terms))
