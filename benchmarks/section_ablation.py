@@ -16,7 +16,8 @@ a hit's section is (document, heading path) and the metrics are those of section
 - ``no-lookup``: without the identifier lookup (a query of identifiers only: BM25 hits naming them as written first);
 - ``idalpha0.25`` ... ``idalpha0.6``: LlamaIndex's ``alpha`` for questions with an identifier-like word only
   (equal weights otherwise); ``mixalpha...``: the same for questions with words and an identifier;
-  ``lookalpha...``: for queries of identifiers only;
+  ``lookalpha...``: for queries of identifiers only; ``lookpool0`` ... ``lookpool400``: the BM25 hits
+  a lookup is lifted from (``LOOKUP_POOL``; 0: the k-sized pool alone);
 - ``alpha0.0`` ... ``alpha1.0``: LlamaIndex's ``alpha`` (RRF list weights, 1 = vector only);
 - ``boost0.1`` ...: ``heading_boost``; ``rrf10`` ...: ``rrf_k``; ``hweight2`` ...: BM25 weight of the
   heading path column (text 1).
@@ -98,6 +99,8 @@ VARIANTS: dict[str, tuple[Callable[[], Any], Callable[[Any, str], list[str]]]] =
                          lambda s, t, a=a: run(s, t, "section", alpha=a if literal.is_lookup(t) else None))
        for a in (0.2, 0.3, 0.4)},
     "rrf-only": (lambda: configured(SEARCHER[0], score_fusion=0.0), lambda s, t: run(s, t, "section")),
+    **{f"lookpool{n}": (lambda n=n: setting(pipeline, "LOOKUP_POOL", n), lambda s, t: run(s, t, "section"))
+       for n in (0, 100, 400)},
     "no-lookup": (lambda: setting(pipeline, "IDENTIFIER_LOOKUP", False), lambda s, t: run(s, t, "section")),
     "boost0.2-hweight2": (lambda: _both(configured(SEARCHER[0], heading_boost=0.2),
                                         setting(bm25_module, "HEADING_WEIGHT", 2.0)), lambda s, t: run(s, t, "section")),

@@ -83,3 +83,32 @@ def test_the_section_headed_by_the_identifier_comes_first_among_those_naming_it(
     assert [c for c, _ in lift(hits, texts, ["site_url"])] == [3, 1, 2]
     texts[3] = "Site\nSet the canonical URL of the site with site_url."  # not headed by it: BM25 order
     assert [c for c, _ in lift(hits, texts, ["site_url"])] == [1, 3, 2]
+
+
+def test_stop_words_in_capitals_are_not_identifiers_and_terms_are_capped() -> None:
+    assert identifiers("CARGO_HOME AND RUSTUP_HOME OR NOT IS") == ["CARGO_HOME", "RUSTUP_HOME"]
+    assert is_lookup("CARGO_HOME AND RUSTUP_HOME")
+    assert len(identifiers(" ".join(f"VAR_{i}" for i in range(500)))) == 64  # as many as the BM25 query has
+
+
+def test_an_identifier_joined_to_another_by_a_dot_on_either_side_is_not_named() -> None:
+    assert named("set profile.release.lto", ["release.lto"]) == 0 and named("set release.lto.x", ["release.lto"]) == 0
+    assert named("[build] rustflags or build.rustflags", ["RUSTFLAGS"]) == 1  # the first is the word itself
+    assert named("only build.rustflags here", ["RUSTFLAGS"]) == 0
+    assert named("see .python-version.", [".python-version"]) == 1  # a name that starts with the dot
+    assert named("x écafé_mode", ["café_mode"]) == 0 and named("x (café_mode)", ["café_mode"]) == 1
+
+
+def test_a_fence_closes_only_with_its_own_character_at_least_as_long() -> None:
+    from llama_index_polaris.engine.search.literal import outside_code
+
+    four = "a\n````md\n```\n--offline inside\n```\n````\nafter"
+    assert outside_code(four) == "a\nafter"
+    assert outside_code("x\n~~~\ncode\n~~~~\ny") == "x\ny"
+    assert outside_code("x\n```\ncode\n``` not a close\n```\ny") == "x\ny"
+
+
+def test_a_heading_of_aliases_defines_each_of_them() -> None:
+    hits = [(1, 9.0), (2, 5.0)]
+    texts = {1: "Output\nUse --verbose for more.", 2: "-v, --verbose\nPrint more: --verbose or -v."}
+    assert [c for c, _ in lift(hits, texts, ["--verbose"])] == [2, 1]

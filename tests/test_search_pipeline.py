@@ -156,3 +156,24 @@ def test_chunks_carry_their_document_and_stored_vector(store):
     assert hit.heading_path == "Auth > Sessions" and hit.metadata == {"doc": "auth", "i": 0}
     stored = store.conn.execute("SELECT embedding FROM chunks WHERE node_id = ?", (hit.node_id,)).fetchone()[0]
     assert np.allclose(from_blob(stored), embed("Auth > Sessions " + DOCS["auth"][0][1]))
+
+
+def test_a_lookup_finds_the_chunk_naming_the_identifier_whatever_k(open_store, db_path, monkeypatch):
+    """A query of identifiers only is lifted from a deeper BM25 list (LOOKUP_POOL), so the one
+    chunk that names `--locked` is first at top_k 1 as at top_k 10, behind prose that BM25
+    prefers ("locked" many times); lifted from the k-sized pool alone it was not."""
+    from llama_index_polaris.engine.search import pipeline
+
+    s = open_store(db_path)
+    docs = {f"lock{i:02d}": [(f"Locks > Locked files {i}", "Locked files stay locked: a locked file is locked"
+                                                          f" until its lock {i} is released.")] for i in range(13)}
+    docs["flags"] = [("Install > Flags", "Pass `--locked` to install with the versions in the lockfile, as written there"
+                                         " by the last resolution of every dependency of the package being installed.")]
+    fill(s, docs)
+    searcher = Searcher(s, embed, config())
+    for unit in ("chunk", "section"):
+        for k in (1, 2, 3, 5, 10):
+            assert searcher.search("--locked", top_k=k, mode="bm25", unit=unit)[0].node_id == "flags#0", (unit, k)
+    assert searcher.search("locked", top_k=1, mode="bm25")[0].node_id != "flags#0"  # words alone: the prose
+    monkeypatch.setattr(pipeline, "LOOKUP_POOL", 0)
+    assert searcher.search("--locked", top_k=1, mode="bm25", unit="chunk")[0].node_id != "flags#0"

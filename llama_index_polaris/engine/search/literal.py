@@ -12,10 +12,10 @@ from __future__ import annotations
 from itertools import pairwise
 from typing import Iterable, Sequence
 
+from .bm25 import MAX_TERMS
 from .terms import STOP_WORDS
 
 MARKS = frozenset("_./\\:@#$=~^")
-FENCES = ("```", "~~~")
 _TRIM = "\"'`,;!?()"
 
 
@@ -41,8 +41,10 @@ def is_identifier(term: str) -> bool:
 
 
 def identifiers(query: str) -> list[str]:
-    """The query's distinct identifier-like terms, in order."""
-    return list(dict.fromkeys(t for t in (_term(p) for p in query.split()) if is_identifier(t)))
+    """The query's distinct identifier-like terms, in order (stop words, even in capitals, are
+    not: BM25 leaves them out too), at most ``MAX_TERMS`` as the full-text query."""
+    terms = (t for t in (_term(p) for p in query.split()) if t.lower() not in STOP_WORDS and is_identifier(t))
+    return list(dict.fromkeys(terms))[:MAX_TERMS]
 
 
 def is_lookup(query: str) -> bool:
@@ -52,14 +54,16 @@ def is_lookup(query: str) -> bool:
 
 
 def occurs(text: str, needle: str) -> bool:
-    """Whether lower-cased ``text`` holds lower-cased ``needle`` as itself: not preceded or
-    followed by a character of an identifier, nor followed by ``.`` and one."""
+    """Whether lower-cased ``text`` holds lower-cased ``needle`` as itself: not inside a longer
+    identifier, so neither a letter, digit, ``_`` or ``-`` next to it, nor a ``.`` joining it
+    to one (``build.rustflags`` does not name ``RUSTFLAGS``, ``OUT_DIR.join`` not ``OUT_DIR``)."""
     at = text.find(needle)
     while at >= 0:
         end = at + len(needle)
-        before = text[at - 1] if at else " "
-        after, next_ = text[end:end + 1], text[end + 1:end + 2]
-        if not _continues(before) and not _continues(after) and not (after == "." and _word(next_)):
+        before, after = text[at - 1:at], text[end:end + 1]
+        if (not _continues(before) and not _continues(after)
+                and not (after == "." and _word(text[end + 1:end + 2]))
+                and not (before == "." and _word(text[at - 2:at - 1]) and _word(needle[:1]))):
             return True
         at = text.find(needle, at + 1)
     return False
@@ -76,7 +80,7 @@ def _continues(c: str) -> bool:
 
 
 def _word(c: str) -> bool:
-    return bool(c) and (c.isascii() and (c.isalnum() or c == "_"))
+    return bool(c) and (c.isalnum() or c == "_")
 
 
 def lift(hits: Sequence[tuple[int, float]], texts: dict[int, str],
@@ -103,26 +107,42 @@ def lift(hits: Sequence[tuple[int, float]], texts: dict[int, str],
 
 def _prose_named(text: str, terms: Sequence[str], count: int) -> int:
     """How many of the identifiers ``text`` names outside fenced code blocks."""
-    if not count or not any(f in text for f in FENCES):
+    if not count or ("```" not in text and "~~~" not in text):
         return count
     return named(outside_code(text), terms)
 
 
 def outside_code(text: str) -> str:
-    """``text`` without its fenced code blocks (a block left open runs to the end)."""
-    kept, fence = [], None
+    """``text`` without its fenced code blocks: a fence of three or more backticks or tildes
+    closes at a line of the same character at least as long (CommonMark); a block left open
+    runs to the end."""
+    kept, fence = [], ""
     for line in text.split("\n"):
-        start = line.lstrip()[:3]
-        if fence is None and start in FENCES:
-            fence = start
-        elif fence is not None:
-            fence = None if start == fence else fence
+        run = _fence(line)
+        if not fence and run:
+            fence = run
+        elif fence:
+            if run and run[0] == fence[0] and len(run) >= len(fence) and not line.strip()[len(run):].strip():
+                fence = ""
         else:
             kept.append(line)
     return "\n".join(kept)
 
 
+def _fence(line: str) -> str:
+    """The run of backticks or tildes opening ``line`` when it is a fence (three or more)."""
+    stripped = line.lstrip()
+    char = stripped[:1]
+    if char not in ("`", "~"):
+        return ""
+    run = stripped[:len(stripped) - len(stripped.lstrip(char))]
+    return run if len(run) >= 3 else ""
+
+
 def _heads(text: str, terms: Sequence[str]) -> int:
-    """1 when the chunk's own heading (``text``'s first line) is one of the identifiers itself."""
-    own = text.split("\n", 1)[0].replace("`", "").strip().removesuffix("()").strip().lower()
-    return int(any(own == t.lower().removesuffix("()") for t in terms))
+    """1 when the chunk's own heading (``text``'s first line) is one of the identifiers itself,
+    alone or among aliases (``-v, --verbose``)."""
+    own = text.split("\n", 1)[0].replace("`", "").strip().lower()
+    names = {own, *(n.strip() for n in own.replace(" / ", ",").replace(" | ", ",").split(","))}
+    names = {n.removesuffix("()").strip() for n in names if n}
+    return int(any(t.lower().removesuffix("()") in names for t in terms))

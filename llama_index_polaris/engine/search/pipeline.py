@@ -34,6 +34,7 @@ from .vector_cache import VectorCache
 MODES = ("hybrid", "vector", "bm25")
 MAX_QUERY_CHARS = 10_000
 IDENTIFIER_LOOKUP = True  # a query of identifiers only: BM25 hits that name them as written come first
+LOOKUP_POOL = 200  # BM25 hits a lookup is lifted from (cut back to the pool after)
 SECTION_POOL = 2  # in section mode each list fetches this many times more chunks: sections repeat in it
 __all__ = ["Explanation", "Hit", "Searcher", "MODES", "MAX_QUERY_CHARS", "check_query", "clamp_top_k"]
 
@@ -269,13 +270,17 @@ class Searcher:
         return knn(self.store.conn, qvec, k, scope, fetch_k=fetch_k)
 
     def _bm25(self, query: str, k: int, scope: Scope) -> list[tuple[int, float]]:
+        """The BM25 list; a lookup's is lifted from a deeper one (``LOOKUP_POOL``), so that
+        the chunk naming the identifier is found whatever ``k`` asks for."""
+        lookup = IDENTIFIER_LOOKUP and literal.is_lookup(query)
+        fetch = max(k, LOOKUP_POOL) if lookup else k
         if self.bm25_cache is not None and self.bm25_cache.refresh():
-            hits = self.bm25_cache.bm25(query, k, scope)
+            hits = self.bm25_cache.bm25(query, fetch, scope)
         else:
-            hits = postings.bm25(self.store.conn, self.store.tokenizer(), query, k, scope)
-            hits = bm25(self.store.conn, query, k, scope) if hits is None else hits
-        if IDENTIFIER_LOOKUP and hits and literal.is_lookup(query):
-            hits = literal.lift(hits, self._texts([h[0] for h in hits]), literal.identifiers(query))
+            hits = postings.bm25(self.store.conn, self.store.tokenizer(), query, fetch, scope)
+            hits = bm25(self.store.conn, query, fetch, scope) if hits is None else hits
+        if lookup and hits:
+            hits = literal.lift(hits, self._texts([h[0] for h in hits]), literal.identifiers(query))[:k]
         return hits
 
     def _texts(self, ids: list[int]) -> dict[int, str]:
