@@ -287,7 +287,9 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
     p.set_defaults(func=cmd_index)
 
-    p = sub.add_parser("search", help="search the index")
+    p = sub.add_parser("search", help="search the index",
+                       epilog="A query that starts with '-' (a flag such as --locked) is taken as the query"
+                              " when it is the only one; `polaris search -- --locked` says so explicitly.")
     p.add_argument("query")
     p.add_argument("-k", type=int, default=None, help="number of hits (1-100; default top_k)")
     p.add_argument("--mode", choices=("hybrid", "vector", "bm25"), default="hybrid")
@@ -357,9 +359,36 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def flag_query(argv: Sequence[str], parser: argparse.ArgumentParser) -> list[str]:
+    """``polaris search --locked``: a query spelled like a flag is the query, not an unknown
+    option (argparse would refuse it), when no other query was given; ``--`` is put before it."""
+    argv = list(argv)
+    if not argv or argv[0] != "search" or "--" in argv:
+        return argv
+    search = next(a for a in parser._subparsers._group_actions[0].choices.values() if a.prog.endswith(" search"))
+    options = search._option_string_actions
+    unknown, positional, i = [], 0, 1
+    while i < len(argv):
+        token = argv[i]
+        action = options.get(token.split("=", 1)[0]) if token.startswith("-") else None
+        if action is not None:
+            i += 2 if action.nargs != 0 and "=" not in token else 1
+            continue
+        if token.startswith("-") and len(token) > 1:
+            unknown.append(i)
+        else:
+            positional += 1
+        i += 1
+    if positional or len(unknown) != 1:
+        return argv
+    query = argv.pop(unknown[0])
+    return [*argv, "--", query]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `polaris` console script."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(flag_query(sys.argv[1:] if argv is None else argv, parser))
     try:
         return args.func(args)
     except PolarisError as exc:

@@ -282,3 +282,21 @@ def test_a_model_that_cannot_load_leaves_no_empty_index(project: Path) -> None:
     assert env_offline.returncode == 1
     assert 'model_id = "all-minilm-l6-v2"' in env_offline.stderr  # names the bundled alternative
     assert not list(project.glob("new.db*"))
+
+
+def test_a_query_spelled_like_a_flag_is_the_query(project: Path) -> None:
+    """`polaris search --revoke-all` would be an unknown option to argparse; alone, it is the query."""
+    from llama_index_polaris.cli import build_parser, flag_query
+
+    parser = build_parser()
+    assert flag_query(["search", "--locked"], parser) == ["search", "--", "--locked"]
+    assert flag_query(["search", "-k", "3", "--mode", "bm25", "-v"], parser) == ["search", "-k", "3", "--mode", "bm25",
+                                                                                 "--", "-v"]
+    assert flag_query(["search", "--mode=bm25", "--locked"], parser) == ["search", "--mode=bm25", "--", "--locked"]
+    for unchanged in (["search", "foo", "--bar"], ["search", "--", "--x"], ["search", "--a", "--b"], ["index", "--x"]):
+        assert flag_query(unchanged, parser) == unchanged
+    (project / "docs" / "admin.md").write_text("# Admin\n\n## Flags\n\nPass `--revoke-all` to revoke every token.\n")
+    index_json(project, "docs")
+    hits = json.loads(run("search", "--revoke-all", "-k", "1", "--json", cwd=project).stdout)
+    assert [(h["document"], h["heading_path"]) for h in hits] == [("admin.md", "Admin > Flags")]
+    assert "unrecognized arguments: --bar" in run("search", "foo", "--bar", cwd=project, check=False).stderr

@@ -198,6 +198,11 @@ async def test_polaris_search_sql_function_returns_json_hits(ds: Datasette) -> N
     rows = sql_json(await ds.client.get("/polaris.json", params={
         "sql": sql, "q": "docker", "opts": '{"mode": "bm25", "collections": ["guides"]}', "_shape": "array"}))
     assert rows == [{"doc": "docs/deploy.md"}]
+    # k as a named parameter: Datasette passes URL parameters as text
+    sql = "select value from json_each(polaris_search(:q, :k))"
+    rows = sql_json(await ds.client.get("/polaris.json", params={"sql": sql, "q": "expired session token", "k": "2",
+                                                                 "_shape": "array"}))
+    assert [json.loads(r["value"])["rank"] for r in rows] == [1, 2]
 
 
 async def test_polaris_embed_drives_a_vec0_knn_query(ds: Datasette) -> None:
