@@ -5,7 +5,9 @@ MATCH expression (``fts_query``, the engine's) finds in it under the index's own
 tokenizer: ``unicode61`` splits ``token_expired`` into ``token`` and ``expired``, ``porter``
 makes ``expires`` meet ``expired``. FTS5's ``highlight()`` runs in a private in-memory
 database with that tokenizer, so the index is never written to and the words marked are
-exactly the words BM25 matched, never a second, regex-based idea of a word.
+exactly the words BM25 matched, never a second, regex-based idea of a word. For a query of
+identifiers only (``OUT_DIR``, ``--locked``), whose BM25 list puts first the texts naming
+one as written, those places are marked (``literal.spans``), and the words elsewhere.
 
 Markdown is rendered by markdown-it-py with raw HTML off (a ``<script>`` in a document is
 text), links only to http, https or relative URLs (anything else, ``javascript:``
@@ -22,6 +24,7 @@ from markdown_it.common.utils import escapeHtml
 from markupsafe import Markup, escape
 
 from llama_index_polaris.engine.db.connect import sqlite_module
+from llama_index_polaris.engine.search import literal
 from llama_index_polaris.engine.search.bm25 import fts_query
 
 MAX_TEXT_OVERLAP = 2000  # characters compared when offsets are missing
@@ -43,6 +46,8 @@ class Highlighter:
     def __init__(self, query: str, tokenizer: str) -> None:
         self.match = fts_query(query) if query else None
         self.tokenizer = tokenizer
+        # a query of identifiers only ranks the texts that name one as written: those places are marked
+        self.identifiers = literal.identifiers(query) if query and literal.is_lookup(query) else []
         self._spans: dict[str, list[Span]] = {}
 
     def prime(self, texts: Iterable[str]) -> None:
@@ -52,7 +57,7 @@ class Highlighter:
             return
         found = self._fts_spans(todo) if self.match else {}
         for i, text in enumerate(todo):
-            self._spans[text] = found.get(i, [])
+            self._spans[text] = literal.spans(text, self.identifiers) or found.get(i, [])
 
     def spans(self, text: str) -> list[Span]:
         """(start, end) of each marked word of ``text``, in order."""

@@ -182,21 +182,26 @@ def _explain_line(e: Any) -> str:
 
 
 def snippet(text: str, query: str, color: bool = False, width: int = 220) -> str:
-    """A one-line window of ``text`` around the first query term, terms highlighted."""
+    """A one-line window of ``text`` around the first query term, terms highlighted (for a
+    query of identifiers only, the first place that names one as written)."""
+    from .engine.search import literal
     from .engine.search.terms import content_terms
 
     flat = " ".join(text.split())
+    named = literal.spans(flat, literal.identifiers(query)) if literal.is_lookup(query) else []
     terms = [t for t in content_terms(query, 3)]
     pattern = re.compile(r"\b(" + "|".join(re.escape(t) for t in terms) + r")\w*", re.I) if terms else None
-    first = pattern.search(flat) if pattern else None
-    start = max(0, (first.start() if first else 0) - width // 3)
+    first = named[0][0] if named else (m.start() if pattern and (m := pattern.search(flat)) else 0)
+    start = max(0, first - width // 3)
     if start:
         start = flat.find(" ", start) + 1 or start
     window = flat[start:start + width]
-    window = ("…" if start else "") + window + ("…" if start + width < len(flat) else "")
-    if pattern and color:
-        window = pattern.sub(lambda m: f"\033[1;33m{m.group(0)}\033[0m", window)
-    return window
+    if color:
+        marks = [(a - start, b - start) for a, b in named if start <= a and b <= start + width] if named else (
+            [m.span() for m in pattern.finditer(window)] if pattern else [])
+        for a, b in reversed(marks):
+            window = window[:a] + f"\033[1;33m{window[a:b]}\033[0m" + window[b:]
+    return ("…" if start else "") + window + ("…" if start + width < len(flat) else "")
 
 
 # -- status and models -------------------------------------------------------------

@@ -300,3 +300,11 @@ def test_a_query_spelled_like_a_flag_is_the_query(project: Path) -> None:
     hits = json.loads(run("search", "--revoke-all", "-k", "1", "--json", cwd=project).stdout)
     assert [(h["document"], h["heading_path"]) for h in hits] == [("admin.md", "Admin > Flags")]
     assert "unrecognized arguments: --bar" in run("search", "foo", "--bar", cwd=project, check=False).stderr
+
+
+def test_the_snippet_of_a_lookup_shows_where_the_identifier_is_named() -> None:
+    from llama_index_polaris.cli import snippet
+
+    text = "Pass --out-dir to copy the artifacts out to a dir. " * 8 + "Cargo sets OUT_DIR for build scripts."
+    assert "Cargo sets \033[1;33mOUT_DIR\033[0m for" in snippet(text, "OUT_DIR", color=True, width=80)
+    assert snippet(text, "copy dir", width=80).startswith("Pass --out-dir to copy")  # words: the first of them

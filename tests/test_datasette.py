@@ -411,6 +411,17 @@ def test_highlighting_follows_the_fts5_tokenizer() -> None:
     assert str(render.Highlighter("rrf_k", "unicode61").mark("set rrf_k = 20")) == "set <mark>rrf_k</mark> = 20"
 
 
+def test_a_lookup_marks_the_identifier_as_written_not_its_words() -> None:
+    """A query of identifiers only ranks the texts naming it first (literal.py); the page marks
+    those places, where BM25's words would mark the prose it ranked down."""
+    lookup = render.Highlighter("OUT_DIR", "unicode61")
+    text = "Pass --out-dir to copy out to a dir; Cargo sets `OUT_DIR` (not MY_OUT_DIR)."
+    assert str(lookup.mark(text)) == ("Pass --out-dir to copy out to a dir; Cargo sets `<mark>OUT_DIR</mark>`"
+                                      " (not MY_OUT_DIR).")
+    prose = "Pass --out-dir to copy out to a dir."  # names it nowhere: what BM25 matched, the phrase "out dir"
+    assert str(lookup.mark(prose)) == "Pass --<mark>out-dir</mark> to copy out to a dir."
+
+
 async def test_search_page_has_a_json_twin_with_the_cli_hit_fields(ds: Datasette, polaris_db: Path) -> None:
     params = {"q": "how do expired sessions work", "k": "3"}
     twin = await ds.client.get("/polaris/-/polaris.json", params=params)

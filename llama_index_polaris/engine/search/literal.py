@@ -10,7 +10,7 @@ aside, not inside a longer identifier) above those that only share its words.
 from __future__ import annotations
 
 from itertools import pairwise
-from typing import Iterable, Sequence
+from typing import Iterable, Iterator, Sequence
 
 from .bm25 import MAX_TERMS
 from .terms import STOP_WORDS
@@ -57,16 +57,32 @@ def occurs(text: str, needle: str) -> bool:
     """Whether lower-cased ``text`` holds lower-cased ``needle`` as itself: not inside a longer
     identifier, so neither a letter, digit, ``_`` or ``-`` next to it, nor a ``.`` joining it
     to one (``build.rustflags`` does not name ``RUSTFLAGS``, ``OUT_DIR.join`` not ``OUT_DIR``)."""
-    at = text.find(needle)
+    return next(_places(text, needle), None) is not None
+
+
+def spans(text: str, terms: Sequence[str]) -> list[tuple[int, int]]:
+    """(start, end) of every place ``text`` names one of ``terms`` as written, in order."""
+    low = text.lower()
+    found = {(at, at + len(t)) for t in terms for at in _places(low, t.lower())}
+    out: list[tuple[int, int]] = []
+    for start, end in sorted(found):
+        if out and start < out[-1][1]:
+            out[-1] = (out[-1][0], max(end, out[-1][1]))
+        else:
+            out.append((start, end))
+    return out
+
+
+def _places(text: str, needle: str) -> Iterator[int]:
+    at = text.find(needle) if needle else -1
     while at >= 0:
         end = at + len(needle)
         before, after = text[at - 1:at], text[end:end + 1]
         if (not _continues(before) and not _continues(after)
                 and not (after == "." and _word(text[end + 1:end + 2]))
                 and not (before == "." and _word(text[at - 2:at - 1]) and _word(needle[:1]))):
-            return True
+            yield at
         at = text.find(needle, at + 1)
-    return False
 
 
 def named(text: str, terms: Sequence[str]) -> int:
