@@ -52,7 +52,7 @@ Re-measured on the six sets' train splits with score fusion and identifier looku
 .7280, typer .8260 -> .8345 / .8520 / .8276, pydantic .7831 -> .7847 / .7532 / .7660,
 anthropic_docs .8338 -> .8305 / .8274 / .8338, uv .8371 -> .8420 / .8564 / .8198, sqlmodel
 .7160 -> .7170 / .7189 / .7195: whole-section vectors +0.003 on the mean for +0.18 vectors
-per chunk, passages -0.004 at +2.3 to +3.2; neither built.
+per chunk, passages -0.002 at +2.3 to +3.2; neither built.
 
 First measured 2026-11-30, RRF alone (hybrid, nDCG@10, baseline -> passages; train / test): typer .814 -> .850 /
 .846 -> .863, cargo-book .728 -> .727 / .650 -> .687, pydantic .765 -> .725 / .763 -> .737,
