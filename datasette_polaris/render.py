@@ -47,7 +47,7 @@ class Highlighter:
         self.match = fts_query(query) if query else None
         self.tokenizer = tokenizer
         # a query of identifiers only ranks the texts that name one as written: those places are marked
-        self.identifiers = literal.identifiers(query) if query and literal.is_lookup(query) else []
+        self.identifiers = literal.lookup_terms(query) if query else []
         self._spans: dict[str, list[Span]] = {}
 
     def prime(self, texts: Iterable[str]) -> None:

@@ -188,7 +188,7 @@ def snippet(text: str, query: str, color: bool = False, width: int = 220) -> str
     from .engine.search.terms import content_terms
 
     flat = " ".join(text.split())
-    named = literal.spans(flat, literal.identifiers(query)) if literal.is_lookup(query) else []
+    named = literal.spans(flat, literal.lookup_terms(query))
     terms = [t for t in content_terms(query, 3)]
     pattern = re.compile(r"\b(" + "|".join(re.escape(t) for t in terms) + r")\w*", re.I) if terms else None
     first = named[0][0] if named else (m.start() if pattern and (m := pattern.search(flat)) else 0)

@@ -180,6 +180,7 @@ def _switch_to_wal(conn: Any) -> str:
         try:
             return conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
         except Exception as exc:
-            if "locked" not in str(exc) and "busy" not in str(exc) or time.monotonic() > deadline:
+            held = "locked" in str(exc) or "busy" in str(exc)
+            if not held or time.monotonic() > deadline:
                 raise DatabaseError(f"cannot switch to WAL mode: {exc}") from exc
             time.sleep(0.02)

@@ -53,6 +53,11 @@ def is_lookup(query: str) -> bool:
     return bool(terms) and all(is_identifier(t) for t in terms)
 
 
+def lookup_terms(query: str) -> list[str]:
+    """The identifiers of a query of identifiers only; [] for any other query."""
+    return identifiers(query) if is_lookup(query) else []
+
+
 def occurs(text: str, needle: str) -> bool:
     """Whether lower-cased ``text`` holds lower-cased ``needle`` as itself: not inside a longer
     identifier, so neither a letter, digit, ``_`` or ``-`` next to it, nor a ``.`` joining it
@@ -62,6 +67,8 @@ def occurs(text: str, needle: str) -> bool:
 
 def spans(text: str, terms: Sequence[str]) -> list[tuple[int, int]]:
     """(start, end) of every place ``text`` names one of ``terms`` as written, in order."""
+    if not terms:
+        return []
     low = text.lower()
     found = {(at, at + len(t)) for t in terms for at in _places(low, t.lower())}
     out: list[tuple[int, int]] = []

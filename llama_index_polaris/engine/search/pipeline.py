@@ -272,7 +272,7 @@ class Searcher:
     def _bm25(self, query: str, k: int, scope: Scope) -> list[tuple[int, float]]:
         """The BM25 list; a lookup's is lifted from a deeper one (``LOOKUP_POOL``), so that
         the chunk naming the identifier is found whatever ``k`` asks for."""
-        lookup = IDENTIFIER_LOOKUP and literal.is_lookup(query)
+        lookup = literal.lookup_terms(query) if IDENTIFIER_LOOKUP else []
         fetch = max(k, LOOKUP_POOL) if lookup else k
         if self.bm25_cache is not None and self.bm25_cache.refresh():
             hits = self.bm25_cache.bm25(query, fetch, scope)
@@ -280,7 +280,7 @@ class Searcher:
             hits = postings.bm25(self.store.conn, self.store.tokenizer(), query, fetch, scope)
             hits = bm25(self.store.conn, query, fetch, scope) if hits is None else hits
         if lookup and hits:
-            hits = literal.lift(hits, self._texts([h[0] for h in hits]), literal.identifiers(query))[:k]
+            hits = literal.lift(hits, self._texts([h[0] for h in hits]), lookup)[:k]
         return hits
 
     def _texts(self, ids: list[int]) -> dict[int, str]:
