@@ -225,11 +225,18 @@ async def test_an_identifier_lookup_is_answered_by_the_section_naming_it_in_ever
         vector_store_query_mode="hybrid", similarity_top_k=3)
     assert [(n.node.metadata["file_path"], n.node.metadata["heading_path"]) for n in as_hybrid.retrieve(LOOKUP)] == hybrid
     assert store.query(VectorStoreQuery(query_str=LOOKUP, similarity_top_k=3, mode=Mode.TEXT_SEARCH)).ids == text
+    qvec = embed.get_query_embedding(LOOKUP)
+    direct = store.query(VectorStoreQuery(query_str=LOOKUP, query_embedding=qvec, similarity_top_k=3, mode=Mode.HYBRID))
+    assert [(n.metadata["file_path"], n.metadata["heading_path"]) for n in direct.nodes] == hybrid
     store.close()
 
     ds = Datasette([str(project / "polaris.db")])
     page = (await ds.client.get("/polaris/-/polaris.json", params={"q": LOOKUP, "k": "3"})).json()
     assert [(h["document"], h["heading_path"]) for h in page["hits"]] == hybrid
+    html = (await ds.client.get("/polaris/-/polaris", params={"q": LOOKUP, "k": "3"})).text
+    headings = re.findall(r'<h3 class="polaris-heading">(.*?)</h3>', html, re.S)
+    shown = [" > ".join(re.sub(r"<[^>]+>", "", part) for part in re.findall(r"<span>(.*?)</span>", h)) for h in headings]
+    assert shown == [h for _, h in hybrid]
     sql = await ds.client.get("/polaris.json", params={"sql": f"select polaris_search('{LOOKUP}', 3) as v",
                                                        "_shape": "array"})
     assert [(h["document"], h["heading_path"]) for h in json.loads(sql.json()[0]["v"])] == hybrid
