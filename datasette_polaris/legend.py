@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from llama_index_polaris.engine.search.pipeline import SECTION_POOL, candidate_pool
 
 COLUMNS_BY_MODE = {
     "hybrid": ("vector_rank", "vector_distance", "bm25_rank", "bm25_score", "rrf_vector", "rrf_bm25", "rrf",
@@ -63,14 +62,9 @@ def formula(mode: str, settings: Mapping[str, Any]) -> str:
             f"  MMR penalty = {_num(1 - lam)} × highest similarity to a hit above")
 
 
-def candidates(settings: Mapping[str, Any], k: int, unit: str = "chunk") -> int:
-    """How many chunks each list returns before fusion: the pipeline's own pool."""
-    return candidate_pool(k, settings["mmr_candidate_multiplier"], unit)
-
-
-def section_pool() -> int:
-    """The pipeline's extra depth in section mode (sections repeat in a chunk list)."""
-    return SECTION_POOL
+def candidates(settings: Mapping[str, Any]) -> int:
+    """How many chunks each list returns before fusion, whatever k is: the pipeline's first pool."""
+    return settings["candidate_pool"]
 
 
 def _meanings(mode: str, s: Mapping[str, Any]) -> dict[str, str]:

@@ -429,7 +429,7 @@ async def test_search_page_has_a_json_twin_with_the_cli_hit_fields(ds: Datasette
     data = twin.json()
     assert data["ok"] is True and data["database"] == "polaris"
     assert data["query"] == {"q": params["q"], "mode": "hybrid", "k": 3, "collections": [], "documents": []}
-    assert set(data["settings"]) >= {"rrf_k", "heading_boost", "mmr_lambda", "mmr_candidate_multiplier", "top_k"}
+    assert set(data["settings"]) >= {"rrf_k", "heading_boost", "mmr_lambda", "candidate_pool", "top_k"}
     assert data["index"]["model_id"] == MODEL and data["index"]["embedding_dim"] == 384 and data["index"]["chunks"] == 6
     assert [h["rank"] for h in data["hits"]] == [1, 2, 3] and data["hits"][0]["score"] == 1.0
     assert data["hits"][0]["heading_path"] == "Authentication > Sessions > Expired sessions"
@@ -542,7 +542,7 @@ async def test_score_legend_shows_the_settings_in_effect(tmp_path: Path) -> None
     legend_html = r.text.split('class="polaris-legend"')[1].split("</section>")[0]
     assert "RRF = 1/(33 + vector rank) + 1/(33 + BM25 rank)" in legend_html
     assert "0.07 × heading match" in legend_html and "Score = (0.6 × relevance − MMR penalty + 0.4)" in legend_html
-    assert "Each list returns up to 18 chunks (top_k × mmr_candidate_multiplier × 2), then each section counts once" in legend_html
+    assert "Each list returns up to 60 chunks (candidate_pool, whatever k is" in legend_html
     first = r.text.split('id="hit-1"')[1].split('id="hit-2"')[0]
     titles = dict(re.findall(r'<dt title="([^"]+)" aria-describedby="legend-(\w+)">', first)[i][::-1] for i in range(14))
     assert list(titles) == ["vector_rank", "vector_distance", "bm25_rank", "bm25_score", "rrf_vector", "rrf_bm25", "rrf",

@@ -252,6 +252,9 @@ def test_query_options_are_honoured(tmp_path, handbook, embed) -> None:
     store.close()
 
 
+QUESTION = "how do we handle expired sessions"
+
+
 def test_an_ingestion_pipeline_writes_what_polaris_index_writes(tmp_path, handbook, embed) -> None:
     store = PolarisVectorStore(tmp_path / "p.db", embed_model=embed, config=config())
     pipeline = IngestionPipeline(
@@ -262,9 +265,10 @@ def test_an_ingestion_pipeline_writes_what_polaris_index_writes(tmp_path, handbo
     with PolarisIndex(tmp_path / "cli.db", config=config()) as cli:
         cli.index_paths([handbook])
         expected = {(c.heading_path, c.text) for c in cli.store.get_chunks()}
+        cli_hits = [(h.document, h.heading_path, round(h.score, 6)) for h in cli.search(QUESTION, top_k=2)]
     assert {(c.heading_path, c.text) for c in store.client.get_chunks()} == expected
-    hits = PolarisRetriever(vector_store=store, similarity_top_k=2).retrieve("how do we handle expired sessions")
-    assert hits[0].node.metadata["file_path"] == "auth/tokens.md"
+    hits = PolarisRetriever(vector_store=store, similarity_top_k=2).retrieve(QUESTION)
+    assert [(h.node.metadata["file_path"], h.node.metadata["heading_path"], round(h.score, 6)) for h in hits] == cli_hits
     store.close()
 
 

@@ -161,7 +161,7 @@ def test_chunks_carry_their_document_and_stored_vector(store):
 def test_a_lookup_finds_the_chunk_naming_the_identifier_whatever_k(open_store, db_path, monkeypatch):
     """A query of identifiers only is lifted from a deeper BM25 list (LOOKUP_POOL), so the one
     chunk that names `--locked` is first at top_k 1 as at top_k 10, behind prose that BM25
-    prefers ("locked" many times); lifted from the k-sized pool alone it was not."""
+    prefers ("locked" many times); lifted from the candidate pool alone it was not."""
     from llama_index_polaris.engine.search import pipeline
 
     s = open_store(db_path)
@@ -170,7 +170,7 @@ def test_a_lookup_finds_the_chunk_naming_the_identifier_whatever_k(open_store, d
     docs["flags"] = [("Install > Flags", "Pass `--locked` to install with the versions in the lockfile, as written there"
                                          " by the last resolution of every dependency of the package being installed.")]
     fill(s, docs)
-    searcher = Searcher(s, embed, config())
+    searcher = Searcher(s, embed, config(candidate_pool=3))  # a pool shallower than the prose BM25 prefers
     for unit in ("chunk", "section"):
         for k in (1, 2, 3, 5, 10):
             assert searcher.search("--locked", top_k=k, mode="bm25", unit=unit)[0].node_id == "flags#0", (unit, k)

@@ -67,6 +67,10 @@ def _fts_tokenizer(v: str) -> str | None:
     return None
 
 
+def _pool(v: Any) -> str | None:
+    return None if 1 <= v <= 4096 else "must be between 1 and 4096 (sqlite-vec's limit)"
+
+
 def _unit(v: str) -> str | None:
     return None if v in ("section", "chunk") else "must be section or chunk"
 
@@ -88,7 +92,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("score_fusion_depth", 50, int, "score fusion rescales each list between its best score (1) and the score at this rank (0)", _positive),
     Setting("heading_boost", 0.2, (int, float), "bonus for query terms in the heading path, on the scale where the best fused score is 1.0; 0 disables (spec: 0.05; 0.2 measured better on sections)", _non_negative),
     Setting("mmr_lambda", 1.0, (int, float), "1.0 = pure relevance (MMR off), 0.0 = pure diversity (spec: 0.7; measured to lose)", _unit_interval),
-    Setting("mmr_candidate_multiplier", 3, int, "candidate pool = top_k x this", _positive),
+    Setting("candidate_pool", 60, int, "chunks each list (vector, BM25) returns for ranking, whatever top_k is (spec: top_k x 3; this is the pool of top_k 10 in section unit), deeper only for hits past what it gives", _pool),
     Setting("top_k", 10, int, "hits returned by default (1 to 100)", _top_k),
     Setting("unit", "section", str, "what a hit is: a section (document + heading path, each once) or a chunk", _unit),
     Setting("db_path", "polaris.db", str, "the index file"),
@@ -99,6 +103,13 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("follow_symlinks", False, bool, "index symlinked files whose target lies outside the collection root"),
 )
 SETTINGS_BY_NAME = {s.name: s for s in SETTINGS}
+# keys that no longer exist, with what to write instead (an unknown key stops with this hint)
+REMOVED = {
+    "mmr_candidate_multiplier": (
+        "it made each list's candidate pool top_k x this, so the first hits changed with top_k; the pool is now"
+        " fixed: set candidate_pool (chunks per list, default 60, the pool top_k 10 had) or remove the key"
+    ),
+}
 CHARS_PER_TOKEN = 4
 
 
@@ -152,6 +163,8 @@ def _validated(values: Mapping[str, Any], source: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in values.items():
         setting = SETTINGS_BY_NAME.get(key)
+        if setting is None and key in REMOVED:
+            raise ConfigError(f"{source}: '{key}' is no longer a setting: {REMOVED[key]}.")
         if setting is None:
             close = difflib.get_close_matches(key, SETTINGS_BY_NAME, n=1)
             hint = f"; did you mean '{close[0]}'?" if close else "."

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Hashable, Mapping, Sequence
 
 import numpy as np
 
@@ -35,7 +35,8 @@ MODES = ("hybrid", "vector", "bm25")
 MAX_QUERY_CHARS = 10_000
 IDENTIFIER_LOOKUP = True  # a query of identifiers only: BM25 hits that name them as written come first
 LOOKUP_POOL = 200  # BM25 hits a lookup is lifted from (cut back to the pool after)
-SECTION_POOL = 2  # in section mode each list fetches this many times more chunks: sections repeat in it
+POOL_GROWTH = 4  # each deeper pool holds this many times the chunks of the one before (see ``pool_depths``)
+ANN_SIZED_FOR = 30  # the approximate KNN sizes its candidates for this many results (or the pool, if deeper)
 __all__ = ["Explanation", "Hit", "Searcher", "MODES", "MAX_QUERY_CHARS", "check_query", "clamp_top_k"]
 
 
@@ -103,10 +104,18 @@ def check_query(query: Any, what: str = "the query") -> str:
     return query
 
 
-def candidate_pool(k: int, multiplier: int, unit: str) -> int:
-    """How many chunks each list returns before ranking: ``k x multiplier``, ``SECTION_POOL``
-    times that in section unit (a section's chunks repeat in a chunk list), at most ``MAX_K``."""
-    return min(k * multiplier * (SECTION_POOL if unit == "section" else 1), MAX_K)
+def pool_depths(depth: int, cap: int = MAX_K) -> list[int]:
+    """The candidate depths a query may rank at, shallowest first: the configured ``depth``,
+    then ``POOL_GROWTH`` times deeper each time, up to ``cap`` (sqlite-vec's k limit).
+
+    Every query ranks the first pool. A deeper one is read only when ``top_k`` asks for
+    more hits than the pools before it gave, and only adds hits after theirs, so the
+    first hits never depend on ``top_k`` (``Searcher._run``)."""
+    depth = max(1, min(depth, cap))
+    out = [depth]
+    while out[-1] < cap:
+        out.append(min(out[-1] * POOL_GROWTH, cap))
+    return out
 
 
 def _uses(mode: str, weights: Mapping[str, float] | None, name: str) -> bool:
@@ -217,19 +226,43 @@ class Searcher:
 
     def _run(self, query: str, p: RankParams, scope: Scope, qvec: np.ndarray | None,
              context_tokens: int | None = None) -> list[Hit]:
-        pool = candidate_pool(p.k, self.config.mmr_candidate_multiplier, p.unit)
+        """Rank the first pool; while ``p.k`` asks for more hits than the pools so far gave,
+        rank the next deeper one and append the hits it adds (their scores capped at the
+        last hit's, so the list stays in score order). The head never moves with ``p.k``."""
+        ranked: list[Ranked] = []
+        seen: set[Hashable] = set()
+        for depth in pool_depths(self.config.candidate_pool):
+            tier, exhausted = self._rank_pool(query, p, scope, qvec, depth)
+            for key, r in tier:
+                if key in seen:
+                    continue
+                seen.add(key)
+                if ranked and r.score > ranked[-1].score:
+                    r.score = r.explain.score = ranked[-1].score
+                r.explain.pool = depth
+                ranked.append(r)
+            if len(ranked) >= p.k or exhausted:
+                break
+        return self._hits(ranked[: p.k], p.unit, context_tokens)
+
+    def _rank_pool(self, query: str, p: RankParams, scope: Scope, qvec: np.ndarray | None,
+                   depth: int) -> tuple[list[tuple[Hashable, Ranked]], bool]:
+        """``rank`` over each list's first ``depth`` chunks: the hits, each with its section key
+        (its chunk id in chunk unit), and whether every list returned all it had (a deeper
+        pool would add nothing)."""
         vec_hits: list[tuple[int, float]] = []
         bm_hits: list[tuple[int, float]] = []
         if _uses(p.mode, p.weights, "vector") and qvec is not None:
-            # qvec None: no vectors in this index yet. A section search wants a deeper list, not
-            # more recall work: the approximate path sizes its candidates for the chunk pool
-            vec_hits = self._knn(qvec, pool, scope, fetch_k=pool // SECTION_POOL if p.unit == "section" else None)
+            # qvec None: no vectors in this index yet. The approximate path sizes its
+            # candidates for ANN_SIZED_FOR results (recall measured there), deeper pools for theirs
+            vec_hits = self._knn(qvec, depth, scope, fetch_k=min(depth, ANN_SIZED_FOR))
         if _uses(p.mode, p.weights, "bm25") and query:
-            bm_hits = self._bm25(query, pool, scope)
+            bm_hits = self._bm25(query, depth, scope)
         with_vectors = p.mmr_lambda is not None and p.mmr_lambda < 1.0
         candidates = self._candidates([h[0] for h in [*vec_hits, *bm_hits]], with_vectors)
         ranked = rank(vec_hits, bm_hits, candidates, p)
-        return self._hits(ranked, p.unit, context_tokens)
+        keyed = [(candidates[r.chunk_id].section if p.unit == "section" else r.chunk_id, r) for r in ranked]
+        return keyed, len(vec_hits) < depth and len(bm_hits) < depth
 
     def _hits(self, ranked: list[Ranked], unit: str, context_tokens: int | None = None) -> list[Hit]:
         rows = self._rows([r.chunk_id for r in ranked])

@@ -70,6 +70,7 @@ class Explanation:
     mmr_penalty: float | None = None
     score: float = 0.0
     chunks: list[ChunkMatch] | None = None
+    pool: int | None = None  # chunks per list in the candidate pool that ranked this hit (``pipeline.pool_depths``)
 
 
 @dataclass(frozen=True)

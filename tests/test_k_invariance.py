@@ -1,0 +1,182 @@
+"""Same question, same answer at every k: the first n hits of a query are the same, in the
+same order with the same scores, for every k >= n, in every mode and unit and through every
+door (the engine, the CLI, PolarisVectorStore in each query mode, PolarisRetriever,
+as_retriever, the Datasette page, its JSON and polaris_search()).
+
+The example handbook (59 chunks) on the bundled model, indexed once per module into a
+real polaris.db. Its polaris.toml sets a small candidate pool (8 chunks per list), so that
+larger k read the deeper pools (8, 32, 128) in every door; one test runs the default pool.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from datasette.app import Datasette
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from llama_index.core import VectorStoreIndex
+from llama_index.core.vector_stores.types import VectorStoreQuery, VectorStoreQueryMode
+
+from llama_index_polaris import PolarisEmbedding, PolarisRetriever, PolarisVectorStore
+from llama_index_polaris.engine.config import load_config
+from llama_index_polaris.engine.index import PolarisIndex
+from llama_index_polaris.engine.search import pipeline
+from polaris_testing import REPO
+
+MODEL = "all-minilm-l6-v2"
+POOL = 8
+QUERIES = ("how do we handle expired sessions", "rrf_k", "retry with backoff after a 429", "on-call rotation")
+WORDS = ("token", "refresh", "sessions", "retry", "incident", "deploy", "backup", "key", "rotation", "rate", "limit",
+         "error", "onboarding", "week", "search", "configuration", "how", "the", "RRF_K", "--verbose", "429")
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("kinvariance")
+    shutil.copytree(REPO / "examples" / "handbook", root / "handbook")
+    (root / "polaris.toml").write_text(f'model_id = "{MODEL}"\ncandidate_pool = {POOL}\n')
+    with PolarisIndex(root / "polaris.db", config=cfg(root)) as index:
+        report = index.index_paths([root / "handbook"])
+        assert report.failed == [] and index.store.counts()["chunks"] > 4 * POOL  # deeper pools are read
+    return root
+
+
+def cfg(root: Path, **kw):
+    return load_config(root, use_user_config=False, **kw)
+
+
+def key(hit) -> tuple:
+    """Everything a hit says, to compare across k: which chunk, where, its score and why."""
+    d = hit.to_dict()
+    return d["node_id"], d["document"], d["heading_path"], round(d["score"], 9), json.dumps(d["explain"], sort_keys=True)
+
+
+def assert_prefixes(lists: dict[int, list]) -> None:
+    """Each shorter list is the head of every longer one (and as long as it can be)."""
+    ks = sorted(lists)
+    for i, a in enumerate(ks):
+        for b in ks[i + 1:]:
+            assert lists[a] == lists[b][:a], (a, b, lists[a], lists[b][:a])
+            assert len(lists[a]) == min(a, len(lists[b])), (a, b)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    words=st.lists(st.sampled_from(WORDS), min_size=1, max_size=5),
+    ks=st.lists(st.integers(1, 100), min_size=2, max_size=4, unique=True),
+    mode=st.sampled_from(pipeline.MODES),
+    unit=st.sampled_from(("section", "chunk")),
+    mmr=st.sampled_from((None, 0.6)),
+    pool=st.sampled_from((POOL, 60, 3)),
+)
+def test_the_engine_answers_the_same_head_at_every_k(project: Path, words, ks, mode, unit, mmr, pool) -> None:
+    with PolarisIndex(project / "polaris.db", config=cfg(project, candidate_pool=pool), readonly=True) as index:
+        query = " ".join(words)
+        lists = {k: [key(h) for h in index.search(query, top_k=k, mode=mode, unit=unit, mmr_lambda=mmr)] for k in ks}
+    assert_prefixes(lists)
+    for hits in lists.values():  # still best first: a deeper pool's hits never outscore the ones above
+        scores = [h[3] for h in hits]
+        assert scores == sorted(scores, reverse=True)
+
+
+def test_the_head_is_ranked_in_the_first_pool_and_the_tail_in_deeper_ones(project: Path) -> None:
+    with PolarisIndex(project / "polaris.db", config=cfg(project), readonly=True) as index:
+        hits = index.search(QUERIES[0], top_k=40)
+        pools = [h.explain.pool for h in hits]
+        assert pools[0] == POOL and pools == sorted(pools) and max(pools) > POOL
+        shallow = index.search(QUERIES[0], top_k=3)
+        assert [key(h) for h in shallow] == [key(h) for h in hits[:3]]
+
+
+def test_the_default_pool_gives_the_same_head_at_every_k(tmp_path: Path, project: Path) -> None:
+    (tmp_path / "polaris.toml").write_text(f'model_id = "{MODEL}"\n')
+    with PolarisIndex(project / "polaris.db", config=cfg(tmp_path), readonly=True) as index:
+        assert index.config.candidate_pool == 60
+        for q in QUERIES:
+            assert_prefixes({k: [key(h) for h in index.search(q, top_k=k)] for k in (1, 3, 5, 10, 100)})
+
+
+def assert_same(door: dict[int, list], engine: dict[int, list], digits: int = 6) -> None:
+    """The same hits in the same order at each k, scores equal to ``digits`` decimals (JSON rounds)."""
+    assert {k: [n for n, _ in v] for k, v in door.items()} == {k: [n for n, _ in v] for k, v in engine.items()}
+    for k in door:
+        assert [s for _, s in door[k]] == pytest.approx([s for _, s in engine[k]], abs=10 ** -digits), k
+
+
+def engine_lists(project: Path, query: str, ks, **kw) -> dict[int, list]:
+    with PolarisIndex(project / "polaris.db", config=cfg(project), readonly=True) as index:
+        return {k: [(h.node_id, h.score) for h in index.search(query, top_k=k, **kw)] for k in ks}
+
+
+def test_the_cli_answers_the_engine_at_every_k(project: Path) -> None:
+    exe = str(Path(sys.executable).with_name("polaris"))
+    env = {**os.environ, "XDG_CONFIG_HOME": str(project / "xdg")}
+    ks = (1, 4, 30)
+    for query in QUERIES[:2]:
+        cli = {}
+        for k in ks:
+            run = subprocess.run([exe, "search", query, "-k", str(k), "--json"], cwd=project, capture_output=True,
+                                 text=True, env=env, timeout=120)
+            assert run.returncode == 0, run.stderr
+            cli[k] = [(h["node_id"], round(h["score"], 6)) for h in json.loads(run.stdout)]
+        assert_prefixes(cli)
+        assert_same(cli, engine_lists(project, query, ks))
+
+
+def test_every_llamaindex_door_answers_the_same_head_at_every_k(project: Path) -> None:
+    config = cfg(project)
+    store = PolarisVectorStore(project / "polaris.db", config=config)
+    embed = PolarisEmbedding(model_id=MODEL, config=config)
+    ks = (1, 2, 7, 40)
+    for query in QUERIES:
+        vector = embed.get_query_embedding(query)
+        for mode in (VectorStoreQueryMode.DEFAULT, VectorStoreQueryMode.TEXT_SEARCH, VectorStoreQueryMode.HYBRID,
+                     VectorStoreQueryMode.MMR):
+            lists = {}
+            for k in ks:
+                result = store.query(VectorStoreQuery(query_embedding=vector, query_str=query, similarity_top_k=k,
+                                                      mode=mode))
+                lists[k] = list(zip(result.ids, [round(s, 6) for s in result.similarities]))
+            assert_prefixes(lists)
+        retriever = {k: [(n.node.node_id, round(n.score, 6)) for n in
+                         PolarisRetriever(vector_store=store, similarity_top_k=k).retrieve(query)] for k in ks}
+        assert_prefixes(retriever)
+        assert_same(retriever, engine_lists(project, query, ks))
+        index = VectorStoreIndex.from_vector_store(store, embed_model=embed)
+        for mode in ("default", "hybrid", "text_search", "mmr"):
+            assert_prefixes({k: [(n.node.node_id, round(n.score, 6)) for n in index.as_retriever(
+                similarity_top_k=k, vector_store_query_mode=mode).retrieve(query)] for k in ks})
+    store.close()
+
+
+async def test_every_datasette_door_answers_the_engine_at_every_k(project: Path) -> None:
+    ds = Datasette([str(project / "polaris.db")])
+    ks = (1, 3, 25)
+    for query in QUERIES[:3]:
+        expected = engine_lists(project, query, ks)
+        by_chunk = {}
+        with PolarisIndex(project / "polaris.db", config=cfg(project), readonly=True) as index:
+            by_chunk = {h.chunk_id: h.node_id for h in index.search(query, top_k=max(ks))}
+        page, data, sql = {}, {}, {}
+        for k in ks:
+            html = (await ds.client.get("/polaris/-/polaris", params={"q": query, "k": str(k)})).text
+            rows = re.findall(r'class="polaris-row-link"[^>]*>chunk (\d+)</a>.*?<div class="polaris-score"[^>]*>\s*'
+                              r'<span>([\d.]+)</span>', html, re.S)
+            page[k] = [(by_chunk[int(c)], round(float(s), 3)) for c, s in rows]
+            got = (await ds.client.get("/polaris/-/polaris.json", params={"q": query, "k": str(k)})).json()
+            data[k] = [(h["node_id"], round(h["score"], 6)) for h in got["hits"]]
+            row = (await ds.client.get("/polaris.json", params={"sql": "select polaris_search(:q, :k) as v", "q": query,
+                                                                "k": str(k), "_shape": "array"})).json()
+            sql[k] = [(h["node_id"], round(h["score"], 6)) for h in json.loads(row[0]["v"])]
+        assert_prefixes(data)
+        assert_same(data, expected)
+        assert_same(sql, expected)
+        assert_same(page, expected, digits=3)
