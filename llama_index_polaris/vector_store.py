@@ -328,8 +328,9 @@ class PolarisVectorStore(BasePydanticVectorStore):
         self.client.delete_chunks(node_ids=node_ids, filters=to_engine_filter(filters), collection=collection)
 
     def clear(self) -> None:
-        """Remove every document and node of this collection (the model binding stays)."""
-        self.client.remove_collection(self._writable())
+        """Remove every document and node of this collection (the model binding and the collection,
+        now empty, stay: a query answers no nodes)."""
+        self.client.remove_collection(self._writable(), keep=True)
 
     # -- reads --------------------------------------------------------------------
     def get_nodes(

@@ -14,6 +14,7 @@ import re
 from typing import Any
 
 from ..db.connect import sqlite_module
+from ..text import nfc
 from .scope import Scope
 from .terms import STOP_WORDS, words
 
@@ -33,8 +34,9 @@ def query_words(query: str) -> list[str]:
     An identifier joined by punctuation (``codegen-units``) is searched as its words and
     as itself, which FTS5 reads as a phrase: the words next to each other, in order. A
     phrase is rare, so its BM25 weight is high: chunks that name the identifier exactly
-    rise above those that use its words apart.
+    rise above those that use its words apart. The query is read in NFC, as stored text is.
     """
+    query = nfc(query)
     all_words = list(dict.fromkeys(words(query)))
     content = [w for w in all_words if w not in STOP_WORDS] or all_words
     if IDENTIFIER_PHRASES:

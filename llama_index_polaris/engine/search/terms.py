@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+from ..text import nfc
+
 WORD = re.compile(r"\w+", re.UNICODE)
 
 # Function words that say nothing about a topic (English); question words included.
@@ -20,8 +22,9 @@ STOP_WORDS = frozenset(
 
 
 def words(text: str) -> list[str]:
-    """Lower-cased word tokens of ``text`` (letters, digits and underscores)."""
-    return [w.lower() for w in WORD.findall(text)]
+    """Lower-cased word tokens of ``text`` (letters, digits and underscores), read from its NFC
+    spelling: a combining mark would end a word of the NFD spelling ("a" + U+030A is not a word)."""
+    return [w.lower() for w in WORD.findall(nfc(text))]
 
 
 def content_terms(query: str, min_len: int = 1) -> list[str]:
