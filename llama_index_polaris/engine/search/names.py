@@ -32,6 +32,7 @@ LISTED = 20  # collection names a message lists
 SUGGESTED = 3  # close matches a message suggests
 SUGGEST_POOL = 20_000  # names difflib compares against (it costs ~10 us a name)
 CLOSE = 0.75  # difflib's similarity ratio for a suggestion (its default 0.6 offers 'e.md' for 'a.mdx')
+CLOSER = 0.1  # and at most this far below the best one (paths share their folders' letters)
 
 
 def collections_named(conn: Any, names: Sequence[str]) -> list[str]:
@@ -122,6 +123,8 @@ def _close(name: str, pool: Sequence[str]) -> list[str]:
     key, base = _folded(name), _folded(posixpath.basename(name))
     same = [p for p in pool if _folded(p) == key or _folded(posixpath.basename(p)) == base]
     near = difflib.get_close_matches(name, pool, n=SUGGESTED, cutoff=CLOSE) if len(pool) <= SUGGEST_POOL else []
+    ratios = [difflib.SequenceMatcher(None, name, m).ratio() for m in near]
+    near = [m for m, r in zip(near, ratios) if r >= ratios[0] - CLOSER]  # not 'guide/tokens.md' beside 'guide/sessions.md'
     return list(dict.fromkeys([*same, *near]))[:SUGGESTED]
 
 
