@@ -7,7 +7,9 @@ in ``engine.search``.
 Collections. A store reads and writes one collection (``collection="default"``, the one
 `polaris index` fills by default): ``add``, ``query``, ``get_nodes``, ``delete``,
 ``delete_nodes`` and ``clear`` never touch another. ``collection=None`` reads every
-collection and refuses writes.
+collection and refuses writes. Reading a collection the file does not have raises
+``InputError`` (``engine.search.names``; ``default`` in a file without collections reads
+as empty).
 
 Nodes round-trip: the node's class, excluded metadata keys, templates and relationships
 are stored with it (``chunks.node``) and restored by ``get_nodes`` and ``query``.
