@@ -112,6 +112,41 @@ def test_nfd_and_nfc_spellings_find_the_same_chunks_with_every_bm25_scorer(docs,
             store.close()
 
 
+# Random words that have two spellings: base letters with random combining marks (some
+# compose, some stay apart even in NFC), and Hangul syllables (NFD: two or three jamo each).
+BASES = "aeiouycnszAEIOUCNSZ"
+MARKS = [chr(c) for c in (0x300, 0x301, 0x302, 0x303, 0x308, 0x30A, 0x30C, 0x327, 0x323)]
+unit = st.one_of(
+    st.tuples(st.sampled_from(BASES), st.lists(st.sampled_from(MARKS), max_size=2)).map(lambda t: t[0] + "".join(t[1])),
+    st.integers(0xAC00, 0xD7A3).map(chr),
+)
+random_word = st.lists(unit, min_size=2, max_size=6).map("".join)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(docs=st.lists(st.lists(random_word, min_size=1, max_size=6), min_size=1, max_size=5),
+       forms=st.lists(st.booleans(), min_size=5, max_size=5), pick=st.data())
+def test_random_words_in_either_spelling_find_the_same_chunks(docs, forms, pick) -> None:
+    """A word of a document, asked in NFC or in NFD, gives the same list from every scorer, and
+    that list holds the document it came from."""
+    source = pick.draw(st.integers(0, len(docs) - 1))
+    word = pick.draw(st.sampled_from(docs[source]))
+    with tempfile.TemporaryDirectory() as tmp, pytest.MonkeyPatch.context() as mp:
+        mp.setattr(postings, "COMMON_DF", 1)
+        store = _bm25_store(Path(tmp) / "p.db", docs, forms)
+        try:
+            conn, tokenizer = store.conn, store.tokenizer()
+            cache = Bm25Cache(store, min_chunks=1, common_df=1)
+            assert cache.refresh()
+            answers = [[cid for cid, _ in hits] for q in (NFC(word), NFD(word))
+                       for hits in (bm25(conn, q, 50), postings.bm25(conn, tokenizer, q, 50) or [], cache.bm25(q, 50))]
+            assert all(a == answers[0] for a in answers), word
+            source_chunk = conn.execute("SELECT id FROM chunks WHERE document_id = ?", (f"d{source}",)).fetchone()[0]
+            assert source_chunk in answers[0]
+        finally:
+            store.close()
+
+
 ACCENTED_MARKDOWN = document.map(
     lambda src: src.replace("alpha", "ångström").replace("beta", "résumé").replace("Guide", "Ærø Việt")
     .replace("delta", "한국어")

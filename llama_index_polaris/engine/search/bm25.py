@@ -16,7 +16,7 @@ from typing import Any
 from ..db.connect import sqlite_module
 from ..text import nfc
 from .scope import Scope
-from .terms import STOP_WORDS, words
+from .terms import MARKS, STOP_WORDS, words
 
 log = logging.getLogger(__name__)
 MAX_TERMS = 64
@@ -24,7 +24,7 @@ TEXT_WEIGHT, HEADING_WEIGHT = 1.0, 1.0
 
 
 # An identifier written with joining punctuation: codegen-units, build.rustflags, cargo::rustc-cfg.
-COMPOUND = re.compile(r"\w+(?:(?:[-.:/]|::)\w+)+", re.UNICODE)
+COMPOUND = re.compile(rf"\w[\w{MARKS}]*(?:(?:[-.:/]|::)\w[\w{MARKS}]*)+", re.UNICODE)
 IDENTIFIER_PHRASES = True
 
 
