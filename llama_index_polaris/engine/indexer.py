@@ -267,6 +267,7 @@ class Indexer:
     def _chunks(self, doc: SourceDocument, text: str, report: IndexReport) -> tuple[list[ChunkRecord], list[str]]:
         """The document's chunks and the text embedded for each; its front matter goes on the document."""
         title = doc.name or doc.path or doc.id
+        title = nfc(title) if title else title  # a file's name heads its preamble: NFC, as its text
         chunked = self._whole(text, title) if self.whole_documents else self._chunked(doc, text, title)
         report.warnings += [(doc.path or doc.id or "", w) for w in chunked.warnings]
         doc.metadata = {**chunked.metadata, **doc.metadata}

@@ -125,7 +125,8 @@ def walk(paths: Sequence[str | os.PathLike[str]], root: Path, follow_symlinks: b
                 continue
             seen.add(file)
             relpath = nfc(file.relative_to(root).as_posix())
-            reason = _skip_reason(file, root, follow_symlinks) or _spelling_clash(file, names.setdefault(relpath, file), root)
+            reason = _skip_reason(file, root, follow_symlinks)
+            reason = reason or _spelling_clash(file, names.setdefault(relpath, file), root)
             if reason:
                 found.skipped.append((relpath, reason))
             else:

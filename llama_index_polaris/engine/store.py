@@ -624,10 +624,8 @@ def _chunk_where(
 
 def normal_document(doc: DocumentRecord) -> DocumentRecord:
     """``doc`` with its path, name and collection in NFC (the spelling stored and compared)."""
-    def norm(value: str | None) -> str | None:
-        return None if value is None else nfc(value)
-
-    return dataclasses.replace(doc, path=norm(doc.path), name=norm(doc.name), collection=nfc(doc.collection))
+    path, name = (None if v is None else nfc(v) for v in (doc.path, doc.name))
+    return dataclasses.replace(doc, path=path, name=name, collection=nfc(doc.collection))
 
 
 def normal_chunk(chunk: ChunkRecord) -> ChunkRecord:

@@ -117,9 +117,10 @@ def resolve_chunks(conn: Any, filters: Filter | None, node_ids: Sequence[str] | 
 def within(conn: Any, document_ids: tuple[str, ...] | None, collection: str) -> tuple[str, ...] | None:
     """``document_ids`` (None: all) narrowed to the documents of ``collection`` (a ScopeError
     when the index has no such collection)."""
-    names = json.dumps(collections_named(conn, [collection]))
-    if names == "[]":
+    stored = collections_named(conn, [collection])
+    if not stored:
         return ()  # ``default`` in a file without collections: nothing yet
+    names = json.dumps(stored)
     if document_ids is None:
         others = conn.execute("SELECT 1 FROM documents WHERE collection NOT IN (SELECT value FROM json_each(?))"
                               " LIMIT 1", (names,)).fetchone()
