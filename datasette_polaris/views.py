@@ -21,10 +21,10 @@ from datasette.version import __version__ as datasette_version
 
 from llama_index_polaris.engine.config import describe
 from llama_index_polaris.engine.db.connect import sqlite_error_message
-from llama_index_polaris.engine.errors import DatabaseError, InputError, PolarisError
+from llama_index_polaris.engine.errors import DatabaseError, InputError, PolarisError, ScopeError
 from llama_index_polaris.engine.index import PolarisIndex
 from llama_index_polaris.engine.search.pipeline import MAX_QUERY_CHARS, MODES, clamp_top_k
-from llama_index_polaris.engine.search.scope import resolve_documents
+from llama_index_polaris.engine.search.names import documents_named
 
 from . import legend, render
 from .engines import index_for, is_polaris
@@ -214,6 +214,9 @@ async def _search_page(page: "_Page", name: str, names: list[str]) -> Response:
     elif form.q:
         try:
             hits = await _in_thread(datasette, lambda: _search(engine, form), str(engine.path))
+        except ScopeError as exc:  # a collection or document the file lacks: that parameter is bad
+            form.errors.update(exc.reasons)  # keyed "collection" / "document", as the parameters are
+            status, error = 400, str(exc)
         except PolarisError as exc:
             status, error = _status_of(exc), str(exc)
     results = await _in_thread(datasette, lambda: _results(engine, hits, form)) if hits and not page.wants_json else []
@@ -299,7 +302,7 @@ def _document(engine: PolarisIndex, doc_id: str, form: SearchForm, html: bool) -
     doc = engine.store.get_document(doc_id)
     if doc is None:
         with engine.store.read() as conn:
-            ids = resolve_documents(conn, [doc_id], None) or ()
+            ids, _ = documents_named(conn, [doc_id])
         if len(ids) > 1:
             raise InputError(f"{len(ids)} documents have the path {doc_id!r}: ask for one id, {', '.join(ids)}.")
         doc = engine.store.get_document(ids[0]) if ids else None

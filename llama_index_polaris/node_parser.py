@@ -2,7 +2,10 @@
 
 The nodes are the chunks `polaris index` makes of the same text: the same budget, cuts,
 node ids and the same embedded text, which LlamaIndex renders from the node's metadata
-(``MetadataMode.EMBED``: the heading-context key alone, then the text).
+(``MetadataMode.EMBED``: the heading-context key alone, then the text). As every door,
+the parser cuts the document's text in NFC: a node's ``start_char_idx``/``end_char_idx``
+refer to ``unicodedata.normalize("NFC", document.text)``, which is the text itself unless
+it was written with combining marks (NFD).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from .engine.chunk import ChunkedDocument
 from .engine.config import PolarisConfig, load_config
 from .engine.errors import InputError, ModelError
 from .engine.recipe import CONTEXTS, STRUCTURAL_KEYS, Recipe, make_recipe, node_id
+from .engine.text import nfc
 
 logger = logging.getLogger(__name__)
 # LlamaIndex's own defaults, set on every node so that its EMBED rendering is the recipe's text
@@ -180,7 +184,7 @@ class PolarisNodeParser(NodeParser):
         meta = {**inherited, **recipe.chunk_metadata(doc.chunks[i], i)}
         file_path = node.metadata.get("file_path")
         if file_path:
-            meta["file_path"] = self._relative(str(file_path))
+            meta["file_path"] = nfc(self._relative(str(file_path)))  # as `polaris index` keys the file
         return meta
 
     def _relative(self, file_path: str) -> str:

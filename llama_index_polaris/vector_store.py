@@ -7,7 +7,9 @@ in ``engine.search``.
 Collections. A store reads and writes one collection (``collection="default"``, the one
 `polaris index` fills by default): ``add``, ``query``, ``get_nodes``, ``delete``,
 ``delete_nodes`` and ``clear`` never touch another. ``collection=None`` reads every
-collection and refuses writes.
+collection and refuses writes. Reading a collection the file does not have raises
+``InputError`` (``engine.search.names``; ``default`` in a file without collections reads
+as empty).
 
 Nodes round-trip: the node's class, excluded metadata keys, templates and relationships
 are stored with it (``chunks.node``) and restored by ``get_nodes`` and ``query``.
@@ -328,8 +330,9 @@ class PolarisVectorStore(BasePydanticVectorStore):
         self.client.delete_chunks(node_ids=node_ids, filters=to_engine_filter(filters), collection=collection)
 
     def clear(self) -> None:
-        """Remove every document and node of this collection (the model binding stays)."""
-        self.client.remove_collection(self._writable())
+        """Remove every document and node of this collection (the model binding and the collection,
+        now empty, stay: a query answers no nodes)."""
+        self.client.remove_collection(self._writable(), keep=True)
 
     # -- reads --------------------------------------------------------------------
     def get_nodes(

@@ -215,7 +215,7 @@ def test_scoped_search_draws_candidates_from_the_scope_only(tmp_path: Path, real
     node_ids = [f"d{d}:{i}" for d in range(0, 90, 3) for i in range(0, PER_DOC, 2)]
     scopes = {
         "collection": resolve_scope(store.conn, collections=["a"]),
-        "documents": resolve_scope(store.conn, documents=[f"doc{d}" for d in range(0, 100, 4)]),
+        "documents": resolve_scope(store.conn, documents=[d.id for d in store.documents() if int(d.id[3:]) % 4 == 0]),
         "filter": resolve_scope(store.conn, filters=Condition("part", "==", 1)),
         "node ids": resolve_scope(store.conn, node_ids=node_ids),
         "collection and filter": resolve_scope(store.conn, collections=["b"], filters=Condition("part", "!=", 0)),

@@ -113,8 +113,9 @@ def test_scoped_search(project: Path) -> None:
     index_json(project, "docs")
     hits = json.loads(run("search", "tokens", "--json", "--document", "config.md", cwd=project).stdout)
     assert hits and {h["document"] for h in hits} == {"config.md"}
-    none = json.loads(run("search", "tokens", "--json", "--collection", "nope", cwd=project).stdout)
-    assert none == []
+    none = run("search", "tokens", "--json", "--collection", "nope", cwd=project, check=False)
+    assert none.returncode == 1 and none.stdout == ""
+    assert none.stderr.startswith("polaris: error: no collection 'nope' in ") and "which has 1: 'default'." in none.stderr
 
 
 def _many_files(root: Path, n: int) -> None:

@@ -90,7 +90,9 @@ def test_documents_collections_and_filters_scope_the_search(stores):
     assert kinds(collections=["blog"]) == {"post"}
     assert kinds(collections=["docs"]) == {"guide", "runbook"}
     assert kinds(documents=["runbook"]) == {"runbook"}
-    assert kinds(documents=["unknown"]) == set() and kinds(collections=[]) == set()
+    assert kinds(collections=[]) == set()
+    with pytest.raises(InputError, match="no document 'unknown'"):
+        kinds(documents=["unknown"])
     assert kinds(filters=MetadataFilters(filters=[MetadataFilter(key="kind", operator="!=", value="guide")])) == {"runbook", "post"}
 
 

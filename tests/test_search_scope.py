@@ -1,4 +1,4 @@
-"""Scope (5ire): documents and collections, unknown ids, and filters inside the KNN."""
+"""Scope (5ire): documents and collections, unknown names, and filters inside the KNN."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from llama_index_polaris.engine.config import load_config
-from llama_index_polaris.engine.errors import InputError
+from llama_index_polaris.engine.errors import InputError, ScopeError
 from llama_index_polaris.engine.search.filters import Condition
 from llama_index_polaris.engine.search.pipeline import Searcher
 from llama_index_polaris.engine.store import ChunkRecord, DocumentRecord, ModelBinding
@@ -21,6 +21,7 @@ def store(open_store, db_path):
     fill(s, {"a": DOC, "b": DOC}, collection="docs")
     fill(s, {"c": DOC}, collection="docs", status="pending")
     fill(s, {"d": DOC}, collection="blog")
+    fill(s, {"e": DOC}, collection="drafts", status="pending")  # a collection with nothing searchable
     return s
 
 
@@ -34,7 +35,7 @@ def docs_of(hits):
 
 @pytest.mark.parametrize("mode", ["hybrid", "vector", "bm25"])
 def test_scope_by_documents_and_collections(store, mode):
-    assert docs_of(run(store, mode=mode)) == {"a", "b", "c", "d"}
+    assert docs_of(run(store, mode=mode)) == {"a", "b", "c", "d", "e"}
     assert docs_of(run(store, mode=mode, documents=["a"])) == {"a"}
     assert docs_of(run(store, mode=mode, documents=["d.md"])) == {"d"}  # by path too
     assert docs_of(run(store, mode=mode, collections=["docs"])) == {"a", "b"}  # completed only: not c
@@ -43,20 +44,37 @@ def test_scope_by_documents_and_collections(store, mode):
 
 
 @pytest.mark.parametrize("mode", ["hybrid", "vector", "bm25"])
-def test_unknown_or_empty_scope_returns_nothing(store, mode):
-    assert run(store, mode=mode, documents=["nope"]) == []
-    assert run(store, mode=mode, collections=["nope"]) == []
+def test_an_empty_scope_returns_nothing(store, mode):
+    assert run(store, mode=mode, collections=["drafts"]) == []  # exists, nothing completed in it
     assert run(store, mode=mode, documents=[]) == []
     assert run(store, mode=mode, collections=[], documents=[]) == []
     assert run(store, mode=mode, filters=Condition("doc", "==", "zzz")) == []
-    assert run(store, mode=mode, node_ids=["missing#0"]) == []
+    assert run(store, mode=mode, node_ids=["missing#0"]) == []  # node ids filter, they name no scope
 
 
-def test_empty_scope_does_not_even_embed(store):
+@pytest.mark.parametrize("mode", ["hybrid", "vector", "bm25"])
+def test_a_scope_the_index_lacks_is_named_with_what_exists(store, mode):
+    with pytest.raises(ScopeError, match=r"no collection 'Docs' in .*polaris\.db, which has 3: 'blog', 'docs',"
+                                         r" 'drafts'\. Did you mean 'docs'\?") as caught:
+        run(store, mode=mode, collections=["Docs"])
+    assert set(caught.value.reasons) == {"collection"}
+    with pytest.raises(ScopeError, match=r"no document 'a.mdx' in .*, which holds 5 documents .*Did you mean 'a.md'\?"):
+        run(store, mode=mode, documents=["a.mdx"])
+    with pytest.raises(ScopeError) as both:
+        run(store, mode=mode, documents=["a", "zz.md"], collections=["docs", "nope"])
+    assert set(both.value.reasons) == {"collection", "document"}
+    assert "'zz.md'" in both.value.reasons["document"] and "'nope'" in both.value.reasons["collection"]
+    with pytest.raises(ScopeError, match="no collection 'nope'"):
+        run(store, mode=mode, within_collection="nope")
+    with pytest.raises(ScopeError, match="no collection 'nope'"):  # even with no words to search
+        run(store, "  ", mode=mode, collections=["nope"])
+
+
+def test_an_empty_scope_does_not_even_embed(store):
     def boom(_):
         raise AssertionError("embedded for an empty scope")
 
-    assert Searcher(store, boom, load_config(use_user_config=False)).search("x", documents=["nope"]) == []
+    assert Searcher(store, boom, load_config(use_user_config=False)).search("x", collections=["drafts"]) == []
 
 
 def test_scope_of_the_wrong_type_is_a_clear_error(store):

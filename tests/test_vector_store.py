@@ -135,7 +135,8 @@ def test_doc_ids_and_node_ids_with_empty_lists_meaning_no_filter(store):
     assert set(store.query(q(k=10, doc_ids=["ops"])).ids) == {"node-2", "node-3"}
     assert set(store.query(q(k=10, node_ids=["node-1", "node-4"])).ids) == {"node-1", "node-4"}
     assert len(store.query(q(k=10, node_ids=[], doc_ids=[])).ids) == 5
-    assert store.query(q(k=10, doc_ids=["nope"])).ids == []
+    with pytest.raises(InputError, match="no document 'nope'"):  # a scope the file lacks is named, not empty
+        store.query(q(k=10, doc_ids=["nope"]))
 
 
 def test_metadata_filters_with_nesting(store):

@@ -8,6 +8,7 @@
      ├── ModelError             an embedding model is unknown, missing or corrupt
      │    └── ModelDownloadError  a model could not be fetched (offline, checksum)
      └── InputError             a document, query or filter that cannot be used
+          └── ScopeError        a search scoped to a collection or document the index lacks
 """
 
 from __future__ import annotations
@@ -43,3 +44,15 @@ class ModelDownloadError(ModelError):
 
 class InputError(PolarisError, ValueError):
     """A document, query or filter cannot be used as given."""
+
+
+class ScopeError(InputError):
+    """A search names collections or documents the index does not have (not: has, but empty).
+
+    ``reasons`` maps ``"collection"`` and/or ``"document"`` to one sentence each, naming
+    what is missing and what exists; the message is those sentences.
+    """
+
+    def __init__(self, reasons: dict[str, str]) -> None:
+        super().__init__(" ".join(reasons.values()))
+        self.reasons = dict(reasons)

@@ -10,6 +10,10 @@ A file is found again by its collection and its path under the collection's root
 (``sources.plan_root``), never by the path typed. A file that can no longer be read
 keeps its last indexed version, marked ``stale`` with the reason; one that never was
 indexed is marked ``failed``. A run removes the files it covered that are gone.
+
+Text is stored in NFC (``text.nfc``): a document's text is normalised before it is hashed
+and chunked, so chunk offsets refer to the NFC text, and a file stored from an NFD
+spelling by an earlier Polaris counts as changed at the next run and is stored again.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from .lock import index_lock
 from .recipe import DEFAULT_CONTEXT, Recipe, make_recipe, node_id
 from .sources import RootPlan, SourceFile, covers, plan_root, read_source, walk
 from .store import ChunkRecord, DocumentRecord, ModelBinding, Store, text_hash
+from .text import nfc
 
 if TYPE_CHECKING:
     from .chunk import ChunkedDocument
@@ -121,7 +126,7 @@ class Indexer:
         whole_documents: bool = False,
     ) -> None:
         self.store, self.embedder, self.config = store, embedder, config
-        self.collection = collection
+        self.collection = nfc(collection)
         self.progress = progress or (lambda stage, done, total: None)
         self.on_wait = on_wait
         self.whole_documents = whole_documents  # one chunk per document, cut at the window (BEIR/MTEB setup)
@@ -232,6 +237,7 @@ class Indexer:
         except (OSError, InputError) as exc:
             self._fail(doc, old, _reason(exc), report)
             return None
+        text = nfc(text)  # offsets, hashes and chunks are of the NFC text
         doc.content_hash = doc.content_hash or content_hash(text.encode("utf-8", "surrogatepass"))
         if old is not None and self._unchanged(old, doc.content_hash):
             report.unchanged += 1
@@ -261,6 +267,7 @@ class Indexer:
     def _chunks(self, doc: SourceDocument, text: str, report: IndexReport) -> tuple[list[ChunkRecord], list[str]]:
         """The document's chunks and the text embedded for each; its front matter goes on the document."""
         title = doc.name or doc.path or doc.id
+        title = nfc(title) if title else title  # a file's name heads its preamble: NFC, as its text
         chunked = self._whole(text, title) if self.whole_documents else self._chunked(doc, text, title)
         report.warnings += [(doc.path or doc.id or "", w) for w in chunked.warnings]
         doc.metadata = {**chunked.metadata, **doc.metadata}

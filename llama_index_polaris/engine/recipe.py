@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from .config import PolarisConfig
 from .errors import ConfigError
 from .ids import node_id_for
+from .text import nfc
 
 if TYPE_CHECKING:  # the chunker (markdown-it) is imported on first use: an unchanged re-index skips it
     from .chunk import ChunkedDocument, ChunkSettings, ChunkSpan
@@ -80,10 +81,11 @@ class Recipe:
         return ChunkSettings(self.max_tokens, self.overlap_chars, self.min_chars, self.count_tokens)
 
     def chunk(self, text: str, *, path: str | None = None, title: str | None = None) -> "ChunkedDocument":
-        """The document's chunks (chunker chosen by ``path``'s extension)."""
+        """The chunks of ``text`` in NFC (chunker chosen by ``path``'s extension): their offsets
+        refer to ``nfc(text)``, the text every door stores."""
         from .chunk import chunk_document
 
-        return chunk_document(text, self.settings, path=path, title=title)
+        return chunk_document(nfc(text), self.settings, path=path, title=None if title is None else nfc(title))
 
     def context_line(self, span: "ChunkSpan") -> tuple[str | None, str] | None:
         """(key, headings) put in front of ``span`` when embedded, or None when there is none or no room."""

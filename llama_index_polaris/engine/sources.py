@@ -11,6 +11,11 @@ Only regular files are read, at most ``limit`` bytes, without blocking (a FIFO n
 the way down excludes are skipped. Symlinked directories are not followed (no loops);
 a symlinked file is read when its target lies inside the root, or anywhere when
 ``follow_symlinks`` is on; otherwise it is reported as skipped.
+
+A relative path is text, kept in NFC (``text.nfc``) whatever spelling the file system
+gives: a macOS file name in NFD and the same name typed in NFC are one document. Two files
+whose names differ only in that spelling (possible on Linux) would be one document: the
+second one found is skipped, and the run says so.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from pathlib import Path, PurePosixPath
 from typing import Iterator, Sequence
 
 from .errors import InputError
+from .text import nfc
 
 EXTENSIONS = (".md", ".markdown", ".mdx", ".txt")
 
@@ -46,7 +52,7 @@ class RootPlan:
         """A file's new relative path after a widening (unchanged otherwise)."""
         if self.change != "widened" or self.previous is None:
             return relpath
-        return (self.previous.relative_to(self.root) / relpath).as_posix()
+        return nfc((self.previous.relative_to(self.root) / relpath).as_posix())
 
 
 @dataclass
@@ -94,15 +100,21 @@ def plan_root(recorded: str | None, paths: Sequence[str | os.PathLike[str]], col
 
 
 def covers(paths: Sequence[Path], root: Path, relpath: str) -> bool:
-    """True when the file at ``relpath`` under ``root`` lies within one of ``paths``."""
-    target = root / PurePosixPath(relpath)
-    return any(target == p or target.is_relative_to(p) for p in paths)
+    """True when the file at ``relpath`` under ``root`` lies within one of ``paths`` (compared in NFC)."""
+    target = _spelled(root / PurePosixPath(relpath))
+    return any(target == p or target.is_relative_to(p) for p in map(_spelled, paths))
+
+
+def _spelled(path: Path) -> PurePosixPath:
+    """A path compared as text: its NFC spelling."""
+    return PurePosixPath(nfc(Path(path).as_posix()))
 
 
 def walk(paths: Sequence[str | os.PathLike[str]], root: Path, follow_symlinks: bool = False) -> Walk:
     """Every indexable file under ``paths`` (files named directly are always included)."""
     found = Walk()
     seen: set[Path] = set()
+    names: dict[str, Path] = {}  # relative path (NFC) -> the file that has it
     for path in _resolved(paths):
         if path.is_dir():
             candidates: Iterator[Path] = _walk_dir(path, _ignore_spec(path, None))
@@ -112,13 +124,23 @@ def walk(paths: Sequence[str | os.PathLike[str]], root: Path, follow_symlinks: b
             if file in seen:
                 continue
             seen.add(file)
-            relpath = file.relative_to(root).as_posix()
+            relpath = nfc(file.relative_to(root).as_posix())
             reason = _skip_reason(file, root, follow_symlinks)
+            reason = reason or _spelling_clash(file, names.setdefault(relpath, file), root)
             if reason:
                 found.skipped.append((relpath, reason))
             else:
                 found.files.append(SourceFile(file, relpath))
     return found
+
+
+def _spelling_clash(file: Path, first: Path, root: Path) -> str | None:
+    """Why ``file`` is skipped when ``first``, another file, has its name in another spelling."""
+    if first == file:
+        return None
+    this, other = file.relative_to(root).as_posix(), first.relative_to(root).as_posix()
+    return (f"its name {this!a} is {other!a} in another Unicode spelling (NFD/NFC), which is indexed:"
+            " one document per name; rename one of them")
 
 
 def _skip_reason(file: Path, root: Path, follow_symlinks: bool) -> str | None:

@@ -3,11 +3,16 @@
 Every write is one transaction: a crash leaves the previous state readable. Vectors
 are little-endian float32 blobs in ``chunks.embedding``; triggers copy them into the
 vec0 table ``chunks_vec`` and the text into the FTS5 table ``chunks_fts``.
+
+Text is stored in NFC (``text.nfc``), whichever door wrote it: chunk text and heading
+paths, document paths and names, collection names (a collection named in a read or a
+delete is looked up in NFC too). Ids (document ids, node ids) are keys, kept as given.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
@@ -21,14 +26,16 @@ import numpy as np
 
 from . import db
 from .db.schema import (
-    CHUNKS_WITH_DOCUMENTS, MERGED_METADATA, STATUSES, file_document_id, get_meta, has_table, set_meta, transaction,
+    CHUNKS_WITH_DOCUMENTS, DEFAULT_COLLECTION, MERGED_METADATA, STATUSES, file_document_id, get_meta, has_table,
+    set_meta, transaction,
 )
 from .config import SETTINGS_BY_NAME
 from .errors import ConfigError, DatabaseError, InputError, ModelMismatchError
 from .search import postings
 from .search.filters import Filter, filter_sql
+from .search.names import collections_named
+from .text import nfc
 
-DEFAULT_COLLECTION = "default"
 DEFAULT_FTS_TOKENIZER = SETTINGS_BY_NAME["fts_tokenizer"].default
 
 
@@ -277,6 +284,7 @@ class Store:
         vectors: np.ndarray | Sequence[np.ndarray] | None,
     ) -> None:
         """Add or replace ``doc`` and all its chunks and vectors, in one transaction."""
+        doc, chunks = normal_document(doc), [normal_chunk(c) for c in chunks]
         _check_unique(doc, chunks)
         blobs = self._blobs(chunks, vectors)
         with self._write():
@@ -299,6 +307,7 @@ class Store:
         document whose path is a file `polaris index` stored in this collection replaces
         that copy (one document per file, whichever door wrote it last).
         """
+        doc, chunks = normal_document(doc), [normal_chunk(c) for c in chunks]
         _check_unique(doc, chunks)
         blobs = self._blobs(chunks, vectors)
         with self._write():
@@ -371,7 +380,7 @@ class Store:
     def put_document(self, doc: DocumentRecord) -> None:
         """Insert or update a document row alone (its chunks are left as they are)."""
         with self._write():
-            self._upsert_document_row(doc)
+            self._upsert_document_row(normal_document(doc))
 
     def set_status(self, document_id: str, status: str, error: str | None = None) -> None:
         """Move a document to ``status`` (pending, processing, completed, failed)."""
@@ -398,7 +407,7 @@ class Store:
             if collection is None:
                 cur = self.conn.execute("DELETE FROM documents WHERE id = ?", (document_id,))
             else:
-                cur = self.conn.execute("DELETE FROM documents WHERE id = ? AND collection = ?", (document_id, collection))
+                cur = self.conn.execute("DELETE FROM documents WHERE id = ? AND collection = ?", (document_id, nfc(collection)))
             return cur.rowcount > 0
 
     def delete_nodes(self, node_ids: Iterable[str]) -> int:
@@ -427,18 +436,22 @@ class Store:
             self.conn.execute("DELETE FROM chunks")
             self.conn.execute("DELETE FROM documents")
 
-    def remove_collection(self, collection: str) -> int:
-        """Remove a collection: its documents (with chunks, vectors, FTS rows) and its root."""
+    def remove_collection(self, collection: str, *, keep: bool = False) -> int:
+        """Remove a collection: its documents (with chunks, vectors, FTS rows) and its root.
+
+        ``keep``: the collection stays, empty (a search of it answers no hits, not an unknown name)."""
+        collection = nfc(collection)
         with self._write():
             removed = self.conn.execute("DELETE FROM documents WHERE collection = ?", (collection,)).rowcount
-            self.conn.execute("DELETE FROM collections WHERE name = ?", (collection,))
+            if not keep:
+                self.conn.execute("DELETE FROM collections WHERE name = ?", (collection,))
             return removed
 
     # -- collections ------------------------------------------------------------------
     def collection_root(self, collection: str) -> str | None:
         """The folder a collection's file paths are relative to (None: not set yet)."""
         with self._lock:
-            row = self.conn.execute("SELECT root FROM collections WHERE name = ?", (collection,)).fetchone()
+            row = self.conn.execute("SELECT root FROM collections WHERE name = ?", (nfc(collection),)).fetchone()
         return row[0] if row else None
 
     def collections(self) -> dict[str, str | None]:
@@ -452,6 +465,7 @@ class Store:
         One transaction: a file keyed ``collection:path`` gets the id of its new path;
         chunks, vectors and FTS rows follow; nothing is re-embedded.
         """
+        collection = nfc(collection)
         with self._write():
             self.conn.execute(
                 "INSERT INTO collections (name, root) VALUES (?, ?) ON CONFLICT (name) DO UPDATE"
@@ -494,7 +508,7 @@ class Store:
         """All documents, or those of one collection, ordered by path."""
         if collection is None:
             return self._documents("", ())
-        return self._documents("WHERE collection = ?", (collection,))
+        return self._documents("WHERE collection = ?", (nfc(collection),))
 
     def files(self, collection: str) -> dict[str, DocumentRecord]:
         """The documents of ``collection`` that are files under its root, by relative path."""
@@ -521,7 +535,13 @@ class Store:
         with_embedding: bool = False,
         collection: str | None = None,
     ) -> list[ChunkRecord]:
-        """Chunks by node id, rowid, document, metadata filters and collection (all given), in document order."""
+        """Chunks by node id, rowid, document, metadata filters and collection (all given), in document order.
+
+        A ``collection`` the index does not have is a ScopeError (``search.names``)."""
+        if collection is not None:
+            with self._lock:
+                if not collections_named(self.conn, [collection]):
+                    return []  # ``default`` before anything was written: empty
         where, args = _chunk_where(node_ids, ids, document_id, filters, collection)
         columns = CHUNK_COLUMNS + (", c.embedding" if with_embedding else "")
         with self._lock:
@@ -585,7 +605,7 @@ def _chunk_where(
     args: list[Any] = []
     if collection is not None:
         parts.append("d.collection = ?")
-        args.append(collection)
+        args.append(nfc(collection))
     if node_ids is not None:
         parts.append("c.node_id IN (SELECT value FROM json_each(?))")
         args.append(json.dumps(list(node_ids)))
@@ -600,6 +620,20 @@ def _chunk_where(
         parts.append(f"({sql})")
         args += params
     return ("WHERE " + " AND ".join(parts) if parts else ""), tuple(args)
+
+
+def normal_document(doc: DocumentRecord) -> DocumentRecord:
+    """``doc`` with its path, name and collection in NFC (the spelling stored and compared)."""
+    path, name = (None if v is None else nfc(v) for v in (doc.path, doc.name))
+    return dataclasses.replace(doc, path=path, name=name, collection=nfc(doc.collection))
+
+
+def normal_chunk(chunk: ChunkRecord) -> ChunkRecord:
+    """``chunk`` with its text and heading path in NFC (its offsets and text hash as given)."""
+    text, heading_path = nfc(chunk.text), nfc(chunk.heading_path)
+    if text is chunk.text and heading_path is chunk.heading_path:
+        return chunk
+    return dataclasses.replace(chunk, text=text, heading_path=heading_path)
 
 
 def _check_unique(doc: DocumentRecord, chunks: Sequence[ChunkRecord]) -> None:

@@ -19,6 +19,7 @@ from typing import Any, Callable
 from ..errors import DatabaseError
 
 META_TABLE = "polaris_meta"
+DEFAULT_COLLECTION = "default"  # where a document goes when no collection is named
 
 CORE_SQL = """
 CREATE TABLE polaris_meta (

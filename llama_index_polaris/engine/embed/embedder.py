@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Iterable
 import numpy as np
 
 from ..errors import ConfigError, ModelError
-from ..text import clean_text
+from ..text import clean_text, nfc
 from . import cache
 from .fingerprint import file_sha256
 from .pooling import finish
@@ -121,7 +121,7 @@ class Embedder:
             return out
         tok = self._tokenizers_loaded()
         session = self._session_loaded()
-        encodings = tok.encoder.encode_batch([prefix + clean_text(t) for t in texts], add_special_tokens=True)
+        encodings = tok.encoder.encode_batch([prefix + clean_text(nfc(t)) for t in texts], add_special_tokens=True)
         for text, enc in zip(texts, encodings):
             if enc.overflowing:
                 log.debug("text of %d chars truncated to the %d-token window of %s", len(text), self.spec.window, self.model_id)

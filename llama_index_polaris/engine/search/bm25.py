@@ -14,8 +14,9 @@ import re
 from typing import Any
 
 from ..db.connect import sqlite_module
+from ..text import nfc
 from .scope import Scope
-from .terms import STOP_WORDS, words
+from .terms import MARKS, STOP_WORDS, words
 
 log = logging.getLogger(__name__)
 MAX_TERMS = 64
@@ -23,7 +24,7 @@ TEXT_WEIGHT, HEADING_WEIGHT = 1.0, 1.0
 
 
 # An identifier written with joining punctuation: codegen-units, build.rustflags, cargo::rustc-cfg.
-COMPOUND = re.compile(r"\w+(?:(?:[-.:/]|::)\w+)+", re.UNICODE)
+COMPOUND = re.compile(rf"\w[\w{MARKS}]*(?:(?:[-.:/]|::)\w[\w{MARKS}]*)+", re.UNICODE)
 IDENTIFIER_PHRASES = True
 
 
@@ -33,8 +34,9 @@ def query_words(query: str) -> list[str]:
     An identifier joined by punctuation (``codegen-units``) is searched as its words and
     as itself, which FTS5 reads as a phrase: the words next to each other, in order. A
     phrase is rare, so its BM25 weight is high: chunks that name the identifier exactly
-    rise above those that use its words apart.
+    rise above those that use its words apart. The query is read in NFC, as stored text is.
     """
+    query = nfc(query)
     all_words = list(dict.fromkeys(words(query)))
     content = [w for w in all_words if w not in STOP_WORDS] or all_words
     if IDENTIFIER_PHRASES:

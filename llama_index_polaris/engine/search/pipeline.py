@@ -19,7 +19,7 @@ from ..config import PolarisConfig
 from ..db.schema import CHUNKS_WITH_DOCUMENTS, MERGED_METADATA
 from ..errors import InputError
 from ..store import Store, from_blob
-from ..text import heuristic_tokens
+from ..text import heuristic_tokens, nfc
 from .boost import boost_terms
 from .bm25 import bm25
 from .context import bounded, stitch
@@ -93,7 +93,8 @@ class _Row:
 
 
 def check_query(query: Any, what: str = "the query") -> str:
-    """``query`` if it is a string of at most ``MAX_QUERY_CHARS``; InputError otherwise."""
+    """``query`` in NFC (the spelling stored text has) if it is a string of at most
+    ``MAX_QUERY_CHARS``; InputError otherwise."""
     if not isinstance(query, str):
         raise InputError(f"{what} must be a string, got {type(query).__name__}.")
     if len(query) > MAX_QUERY_CHARS:
@@ -101,7 +102,7 @@ def check_query(query: Any, what: str = "the query") -> str:
             f"{what} is {len(query):,} characters; at most {MAX_QUERY_CHARS:,} are accepted. Shorten it"
             " (the embedding model reads only its first few hundred tokens anyway)."
         )
-    return query
+    return nfc(query)
 
 
 def pool_depths(depth: int, cap: int = MAX_K) -> list[int]:
@@ -201,12 +202,10 @@ class Searcher:
         k = clamp_top_k(top_k, self.config.top_k, max_top_k or self.max_top_k)
         if query_vector is not None:
             query_vector = self._check_vector(query_vector)
-        if not query and query_vector is None:
-            return []
-        with self.store.read() as conn:
+        with self.store.read() as conn:  # a scope naming what the index lacks is refused, even for no query
             scope = resolve_scope(conn, documents=documents, collections=collections, filters=filters,
                                   node_ids=node_ids, within_collection=within_collection)
-        if scope.empty:
+        if scope.empty or (not query and query_vector is None):
             return []
         if _uses(mode, weights, "vector") and query_vector is None and self.store.model is not None:
             query_vector = self._check_vector(self._embed(query))  # outside the lock: other threads may read

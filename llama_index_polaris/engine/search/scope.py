@@ -7,6 +7,9 @@ ids to a set of chunk ids. Both are applied inside the KNN and FTS queries.
 5ire scopes a collection to its completed documents. Polaris adds ``stale`` ones: a
 file whose re-index failed keeps serving its last good version, and each such hit says
 so, whether or not the query was scoped to a collection.
+
+A collection or document named that the index does not have is a ``ScopeError`` naming it
+(``names``); one that exists but has nothing searchable scopes to nothing (an empty list).
 """
 
 from __future__ import annotations
@@ -16,8 +19,9 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from ..db.schema import CHUNKS_WITH_DOCUMENTS, MERGED_METADATA
-from ..errors import InputError
+from ..errors import InputError, ScopeError
 from .filters import Filter, filter_sql
+from .names import collections_named, known_documents
 
 SEARCHABLE = ("completed", "stale")  # the statuses a collection scope includes
 
@@ -62,20 +66,28 @@ def _unique(values: Sequence[str] | None, what: str) -> list[str]:
 
 
 def resolve_documents(conn: Any, documents: Sequence[str] | None, collections: Sequence[str] | None) -> tuple[str, ...] | None:
-    """Document ids for the named documents (id or path) and completed docs of collections."""
+    """Document ids for the named documents (id or path) and searchable docs of collections;
+    a ScopeError names the collections and documents the index does not have."""
     if documents is None and collections is None:
         return None
     docs, cols = _unique(documents, "documents"), _unique(collections, "collections")
+    reasons: dict[str, str] = {}
     found: dict[str, None] = {}
-    if docs:
-        found.update(_ids(conn, _BY_ID_OR_PATH, docs, docs))
-    if cols:
-        found.update(_ids(conn, _IN_COLLECTIONS, SEARCHABLE, cols))
+    for names, resolve in ((docs, known_documents), (cols, _collection_documents)):
+        try:
+            found.update(dict.fromkeys(resolve(conn, names) if names else ()))
+        except ScopeError as exc:
+            reasons.update(exc.reasons)
+    if reasons:
+        raise ScopeError(reasons)
     return tuple(found)
 
 
-_BY_ID_OR_PATH = ("SELECT id FROM documents WHERE id IN (SELECT value FROM json_each(?))"
-                  " OR path IN (SELECT value FROM json_each(?))")
+def _collection_documents(conn: Any, names: Sequence[str]) -> list[str]:
+    stored = collections_named(conn, names)
+    return list(_ids(conn, _IN_COLLECTIONS, SEARCHABLE, stored)) if stored else []
+
+
 _IN_COLLECTIONS = ("SELECT id FROM documents WHERE status IN (SELECT value FROM json_each(?))"
                    " AND collection IN (SELECT value FROM json_each(?))")
 
@@ -103,16 +115,24 @@ def resolve_chunks(conn: Any, filters: Filter | None, node_ids: Sequence[str] | 
 
 
 def within(conn: Any, document_ids: tuple[str, ...] | None, collection: str) -> tuple[str, ...] | None:
-    """``document_ids`` (None: all) narrowed to the documents of ``collection``."""
+    """``document_ids`` (None: all) narrowed to the documents of ``collection`` (a ScopeError
+    when the index has no such collection)."""
+    stored = collections_named(conn, [collection])
+    if not stored:
+        return ()  # ``default`` in a file without collections: nothing yet
+    names = json.dumps(stored)
     if document_ids is None:
-        others = conn.execute("SELECT 1 FROM documents WHERE collection != ? LIMIT 1", (collection,)).fetchone()
+        others = conn.execute("SELECT 1 FROM documents WHERE collection NOT IN (SELECT value FROM json_each(?))"
+                              " LIMIT 1", (names,)).fetchone()
         if others is None:
             return None  # the whole index is this collection: no filter to pay for
-        rows = conn.execute("SELECT id FROM documents WHERE collection = ?", (collection,)).fetchall()
+        rows = conn.execute("SELECT id FROM documents WHERE collection IN (SELECT value FROM json_each(?))",
+                            (names,)).fetchall()
         return tuple(r[0] for r in rows)
     rows = conn.execute(
-        "SELECT id FROM documents WHERE collection = ? AND id IN (SELECT value FROM json_each(?))",
-        (collection, json.dumps(list(document_ids))),
+        "SELECT id FROM documents WHERE collection IN (SELECT value FROM json_each(?))"
+        " AND id IN (SELECT value FROM json_each(?))",
+        (names, json.dumps(list(document_ids))),
     ).fetchall()
     keep = {r[0] for r in rows}
     return tuple(d for d in document_ids if d in keep)

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import re
 
-WORD = re.compile(r"\w+", re.UNICODE)
+from ..text import nfc
+
+# A word: letters, digits and underscores, and the combining marks that follow them. Python's
+# ``\w`` stops at a mark, FTS5's unicode61 keeps (and with remove_diacritics folds) the
+# general-purpose ones: a mark NFC cannot compose ("q" + U+0301) must not cut a query word
+# that the index holds whole. A word read longer than FTS5 reads it is harmless: it is sent
+# as a quoted phrase, which FTS5 tokenizes itself.
+MARKS = "\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f"
+WORD = re.compile(rf"\w[\w{MARKS}]*", re.UNICODE)
 
 # Function words that say nothing about a topic (English); question words included.
 STOP_WORDS = frozenset(
@@ -20,8 +28,9 @@ STOP_WORDS = frozenset(
 
 
 def words(text: str) -> list[str]:
-    """Lower-cased word tokens of ``text`` (letters, digits and underscores)."""
-    return [w.lower() for w in WORD.findall(text)]
+    """Lower-cased word tokens of ``text`` (letters, digits, underscores and the marks on them),
+    read from its NFC spelling, where marks are composed into their letters when they can be."""
+    return [w.lower() for w in WORD.findall(nfc(text))]
 
 
 def content_terms(query: str, min_len: int = 1) -> list[str]:
