@@ -11,7 +11,8 @@ hybrid mode, sections. Reported per set and pooled:
 - nDCG@10 of the k=10 list (sections, as ``benchmarks/sections.py`` scores them);
 - hit@1: the first section at k=1 is labelled relevant;
 - ``top1 moved``: share of questions whose first hit at k=1 is not k=10's;
-- ``k5 not prefix``: share whose k=5 list (sections and scores) is not the first five of k=10's;
+- ``k5 order differs``: share whose k=5 sections are not the first five of k=10's;
+- ``k5 not prefix``: the same for sections and scores;
 - ``any not prefix``: share with some k1 < k2 of ``--ks`` where k1's list is not k2's head.
 
 ``--pools`` runs the engine once per ``candidate_pool`` value (chunks per list); on code
@@ -48,6 +49,7 @@ def stability(lists: dict[int, list[tuple[str, float]]], ks: Sequence[int]) -> d
         out["top1 moved"] = float([s for s, _ in lists[1][:1]] != [s for s, _ in lists[10][:1]])
     if 5 in lists and 10 in lists:
         out["k5 not prefix"] = float(lists[5] != lists[10][:5])
+        out["k5 order differs"] = float([s for s, _ in lists[5]] != [s for s, _ in lists[10][:5]])
     out["any not prefix"] = float(any(lists[a] != lists[b][: len(lists[a])] or len(lists[a]) < min(a, len(lists[b]))
                                       for i, a in enumerate(ks) for b in ks[i + 1:]))
     return out
@@ -119,7 +121,8 @@ def run_scifact(directory: str, split: str, pools: Sequence[int | None], ks: Seq
     return out
 
 
-COLUMNS = ("ndcg@10", "hit@1", "hit@1 (k=10)", "top1 moved", "k5 not prefix", "any not prefix", "ndcg@10 eval")
+COLUMNS = ("ndcg@10", "hit@1", "hit@1 (k=10)", "top1 moved", "k5 order differs", "k5 not prefix", "any not prefix",
+           "ndcg@10 eval")
 
 
 def rows_of(name: str, results: dict[Any, dict[str, Any]]) -> list[list[Any]]:
