@@ -117,16 +117,21 @@ def prove(store: Store, embedder: Any) -> ModelBinding:
     mine = embedder.embed_documents([t for _, t in sample])
     figures = [(c.node_id, cosine(m, c.embedding)) for (c, _), m in zip(sample, mine)]
     if min(f for _, f in figures) < PROOF_COSINE:
-        compared = ", ".join(f"{node_id!r} {f:.3f}" for node_id, f in figures)
+        cosines = ", ".join(f"{f:.3f}" for _, f in figures)
+        chunks = ", ".join(_short(node_id) for node_id, _ in figures)
         raise ModelMismatchError(
             f"{store.path} holds {recorded.dim}-dim vectors from a model it does not name, and {wanted.model_id}"
-            f" did not make them: it embedded the text stored for {len(figures)} of its chunks again and got cosine"
-            f" {compared} against the stored vectors ({PROOF_COSINE} needed for each). Open the file with the"
-            " model that embedded them (model_id in polaris.toml; in LlamaIndex, the embed_model the nodes were"
-            " embedded with), or re-index into a new file (delete it or pass --db NEW.db)."
+            f" did not make them: it embedded the text stored for {len(figures)} of its chunks ({chunks}) again"
+            f" and got cosine {cosines} against their stored vectors ({PROOF_COSINE} needed for each). Open the"
+            " file with the model that embedded them (model_id in polaris.toml; in LlamaIndex, the embed_model the"
+            " nodes were embedded with), or re-index into a new file (delete it or pass --db NEW.db)."
         )
     store.record_proof(wanted)
     return wanted
+
+
+def _short(node_id: str) -> str:
+    return node_id if len(node_id) <= 16 else node_id[:8] + "..."
 
 
 def check_vector(store: Store, embedder: Any, text: str, vector: Any, *, query: bool) -> float:
