@@ -16,23 +16,34 @@ Model identity. A ``polaris.db`` records the model its vectors came from and ref
 vectors from another one. The model of an ``add`` is, in order: ``embed_model=`` given
 here, ``model_id=`` given here, ``Settings.embed_model`` when it is set, else the one the
 file records. A ``PolarisEmbedding`` is recorded by id, dim and ONNX fingerprint; another
-embedding class by ``ClassName:model_name``. Same-dimension vectors that no identity
-proves are checked against the recorded model when it is a Polaris model: one node of
-each ``add`` and each query string are embedded again and refused below cosine 0.98
-(a query embedded by a PolarisEmbedding of that model in this process is not embedded twice).
+embedding class by ``ClassName:model_name``. Vectors that nothing names
+(``VectorStoreIndex(embed_model=...)`` does not tell its store) make a new file record
+``unknown``; the first Polaris model that opens such a file, through any door, proves
+itself on a few stored chunks and the file records it (engine ``proof``), or it is
+refused with the figures compared. Once a Polaris model is recorded, one node of every
+``add`` is embedded again and refused below cosine 0.98, whoever embedded it: the store's
+``embed_model`` names a model, it does not vouch for vectors the store did not make (it
+makes none). Each query vector is checked against its query string the same way (a query
+embedded by a PolarisEmbedding of that model in this process is not embedded twice).
 
-Query modes: ``DEFAULT`` is vector KNN (similarities are cosine similarities,
-``1 - distance``); ``TEXT_SEARCH`` is BM25 over ``query_str``; ``HYBRID`` is the full
-pipeline (KNN + BM25, RRF weighted by ``alpha`` when given: 1 = vector only, 0 = BM25
-only; heading boost; MMR when ``mmr_threshold`` is given); ``MMR`` re-ranks the vector
+Query modes: ``DEFAULT`` (what ``index.as_retriever()`` and ``as_query_engine()`` send
+with no mode) runs what the store's ``default_mode`` says: ``"hybrid"`` (the default) is
+what `polaris search` answers, the full pipeline in the configured unit with the top hit
+1.0; ``"vector"`` is LlamaIndex's plain vector KNN over chunks (similarities are cosine
+similarities, ``1 - distance``), as LanceDB's ``query_type`` setting lets its store
+decide. The explicit modes keep their meaning: ``TEXT_SEARCH`` is BM25 over
+``query_str``; ``HYBRID`` is the full pipeline (KNN + BM25, RRF weighted by ``alpha`` when
+given: 1 = vector only, 0 = BM25 only; heading boost; MMR); ``MMR`` re-ranks the vector
 candidates by MMR with ``mmr_threshold`` as lambda (default: the config's ``mmr_lambda``).
-``HYBRID`` answers in the configured unit (one node per section by default, as every
-other door); the other modes return chunks, as LlamaIndex's own stores do.
-``mmr_threshold`` may come with the query or as a keyword of ``query`` (LlamaIndex's
-``vector_store_kwargs``). ``similarity_top_k`` is returned as asked (up to 4,096; the
-1..100 clamp is the command line's rule for agents). Non-DEFAULT similarities are the
-pipeline's scores, the top hit 1.0. Empty ``doc_ids``/``node_ids`` lists mean no filter
-(``VectorStoreIndex.as_retriever()`` passes ``node_ids=[]``).
+The hybrid runs answer in the configured unit (one node per section by default, as every
+other door); the other modes return chunks, as LlamaIndex's own stores do. Every node a
+query returns carries its hit's explanation in ``metadata["polaris_explain"]``, hidden
+from the LLM and embed renderings. ``mmr_threshold`` may come with the query or as a
+keyword of ``query`` (LlamaIndex's ``vector_store_kwargs``). ``similarity_top_k`` is
+returned as asked (up to 4,096; the 1..100 clamp is the command line's rule for agents).
+Non-vector similarities are the pipeline's scores, the top hit 1.0. Empty
+``doc_ids``/``node_ids`` lists mean no filter (``VectorStoreIndex.as_retriever()`` passes
+``node_ids=[]``).
 """
 
 from __future__ import annotations
@@ -158,9 +169,9 @@ def _chunk(node: BaseNode, position: int) -> ChunkRecord:
 class PolarisVectorStore(BasePydanticVectorStore):
     """LlamaIndex vector store over a ``polaris.db`` (SQLite + sqlite-vec + FTS5).
 
-    ``PolarisVectorStore(db_path="polaris.db", collection="default", embed_model=None)``;
-    arguments left out come from the merged ``polaris.toml``. See the module docstring for
-    collections, model identity and query modes.
+    ``PolarisVectorStore(db_path="polaris.db", collection="default", embed_model=None,
+    default_mode="hybrid")``; arguments left out come from the merged ``polaris.toml``. See
+    the module docstring for collections, model identity and query modes.
     """
 
     stores_text: bool = True
