@@ -304,10 +304,12 @@ class PolarisVectorStore(BasePydanticVectorStore):
         store = self.client
         recorded, wanted = store.model, self._wanted(dim)
         if recorded is not None and recorded.dim != dim:
+            unnamed = recorded.model_id == UNKNOWN_MODEL
+            of, model = ("a model it does not name", "the model that made them") if unnamed else (
+                recorded.model_id, recorded.model_id)
             raise ModelMismatchError(
-                f"{store.path} holds {recorded.dim}-dim vectors of {recorded.model_id}, but these nodes carry"
-                f" {dim}-dim embeddings; vectors from two models cannot be compared. Embed with"
-                f" {recorded.model_id} or write to a new file."
+                f"{store.path} holds {recorded.dim}-dim vectors of {of}, but these nodes carry {dim}-dim"
+                f" embeddings; vectors from two models cannot be compared. Embed with {model} or write to a new file."
             )
         if recorded is not None and recorded.model_id == UNKNOWN_MODEL and wanted is not None:
             embedder = self._polaris_embedder(wanted)

@@ -198,6 +198,10 @@ def test_model_binding_refuses_other_dims_and_models(new_store, tmp_path):
     fresh = new_store(tmp_path / "anon.db")
     fresh.add(make_nodes()[:1])
     assert fresh.client.model.model_id == "unknown" and fresh.client.model.dim == DIM
+    fresh.add([TextNode(id_="more", text="more", embedding=[0.5] * DIM)])  # more vectors naming no model
+    with pytest.raises(ModelMismatchError, match="of a model it does not name") as info:
+        fresh.add([TextNode(id_="wide", text="wide", embedding=[0.5] * (DIM + 1))])
+    assert "unknown" not in str(info.value)
     with pytest.raises(InputError, match="no embedding"):
         fresh.add([TextNode(id_="a", text="a", embedding=[0.0] * DIM), TextNode(id_="b", text="b")])
     with pytest.raises(InputError, match="BaseEmbedding such as PolarisEmbedding"):

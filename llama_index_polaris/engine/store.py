@@ -102,7 +102,8 @@ class ModelBinding:
 def mismatch_message(recorded: ModelBinding, wanted: ModelBinding, path: str) -> str | None:
     """Why ``wanted`` cannot use an index built with ``recorded``, or None if it can."""
     if recorded.model_id == UNKNOWN_MODEL:
-        return unknown_model_message(recorded, wanted, path)
+        same = (wanted.model_id, wanted.dim) == (UNKNOWN_MODEL, recorded.dim)  # more vectors naming no model
+        return None if same else unknown_model_message(recorded, wanted, path)
     if (recorded.model_id, recorded.dim) != (wanted.model_id, wanted.dim):
         what = f"{wanted.model_id} at {wanted.dim} dims"
     elif recorded.fingerprint and wanted.fingerprint and recorded.fingerprint != wanted.fingerprint:
