@@ -132,8 +132,9 @@ def unknown_model_message(recorded: ModelBinding, wanted: ModelBinding, path: st
     if wanted.fingerprint:  # a Polaris model: it can prove itself (proof.py), but has not here
         return (
             f"{path} holds {recorded.dim}-dim vectors from a model it does not name, and {wanted.model_id} has"
-            " not been shown to have made them. Open the file with it through PolarisIndex (any Polaris door does:"
-            " it re-embeds a few chunks and records the model when they match), or re-index into a new file."
+            " not been shown to have made them. Open the file with it through any Polaris door (PolarisIndex,"
+            " polaris search, PolarisEmbedding), which embeds a few chunks again and records the model when they"
+            " match, or re-index into a new file."
         )
     return (
         f"{path} holds {recorded.dim}-dim vectors from a model it does not name, and {wanted.model_id} is not"
@@ -354,7 +355,7 @@ class Store:
                 if row[0] not in ids:
                     ids.append(row[0])
             rows = self.conn.execute(
-                f"SELECT {CHUNK_COLUMNS.replace(MERGED_METADATA, 'c.metadata')}, c.embedding FROM chunks c"
+                f"SELECT {OWN_CHUNK_COLUMNS}, c.embedding FROM chunks c"
                 " WHERE c.id IN (SELECT value FROM json_each(?)) ORDER BY c.id",
                 (json.dumps(ids),),
             ).fetchall()
@@ -656,10 +657,15 @@ class Store:
         return sum(Path(self.path + s).stat().st_size for s in ("", "-wal") if Path(self.path + s).exists())
 
 
-CHUNK_COLUMNS = (
-    "c.id, c.node_id, c.document_id, c.ordinal, c.heading_path, c.heading_level, c.text, c.start_char,"
-    f" c.end_char, c.token_count, {MERGED_METADATA}, c.text_hash, c.node"
-)
+def _chunk_columns(metadata: str) -> str:
+    return (
+        "c.id, c.node_id, c.document_id, c.ordinal, c.heading_path, c.heading_level, c.text, c.start_char,"
+        f" c.end_char, c.token_count, {metadata}, c.text_hash, c.node"
+    )
+
+
+CHUNK_COLUMNS = _chunk_columns(MERGED_METADATA)  # metadata merged with the document's
+OWN_CHUNK_COLUMNS = _chunk_columns("c.metadata")  # the chunk's own metadata, as it was added
 
 
 def is_relative_path(path: str) -> bool:
