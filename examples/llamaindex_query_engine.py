@@ -45,8 +45,8 @@ def main(db_path: Path) -> None:
             print(f"  {hit.score:.3f}  {meta['file_path']}  {meta['heading_path']}")
             e = hit.explain
             print(f"         vector #{e.vector_rank}  bm25 #{e.bm25_rank}  boost {e.boost:.4f}  mmr penalty {e.mmr_penalty:.4f}")
-    same = index.as_retriever(vector_store_query_mode="hybrid", similarity_top_k=3).retrieve("rrf_k")
-    print("as_retriever(hybrid):", [n.node.metadata["heading_path"] for n in same])
+    same = index.as_retriever(similarity_top_k=3).retrieve("rrf_k")  # no mode: what `polaris search` answers
+    print("as_retriever():", [n.node.metadata["heading_path"] for n in same])
 
 
 if __name__ == "__main__":

@@ -18,10 +18,10 @@ from llama_index.core.callbacks import CallbackManager
 from llama_index.core.schema import NodeWithScore, QueryBundle
 from llama_index.core.vector_stores.types import MetadataFilters
 
-from .engine.errors import InputError, ModelError
+from .engine.errors import InputError
 from .engine.search.pipeline import MODES, Explanation
 from .engine.search.vector import MAX_K
-from .vector_store import UNKNOWN_MODEL, PolarisVectorStore, binding_of, hit_to_node, to_engine_filter
+from .vector_store import PolarisVectorStore, binding_of, hit_to_node, to_engine_filter
 
 
 class PolarisNodeWithScore(NodeWithScore):
@@ -49,7 +49,11 @@ class PolarisRetriever(BaseRetriever):
     out: the store is opened at the config's ``db_path``, ``similarity_top_k`` is the
     config's ``top_k``, and queries are embedded with the model the database records
     (the engine's embedder), so ``embed_model`` is needed only to embed elsewhere; a
-    query vector from another model is refused as the store refuses it.
+    query vector from another model is refused as the store refuses it. A file that does
+    not name its model (its vectors came in without one Polaris could name) is proven by
+    the Polaris model that opens it, ``embed_model`` or the configured one: a few stored
+    chunks are embedded again and the file records the model when they match (engine
+    ``proof``), else the model is refused with the figures compared.
     """
 
     def __init__(
@@ -71,8 +75,8 @@ class PolarisRetriever(BaseRetriever):
             raise InputError(f"mode must be one of {', '.join(MODES)}, got {mode!r}.")
         self.vector_store = vector_store if vector_store is not None else PolarisVectorStore()
         cfg = self.vector_store.config
-        if getattr(embed_model, "embedder", None) is not None:  # a PolarisEmbedding: same model as the index?
-            self.vector_store.client.check_model(binding_of(embed_model))
+        if binding_of(embed_model) is not None:  # a PolarisEmbedding: the index's model, or proven on a file naming none
+            self.vector_store.index.use_embedder(embed_model.embedder)
         self.embed_model = embed_model
         self.similarity_top_k = cfg.top_k if similarity_top_k is None else similarity_top_k
         self.mode = mode
@@ -91,13 +95,7 @@ class PolarisRetriever(BaseRetriever):
             if binding_of(self.embed_model) is None:  # not a PolarisEmbedding: check it is the index's model
                 self.vector_store.check_query_vector(query, vector)
             return vector
-        recorded = self.vector_store.client.model
-        if recorded is not None and recorded.model_id == UNKNOWN_MODEL:
-            raise ModelError(
-                f"{self.vector_store.db_path} does not record which model made its vectors;"
-                " pass embed_model= (the model the nodes were embedded with)."
-            )
-        return self.vector_store.index.embedder.embed_query(query)
+        return self.vector_store.index.embedder.embed_query(query)  # a file naming no model: proven first
 
     def _retrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
         if self.mode != "bm25" and query_bundle.embedding is not None:

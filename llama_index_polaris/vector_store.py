@@ -18,23 +18,34 @@ Model identity. A ``polaris.db`` records the model its vectors came from and ref
 vectors from another one. The model of an ``add`` is, in order: ``embed_model=`` given
 here, ``model_id=`` given here, ``Settings.embed_model`` when it is set, else the one the
 file records. A ``PolarisEmbedding`` is recorded by id, dim and ONNX fingerprint; another
-embedding class by ``ClassName:model_name``. Same-dimension vectors that no identity
-proves are checked against the recorded model when it is a Polaris model: one node of
-each ``add`` and each query string are embedded again and refused below cosine 0.98
-(a query embedded by a PolarisEmbedding of that model in this process is not embedded twice).
+embedding class by ``ClassName:model_name``. Vectors that nothing names
+(``VectorStoreIndex(embed_model=...)`` does not tell its store) make a new file record
+``unknown``; the first Polaris model that opens such a file, through any door, proves
+itself on a few stored chunks and the file records it (engine ``proof``), or it is
+refused with the figures compared. Once a Polaris model is recorded, one node of every
+``add`` is embedded again and refused below cosine 0.98, whoever embedded it: the store's
+``embed_model`` names a model, it does not vouch for vectors the store did not make (it
+makes none). Each query vector is checked against its query string the same way (a query
+embedded by a PolarisEmbedding of that model in this process is not embedded twice).
 
-Query modes: ``DEFAULT`` is vector KNN (similarities are cosine similarities,
-``1 - distance``); ``TEXT_SEARCH`` is BM25 over ``query_str``; ``HYBRID`` is the full
-pipeline (KNN + BM25, RRF weighted by ``alpha`` when given: 1 = vector only, 0 = BM25
-only; heading boost; MMR when ``mmr_threshold`` is given); ``MMR`` re-ranks the vector
+Query modes: ``DEFAULT`` (what ``index.as_retriever()`` and ``as_query_engine()`` send
+with no mode) runs what the store's ``default_mode`` says: ``"hybrid"`` (the default) is
+what `polaris search` answers, the full pipeline in the configured unit with the top hit
+1.0; ``"vector"`` is LlamaIndex's plain vector KNN over chunks (similarities are cosine
+similarities, ``1 - distance``), as LanceDB's ``query_type`` setting lets its store
+decide. The explicit modes keep their meaning: ``TEXT_SEARCH`` is BM25 over
+``query_str``; ``HYBRID`` is the full pipeline (KNN + BM25, RRF weighted by ``alpha`` when
+given: 1 = vector only, 0 = BM25 only; heading boost; MMR); ``MMR`` re-ranks the vector
 candidates by MMR with ``mmr_threshold`` as lambda (default: the config's ``mmr_lambda``).
-``HYBRID`` answers in the configured unit (one node per section by default, as every
-other door); the other modes return chunks, as LlamaIndex's own stores do.
-``mmr_threshold`` may come with the query or as a keyword of ``query`` (LlamaIndex's
-``vector_store_kwargs``). ``similarity_top_k`` is returned as asked (up to 4,096; the
-1..100 clamp is the command line's rule for agents). Non-DEFAULT similarities are the
-pipeline's scores, the top hit 1.0. Empty ``doc_ids``/``node_ids`` lists mean no filter
-(``VectorStoreIndex.as_retriever()`` passes ``node_ids=[]``).
+The hybrid runs answer in the configured unit (one node per section by default, as every
+other door); the other modes return chunks, as LlamaIndex's own stores do. Every node a
+query returns carries its hit's explanation in ``metadata["polaris_explain"]``, hidden
+from the LLM and embed renderings. ``mmr_threshold`` may come with the query or as a
+keyword of ``query`` (LlamaIndex's ``vector_store_kwargs``). ``similarity_top_k`` is
+returned as asked (up to 4,096; the 1..100 clamp is the command line's rule for agents).
+Non-vector similarities are the pipeline's scores, the top hit 1.0. Empty
+``doc_ids``/``node_ids`` lists mean no filter (``VectorStoreIndex.as_retriever()`` passes
+``node_ids=[]``).
 """
 
 from __future__ import annotations
@@ -42,6 +53,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import defaultdict
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
@@ -67,10 +79,10 @@ from .engine.search.filters import Condition, Filter, FilterGroup
 from .engine.search.pipeline import Hit
 from .engine.search.vector import MAX_K
 from .engine.index import PolarisIndex
-from .engine.store import DEFAULT_COLLECTION, ChunkRecord, DocumentRecord, ModelBinding, Store, text_hash
+from .engine.proof import check_vector
+from .engine.store import UNKNOWN_MODEL, DEFAULT_COLLECTION, ChunkRecord, DocumentRecord, ModelBinding, Store, text_hash
 
-UNKNOWN_MODEL = "unknown"
-MIN_COSINE = 0.98  # the same model re-embedding the same text gives > 0.999; another model far less
+DEFAULT_MODES = ("hybrid", "vector")  # what LlamaIndex's DEFAULT query mode runs (the store's default_mode)
 
 _MODES = {
     VectorStoreQueryMode.DEFAULT: "vector",
@@ -114,17 +126,23 @@ def to_node(
 
 
 SECTION_TEXT_KEY = "section_text"  # for MetadataReplacementPostProcessor(target_metadata_key=...)
+EXPLAIN_KEY = "polaris_explain"  # a store query's hit: the figures of `polaris search --explain`
 
 
-def hit_to_node(hit: Hit) -> BaseNode:
+def hit_to_node(hit: Hit, *, explain: bool = False) -> BaseNode:
     """A search hit as a LlamaIndex node; the section's bounded text, when asked for, in
-    ``metadata["section_text"]`` (hidden from the LLM and embed renderings)."""
+    ``metadata["section_text"]`` and with ``explain`` the hit's explanation (as in ``polaris
+    search --json --explain``) in ``metadata["polaris_explain"]``, both hidden from the LLM
+    and embed renderings."""
     node = to_node(hit.node_id, hit.text, hit.metadata, hit.document_id, hit.start_char, hit.end_char, node=hit.node)
-    if hit.section_text is not None:
-        node.metadata[SECTION_TEXT_KEY] = hit.section_text
+    hidden = {SECTION_TEXT_KEY: hit.section_text, EXPLAIN_KEY: asdict(hit.explain) if explain else None}
+    for key, value in hidden.items():
+        if value is None:
+            continue
+        node.metadata[key] = value
         for keys in (node.excluded_llm_metadata_keys, node.excluded_embed_metadata_keys):
-            if SECTION_TEXT_KEY not in keys:
-                keys.append(SECTION_TEXT_KEY)
+            if key not in keys:
+                keys.append(key)
     return node
 
 
@@ -153,9 +171,9 @@ def _chunk(node: BaseNode, position: int) -> ChunkRecord:
 class PolarisVectorStore(BasePydanticVectorStore):
     """LlamaIndex vector store over a ``polaris.db`` (SQLite + sqlite-vec + FTS5).
 
-    ``PolarisVectorStore(db_path="polaris.db", collection="default", embed_model=None)``;
-    arguments left out come from the merged ``polaris.toml``. See the module docstring for
-    collections, model identity and query modes.
+    ``PolarisVectorStore(db_path="polaris.db", collection="default", embed_model=None,
+    default_mode="hybrid")``; arguments left out come from the merged ``polaris.toml``. See
+    the module docstring for collections, model identity and query modes.
     """
 
     stores_text: bool = True
@@ -164,6 +182,7 @@ class PolarisVectorStore(BasePydanticVectorStore):
     db_path: str
     model_id: Optional[str] = None
     collection: Optional[str] = DEFAULT_COLLECTION
+    default_mode: str = "hybrid"
 
     _index: PolarisIndex = PrivateAttr()
     _embed_model: Any = PrivateAttr(default=None)
@@ -175,13 +194,19 @@ class PolarisVectorStore(BasePydanticVectorStore):
         model_id: Optional[str] = None,
         embed_model: Any = None,
         collection: Optional[str] = DEFAULT_COLLECTION,
+        default_mode: str = "hybrid",
         config: Optional[PolarisConfig] = None,
         **kwargs: Any,
     ) -> None:
         if kwargs:
             raise InputError(
                 f"PolarisVectorStore does not take {', '.join(sorted(kwargs))}; it takes db_path, collection,"
-                " embed_model, model_id and config."
+                " embed_model, model_id, default_mode and config."
+            )
+        if default_mode not in DEFAULT_MODES:
+            raise InputError(
+                f"default_mode must be {' or '.join(repr(m) for m in DEFAULT_MODES)} (what a query in LlamaIndex's"
+                f" DEFAULT mode runs, as index.as_retriever() sends), got {default_mode!r}."
             )
         cfg = config if config is not None else load_config()
         path = str(db_path if db_path is not None else cfg.db_path)
@@ -194,13 +219,12 @@ class PolarisVectorStore(BasePydanticVectorStore):
             raise InputError(f"model_id {model_id!r} and embed_model ({model_name(embed_model)}) disagree; pass one.")
         super().__init__(
             db_path=path, model_id=model_name(embed_model) if embed_model is not None else model_id,
-            collection=collection,
+            collection=collection, default_mode=default_mode,
         )
         self._index = PolarisIndex(path, config=cfg)
         self._embed_model = embed_model
-        polaris = binding_of(embed_model)
-        if polaris is not None:
-            self._index.store.check_model(polaris)
+        if binding_of(embed_model) is not None:  # a PolarisEmbedding: checked, or proven on a file naming none
+            self._index.use_embedder(embed_model.embedder)
 
     @classmethod
     def class_name(cls) -> str:
@@ -262,9 +286,9 @@ class PolarisVectorStore(BasePydanticVectorStore):
         if len(dims) != 1:
             raise InputError(f"the nodes' embeddings have different sizes: {sorted(dims)}.")
         vectors = np.asarray([n.embedding for n in nodes], dtype=np.float32)
-        proven = self._bind(vectors.shape[1])
-        if not proven:
-            self._check_vector(nodes[0].get_content(metadata_mode=MetadataMode.EMBED), vectors[0], query=False)
+        self._bind(vectors.shape[1])
+        # whoever embedded them (the store's embed_model names a model, it made none of these vectors)
+        self._check_vector(nodes[0].get_content(metadata_mode=MetadataMode.EMBED), vectors[0], query=False)
         return vectors
 
     def _wanted(self, dim: int) -> Optional[ModelBinding]:
@@ -276,41 +300,60 @@ class PolarisVectorStore(BasePydanticVectorStore):
         settings_model = _settings_embed_model()
         return binding_of(settings_model, dim) if settings_model is not None else None
 
-    def _bind(self, dim: int) -> bool:
-        """Record or check the model of ``dim``-dim vectors; True when an identity proves them."""
+    def _bind(self, dim: int) -> None:
+        """Record or check the model of ``dim``-dim vectors; a file naming no model is proven
+        by the Polaris model these vectors claim (engine ``proof``)."""
         store = self.client
         recorded, wanted = store.model, self._wanted(dim)
         if recorded is not None and recorded.dim != dim:
+            unnamed = recorded.model_id == UNKNOWN_MODEL
+            of, model = ("a model it does not name", "the model that made them") if unnamed else (
+                recorded.model_id, recorded.model_id)
             raise ModelMismatchError(
-                f"{store.path} holds {recorded.dim}-dim vectors of {recorded.model_id}, but these nodes carry"
-                f" {dim}-dim embeddings; vectors from two models cannot be compared. Embed with"
-                f" {recorded.model_id} or write to a new file."
+                f"{store.path} holds {recorded.dim}-dim vectors of {of}, but these nodes carry {dim}-dim"
+                f" embeddings; vectors from two models cannot be compared. Embed with {model} or write to a new file."
             )
+        if recorded is not None and recorded.model_id == UNKNOWN_MODEL and wanted is not None:
+            embedder = self._polaris_embedder(wanted)
+            if embedder is not None:
+                self._index.use_embedder(embedder)
+                recorded = store.model
         store.bind_model(wanted or recorded or ModelBinding(UNKNOWN_MODEL, dim))
-        return wanted is not None and bool(wanted.fingerprint)  # a PolarisEmbedding: id, dim and file agree
+
+    def _polaris_embedder(self, wanted: ModelBinding) -> Any:
+        """The engine embedder of ``wanted`` when it is a Polaris model (None for another library's)."""
+        for model in (self._embed_model, _settings_embed_model()):
+            if binding_of(model) == wanted:
+                return model.embedder
+        if not _is_polaris_model(wanted.model_id):
+            return None
+        from .engine.embed import embedder_from_config
+
+        return embedder_from_config(self.config, wanted.model_id, dim=wanted.dim)
+
+    def _recorded_embedder(self) -> Any:
+        """The embedder of the recorded model: a PolarisEmbedding at hand that is it, else the index's."""
+        recorded = self.client.model
+        for model in (self._embed_model, _settings_embed_model()):
+            found = binding_of(model)
+            if found is not None and (found.model_id, found.dim, found.fingerprint) == (
+                    recorded.model_id, recorded.dim, recorded.fingerprint):
+                return model.embedder
+        return self._index.embedder
 
     def _check_vector(self, text: str, vector: np.ndarray, *, query: bool) -> None:
         """Embed ``text`` with the recorded Polaris model and refuse ``vector`` if it is not that model's."""
         recorded = self.client.model
         if recorded is None or not _is_polaris_model(recorded.model_id):
-            return  # another library's model: only its recorded name and dim can be checked
+            return  # another library's model, or none named: only its recorded name and dim can be checked
         try:
-            embedder = self._index.embedder
+            embedder = self._recorded_embedder()
         except ModelError as exc:
             raise ModelError(
                 f"cannot check that these vectors come from {recorded.model_id}, which {self.client.path} records:"
-                f" {exc} Pass embed_model=PolarisEmbedding(...) to the store to vouch for them."
+                f" {exc}"
             ) from exc
-        mine = embedder.embed_query(text) if query else embedder.embed_documents([text])[0]
-        given = np.asarray(vector, dtype=np.float32)
-        cosine = float(mine @ given / (np.linalg.norm(mine) * np.linalg.norm(given) or 1.0))
-        if cosine < MIN_COSINE:
-            what = "the query embedding" if query else "these nodes' embeddings"
-            raise ModelMismatchError(
-                f"{what} do not come from {recorded.model_id}, which {self.client.path} was built with"
-                f" (cosine {cosine:.3f} against {recorded.model_id}'s own embedding of the same text);"
-                f" embed with PolarisEmbedding(model_id={recorded.model_id!r}) or use another file."
-            )
+        check_vector(self.client, embedder, text, vector, query=query)
 
     def check_query_vector(self, query: str, vector: Any) -> None:
         """Refuse a query vector that the recorded Polaris model would not make for ``query``."""
@@ -355,19 +398,21 @@ class PolarisVectorStore(BasePydanticVectorStore):
         return self._index.searcher(embed_query).search(query, within_collection=self.collection, **kwargs)
 
     def query(self, query: VectorStoreQuery, **kwargs: Any) -> VectorStoreQueryResult:
-        """Answer a LlamaIndex query in mode DEFAULT, TEXT_SEARCH, HYBRID or MMR."""
-        mode = _MODES.get(query.mode)
-        if mode is None:
+        """Answer a LlamaIndex query in mode DEFAULT (what ``default_mode`` says), TEXT_SEARCH, HYBRID or MMR."""
+        if query.mode not in _MODES:
             supported = ", ".join(m.name for m in _MODES)
             raise InputError(f"PolarisVectorStore does not support query mode {query.mode.name}; use {supported}.")
+        runs = self._runs(query.mode)
+        mode = _MODES[runs]
         if mode != "bm25" and query.query_embedding is None:
             raise InputError(f"query mode {query.mode.name} needs query_embedding.")
         if query.mode in (VectorStoreQueryMode.HYBRID, VectorStoreQueryMode.TEXT_SEARCH) and query.query_str is None:
             raise InputError(f"query mode {query.mode.name} needs query_str.")
         if mode != "bm25" and query.query_str:
             self.check_query_vector(query.query_str, query.query_embedding)
+        hybrid = runs == VectorStoreQueryMode.HYBRID
         top_k = query.similarity_top_k
-        if query.mode == VectorStoreQueryMode.HYBRID and query.hybrid_top_k is not None:
+        if hybrid and query.hybrid_top_k is not None:
             top_k = query.hybrid_top_k
         hits = self.search(
             query.query_str or "",
@@ -378,28 +423,39 @@ class PolarisVectorStore(BasePydanticVectorStore):
             filters=to_engine_filter(query.filters),
             node_ids=query.node_ids or None,
             query_vector=None if mode == "bm25" else query.query_embedding,
-            mmr_lambda=self._mmr_lambda(query, kwargs),
-            alpha=query.alpha if query.mode == VectorStoreQueryMode.HYBRID else None,
-            unit=None if query.mode == VectorStoreQueryMode.HYBRID else "chunk",  # other modes: LlamaIndex's nodes
+            mmr_lambda=self._mmr_lambda(query, runs, kwargs),
+            alpha=query.alpha if hybrid else None,
+            unit=None if hybrid else "chunk",  # the other modes: LlamaIndex's nodes
             context_tokens=kwargs.get("context_tokens"),
         )
-        if query.mode == VectorStoreQueryMode.DEFAULT:
+        if runs == VectorStoreQueryMode.DEFAULT:
             similarities = [1.0 - h.explain.vector_distance for h in hits]
         else:
             similarities = [h.score for h in hits]
         return VectorStoreQueryResult(
-            nodes=[hit_to_node(h) for h in hits], similarities=similarities, ids=[h.node_id for h in hits]
+            nodes=[hit_to_node(h, explain=True) for h in hits], similarities=similarities,
+            ids=[h.node_id for h in hits],
         )
 
-    def _mmr_lambda(self, query: VectorStoreQuery, kwargs: Dict[str, Any]) -> Optional[float]:
+    def _runs(self, mode: VectorStoreQueryMode) -> VectorStoreQueryMode:
+        """The mode a query runs in: DEFAULT (``as_retriever()`` with no mode) is the store's
+        ``default_mode``, HYBRID unless it is ``"vector"``; the explicit modes are themselves."""
+        if mode == VectorStoreQueryMode.DEFAULT and self.default_mode == "hybrid":
+            return VectorStoreQueryMode.HYBRID
+        return mode
+
+    def _mmr_lambda(
+        self, query: VectorStoreQuery, runs: VectorStoreQueryMode, kwargs: Dict[str, Any]
+    ) -> Optional[float]:
         """MMR's lambda: the query's mmr_threshold, else the keyword, else (MMR mode) the config's."""
         unknown = set(kwargs) - {"mmr_threshold", "context_tokens"}
         if unknown:
             raise InputError(f"PolarisVectorStore.query does not take {', '.join(sorted(unknown))}.")
         threshold = query.mmr_threshold if query.mmr_threshold is not None else kwargs.get("mmr_threshold")
-        if threshold is not None and query.mode in (VectorStoreQueryMode.DEFAULT, VectorStoreQueryMode.TEXT_SEARCH):
-            raise InputError(f"mmr_threshold applies to the MMR and HYBRID query modes, not {query.mode.name}.")
-        if threshold is None and query.mode == VectorStoreQueryMode.MMR:
+        if threshold is not None and runs in (VectorStoreQueryMode.DEFAULT, VectorStoreQueryMode.TEXT_SEARCH):
+            why = " (this store's default_mode is 'vector')" if runs == VectorStoreQueryMode.DEFAULT else ""
+            raise InputError(f"mmr_threshold applies to the MMR and HYBRID query modes, not {query.mode.name}{why}.")
+        if threshold is None and runs == VectorStoreQueryMode.MMR:
             return self.config.mmr_lambda
         return threshold
 

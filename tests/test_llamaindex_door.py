@@ -198,7 +198,9 @@ def test_vectors_of_another_model_are_refused_at_add_and_at_query(tmp_path, hand
     with pytest.raises(ModelMismatchError, match="query embedding"):
         PolarisRetriever(vector_store=store, embed_model=mock).retrieve("expired sessions")
     good = VectorStoreIndex.from_vector_store(store, embed_model=embed).as_retriever(similarity_top_k=3)
-    assert good.retrieve("how do we handle expired sessions")[0].node.metadata["file_path"] == "auth/tokens.md"
+    with PolarisIndex(tmp_path / "p.db", config=config(), readonly=True) as engine:  # what `polaris search` answers
+        expected = [h.node_id for h in engine.search("how do we handle expired sessions", top_k=3)]
+    assert [n.node.node_id for n in good.retrieve("how do we handle expired sessions")] == expected
     assert len(store.client.documents()) == 11  # the refused add wrote nothing
     # an index built through Settings.embed_model records that model, not "unknown"
     settings_embed_model(MockEmbedding(embed_dim=16))
@@ -214,7 +216,7 @@ def test_vectors_of_another_model_are_refused_at_add_and_at_query(tmp_path, hand
 
 def test_query_options_are_honoured(tmp_path, handbook, embed) -> None:
     cfg = load_config(use_user_config=False)
-    many = PolarisVectorStore(tmp_path / "many.db", model_id="fake-8", config=cfg)
+    many = PolarisVectorStore(tmp_path / "many.db", model_id="fake-8", config=cfg, default_mode="vector")
     many.add(fake_nodes(200, "n"))
     wide = VectorStoreQuery(query_embedding=fake_nodes(1, "q")[0].embedding, similarity_top_k=150)
     assert len(many.query(wide).nodes) == 150  # LlamaIndex's top_k, not the agents' 1..100 clamp
@@ -222,7 +224,8 @@ def test_query_options_are_honoured(tmp_path, handbook, embed) -> None:
 
     with PolarisIndex(tmp_path / "p.db", config=config()) as cli:
         cli.index_paths([handbook])
-    store = PolarisVectorStore(tmp_path / "p.db", config=config(heading_boost=0.0))  # alpha alone decides fusion
+    # alpha alone decides fusion; DEFAULT is LlamaIndex's plain vector search here
+    store = PolarisVectorStore(tmp_path / "p.db", config=config(heading_boost=0.0), default_mode="vector")
     index = VectorStoreIndex.from_vector_store(store, embed_model=embed)
     question = "rrf_k rank fusion constant"
 

@@ -166,8 +166,9 @@ async def test_a_query_engine_can_give_the_llm_the_section(project: Path) -> Non
 
 async def test_every_store_query_mode_and_the_page_answer_what_the_engine_answers(project: Path) -> None:
     """PolarisVectorStore.query in each mode gives the engine's hits for the same query
-    (HYBRID in sections, the others in chunks, as LlamaIndex's modes mean), and the
-    Datasette page lists the engine's sections in its order."""
+    (HYBRID and DEFAULT in sections, the others in chunks, as LlamaIndex's modes mean;
+    DEFAULT in chunks with default_mode="vector"), and the Datasette page lists the
+    engine's sections in its order."""
     from llama_index.core.vector_stores.types import VectorStoreQuery, VectorStoreQueryMode as Mode
 
     cfg = load_config(project, use_user_config=False)
@@ -176,17 +177,22 @@ async def test_every_store_query_mode_and_the_page_answer_what_the_engine_answer
     with PolarisIndex(project / "polaris.db", config=cfg, readonly=True) as index:
         engine = {
             Mode.HYBRID: index.search(QUERY, top_k=4, query_vector=qvec),
-            Mode.DEFAULT: index.search(QUERY, top_k=4, mode="vector", unit="chunk", query_vector=qvec),
+            Mode.DEFAULT: index.search(QUERY, top_k=4, query_vector=qvec),
+            "vector": index.search(QUERY, top_k=4, mode="vector", unit="chunk", query_vector=qvec),
             Mode.TEXT_SEARCH: index.search(QUERY, top_k=4, mode="bm25", unit="chunk"),
             Mode.MMR: index.search(QUERY, top_k=4, mode="vector", unit="chunk", query_vector=qvec,
                                    mmr_lambda=cfg.mmr_lambda),
         }
     store = PolarisVectorStore(project / "polaris.db", config=cfg)
+    plain = PolarisVectorStore(project / "polaris.db", config=cfg, default_mode="vector")
     for mode, hits in engine.items():
-        result = store.query(VectorStoreQuery(query_str=QUERY, query_embedding=qvec, similarity_top_k=4, mode=mode))
+        on, asked = (plain, Mode.DEFAULT) if mode == "vector" else (store, mode)
+        result = on.query(VectorStoreQuery(query_str=QUERY, query_embedding=qvec, similarity_top_k=4, mode=asked))
         assert result.ids == [h.node_id for h in hits], mode
     store.close()
-    assert len({h.node_id for h in engine[Mode.DEFAULT]}) == 4  # chunks: the long section may fill the list
+    plain.close()
+    assert len({h.node_id for h in engine["vector"]}) == 4  # chunks: the long section may fill the list
+    assert [h.node_id for h in engine["vector"]] != [h.node_id for h in engine[Mode.DEFAULT]]
 
     page = await Datasette([str(project / "polaris.db")]).client.get("/polaris/-/polaris", params={"q": QUERY, "k": "4"})
     headings = re.findall(r'<h3 class="polaris-heading">(.*?)</h3>', page.text, re.S)

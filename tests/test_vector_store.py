@@ -8,7 +8,7 @@ import textwrap
 import numpy as np
 import pytest
 from llama_index.core import StorageContext, VectorStoreIndex
-from llama_index.core.schema import NodeRelationship, RelatedNodeInfo, TextNode
+from llama_index.core.schema import MetadataMode, NodeRelationship, RelatedNodeInfo, TextNode
 from llama_index.core.vector_stores.types import (
     MetadataFilter,
     MetadataFilters,
@@ -62,7 +62,8 @@ def new_store(db_path):
 
 @pytest.fixture
 def store(new_store):
-    s = new_store(model_id="fake-bow")
+    """DEFAULT as LlamaIndex's plain vector search (default_mode="vector"); the hybrid default is tested below."""
+    s = new_store(model_id="fake-bow", default_mode="vector")
     s.add(make_nodes())
     return s
 
@@ -198,6 +199,10 @@ def test_model_binding_refuses_other_dims_and_models(new_store, tmp_path):
     fresh = new_store(tmp_path / "anon.db")
     fresh.add(make_nodes()[:1])
     assert fresh.client.model.model_id == "unknown" and fresh.client.model.dim == DIM
+    fresh.add([TextNode(id_="more", text="more", embedding=[0.5] * DIM)])  # more vectors naming no model
+    with pytest.raises(ModelMismatchError, match="of a model it does not name") as info:
+        fresh.add([TextNode(id_="wide", text="wide", embedding=[0.5] * (DIM + 1))])
+    assert "unknown" not in str(info.value)
     with pytest.raises(InputError, match="no embedding"):
         fresh.add([TextNode(id_="a", text="a", embedding=[0.0] * DIM), TextNode(id_="b", text="b")])
     with pytest.raises(InputError, match="BaseEmbedding such as PolarisEmbedding"):
@@ -220,7 +225,10 @@ def polaris_embedding():
 
 def test_embed_model_binding_records_the_real_model(new_store, polaris_embedding):
     s = new_store(embed_model=polaris_embedding)
-    s.add(make_nodes(lambda t: polaris_embedding.get_text_embedding(t)))
+    nodes = make_nodes()
+    for n in nodes:  # what LlamaIndex embeds for a node (the store checks one node of each add)
+        n.embedding = polaris_embedding.get_text_embedding(n.get_content(metadata_mode=MetadataMode.EMBED))
+    s.add(nodes)
     m = s.client.model
     assert (m.model_id, m.dim) == (MODEL, 384) and len(m.fingerprint) == 64
     assert s.model_id == MODEL

@@ -9,12 +9,13 @@ from typing import Any, Callable, Sequence
 
 from .config import PolarisConfig, load_config
 from .errors import DatabaseError, InputError
-from .store import ModelBinding, Store
+from .store import UNKNOWN_MODEL, ModelBinding, Store
 
 
 def model_choice(config: PolarisConfig, recorded: ModelBinding | None) -> tuple[str, int | None]:
-    """The model to use: the database's unless the config names one explicitly."""
-    if recorded is not None and not config.model_explicit:
+    """The model to use: the database's unless the config names one explicitly (or the file
+    does not name its model: then the config's, which must prove itself, see proof.py)."""
+    if recorded is not None and recorded.model_id != UNKNOWN_MODEL and not config.model_explicit:
         dim_explicit = config.is_explicit("embedding_dim")
         return recorded.model_id, config.embedding_dim if dim_explicit else recorded.dim
     return config.model_id, config.embedding_dim
@@ -57,7 +58,11 @@ class PolarisIndex:
 
     @property
     def embedder(self) -> Any:
-        """The embedder for this index (the recorded model unless the config names another)."""
+        """The embedder for this index (the recorded model unless the config names another).
+
+        A file that does not name its model (``unknown``) is proven by the configured model
+        on first use and records it (``proof.prove``), or the model is refused.
+        """
         with self._lock:
             if self._embedder is None:
                 from .embed import embedder_from_config, get_model_spec, resolve_dim
@@ -66,13 +71,35 @@ class PolarisIndex:
                     raise DatabaseError(f"{self.path} has no model recorded yet: nothing has been indexed into it.")
                 model_id, dim = model_choice(self.config, self.store.model)
                 # refuse a mismatch before any model file is looked for or loaded
-                self.store.check_model(ModelBinding(model_id, resolve_dim(get_model_spec(model_id), dim)))
+                wanted = ModelBinding(model_id, resolve_dim(get_model_spec(model_id), dim))
+                recorded = self.store.model
+                if recorded is None or recorded.model_id != UNKNOWN_MODEL or recorded.dim != wanted.dim:
+                    self.store.check_model(wanted)
                 embedder = embedder_from_config(self.config, model_id, dim=dim, fast_start=self.fast_start)
-                self.store.check_model(
-                    ModelBinding(embedder.model_id, embedder.dim, embedder.fingerprint)
-                )
+                self._prove_or_check(embedder)
                 self._embedder = embedder
             return self._embedder
+
+    def use_embedder(self, embedder: Any) -> None:
+        """Open this file with a door's own Polaris ``embedder`` (a ``PolarisEmbedding``'s).
+
+        It is checked against the recorded model; a file that does not name its model is
+        proven by it and records it (``proof.prove``). It then embeds for this index, unless
+        the index already has an embedder.
+        """
+        with self._lock:
+            self._prove_or_check(embedder)
+            if self._embedder is None:
+                self._embedder = embedder
+
+    def _prove_or_check(self, embedder: Any) -> None:
+        from .proof import binding, prove
+
+        recorded = self.store.model
+        if recorded is not None and recorded.model_id == UNKNOWN_MODEL:
+            prove(self.store, embedder)
+        else:
+            self.store.check_model(binding(embedder))
 
     def searcher(self, embed_query: Callable[[str], Any] | None = None) -> Any:
         """A Searcher over this index; queries are embedded by ``embed_query``, else its embedder."""

@@ -36,6 +36,7 @@ from .search.filters import Filter, filter_sql
 from .search.names import collections_named
 from .text import nfc
 
+UNKNOWN_MODEL = "unknown"  # the binding of vectors that came in without a model Polaris could name (see proof.py)
 DEFAULT_FTS_TOKENIZER = SETTINGS_BY_NAME["fts_tokenizer"].default
 
 
@@ -107,6 +108,9 @@ class ModelBinding:
 
 def mismatch_message(recorded: ModelBinding, wanted: ModelBinding, path: str) -> str | None:
     """Why ``wanted`` cannot use an index built with ``recorded``, or None if it can."""
+    if recorded.model_id == UNKNOWN_MODEL:
+        same = (wanted.model_id, wanted.dim) == (UNKNOWN_MODEL, recorded.dim)  # more vectors naming no model
+        return None if same else unknown_model_message(recorded, wanted, path)
     if (recorded.model_id, recorded.dim) != (wanted.model_id, wanted.dim):
         what = f"{wanted.model_id} at {wanted.dim} dims"
     elif recorded.fingerprint and wanted.fingerprint and recorded.fingerprint != wanted.fingerprint:
@@ -120,6 +124,30 @@ def mismatch_message(recorded: ModelBinding, wanted: ModelBinding, path: str) ->
         " vectors from two models cannot be compared. Re-index into a new file"
         f" (delete {path} or pass --db NEW.db), or use model_id = \"{recorded.model_id}\""
         f" with embedding_dim = {recorded.dim}."
+    )
+
+
+def unknown_model_message(recorded: ModelBinding, wanted: ModelBinding, path: str) -> str:
+    """Why ``wanted`` cannot simply be trusted with a file that does not name its model."""
+    if wanted.dim != recorded.dim:
+        return (
+            f"{path} holds {recorded.dim}-dim vectors from a model it does not name, but {wanted.model_id} makes"
+            f" {wanted.dim}-dim vectors, so it did not make them. Name the model that embedded them (model_id and"
+            " embedding_dim in polaris.toml; in LlamaIndex, embed_model=), or re-index into a new file (delete it or"
+            " pass --db NEW.db)."
+        )
+    if wanted.fingerprint:  # a Polaris model: it can prove itself (proof.py), but has not here
+        return (
+            f"{path} holds {recorded.dim}-dim vectors from a model it does not name, and {wanted.model_id} has"
+            " not been shown to have made them. Open the file with it through any Polaris door (PolarisIndex,"
+            " polaris search, PolarisEmbedding), which embeds a few chunks again and records the model when they"
+            " match, or re-index into a new file."
+        )
+    return (
+        f"{path} holds {recorded.dim}-dim vectors from a model it does not name, and {wanted.model_id} is not"
+        " a Polaris model, so nothing can show that it made them. Open the file once with the Polaris model that"
+        " embedded them (it re-embeds a few chunks and records itself), or write to a new file with"
+        f" {wanted.model_id} named from the start."
     )
 
 
@@ -142,6 +170,7 @@ class Store:
         self._lock = threading.RLock()
         self._tokenizer: postings.Tokenizer | None = None
         self._batched = 0
+        self._proven: ModelBinding | None = None  # proven on a file this process cannot write (see record_proof)
         if fts_tokenizer is not None:
             problem = SETTINGS_BY_NAME["fts_tokenizer"].check(fts_tokenizer)
             if problem:
@@ -242,13 +271,17 @@ class Store:
         meta = self.meta
         if "model_id" not in meta:
             return None
-        return ModelBinding(
+        recorded = ModelBinding(
             model_id=meta["model_id"],
             dim=int(meta["embedding_dim"]),
             fingerprint=meta.get("model_fingerprint", ""),
             doc_prefix=meta.get("doc_prefix", ""),
             query_prefix=meta.get("query_prefix", ""),
         )
+        proven = self._proven
+        if recorded.model_id == UNKNOWN_MODEL and proven is not None and proven.dim == recorded.dim:
+            return proven
+        return recorded
 
     def check_model(self, wanted: ModelBinding) -> None:
         """Raise ModelMismatchError when ``wanted`` differs from the recorded model."""
@@ -275,6 +308,65 @@ class Store:
                 db.create_vec_table(self.conn, wanted.dim)
             if settings:
                 set_meta(self.conn, chunker=json.dumps(settings, sort_keys=True))
+
+    def record_proof(self, proven: ModelBinding) -> bool:
+        """Record ``proven`` as the model of a file whose binding is ``unknown`` (see ``proof.prove``).
+
+        A read-only Store records it through a short write of its own; where the file cannot
+        be written at all, this Store alone trusts ``proven`` until it is closed. Returns True
+        when the file now records it.
+        """
+        if not self.readonly:
+            with self._write():
+                self._record_proof(self.conn, proven)
+            return True
+        try:
+            conn = db.connect(self.path)
+            try:
+                with transaction(conn):
+                    self._record_proof(conn, proven)
+            finally:
+                conn.close()
+        except ModelMismatchError:
+            raise
+        except (DatabaseError, db.sqlite_module().Error):  # a read-only file or file system
+            self._proven = proven
+            return False
+        return True
+
+    def _record_proof(self, conn: Any, proven: ModelBinding) -> None:
+        meta = get_meta(conn)
+        if meta.get("model_id") != UNKNOWN_MODEL:  # another process recorded a model meanwhile
+            if "model_id" in meta:
+                self.check_model(proven)
+            return
+        if int(meta["embedding_dim"]) != proven.dim:
+            raise ModelMismatchError(unknown_model_message(ModelBinding(UNKNOWN_MODEL, int(meta["embedding_dim"])),
+                                                           proven, self.path))
+        set_meta(conn, model_id=proven.model_id, model_fingerprint=proven.fingerprint,
+                 doc_prefix=proven.doc_prefix, query_prefix=proven.query_prefix)
+
+    def vector_sample(self, n: int) -> list[ChunkRecord]:
+        """Up to ``n`` chunks that have a vector, spread evenly over the file (by rowid), each
+        with its own metadata (not merged with its document's) and its vector."""
+        with self._lock:
+            low, high = self.conn.execute("SELECT min(id), max(id) FROM chunks WHERE embedding IS NOT NULL").fetchone()
+            if low is None:
+                return []
+            ids: list[int] = []
+            for i in range(n):
+                row = self.conn.execute(
+                    "SELECT id FROM chunks WHERE embedding IS NOT NULL AND id >= ? ORDER BY id LIMIT 1",
+                    (low + (high - low) * i // max(n - 1, 1),),
+                ).fetchone()
+                if row[0] not in ids:
+                    ids.append(row[0])
+            rows = self.conn.execute(
+                f"SELECT {OWN_CHUNK_COLUMNS}, c.embedding FROM chunks c"
+                " WHERE c.id IN (SELECT value FROM json_each(?)) ORDER BY c.id",
+                (json.dumps(ids),),
+            ).fetchall()
+        return [_chunk_from_row(r, True) for r in rows]
 
     # -- writes -------------------------------------------------------------------
     def upsert_document(
@@ -585,10 +677,15 @@ class Store:
         return sum(Path(self.path + s).stat().st_size for s in ("", "-wal") if Path(self.path + s).exists())
 
 
-CHUNK_COLUMNS = (
-    "c.id, c.node_id, c.document_id, c.ordinal, c.heading_path, c.heading_level, c.text, c.start_char,"
-    f" c.end_char, c.token_count, {MERGED_METADATA}, c.text_hash, c.node"
-)
+def _chunk_columns(metadata: str) -> str:
+    return (
+        "c.id, c.node_id, c.document_id, c.ordinal, c.heading_path, c.heading_level, c.text, c.start_char,"
+        f" c.end_char, c.token_count, {metadata}, c.text_hash, c.node"
+    )
+
+
+CHUNK_COLUMNS = _chunk_columns(MERGED_METADATA)  # metadata merged with the document's
+OWN_CHUNK_COLUMNS = _chunk_columns("c.metadata")  # the chunk's own metadata, as it was added
 
 
 def is_relative_path(path: str) -> bool:
