@@ -25,12 +25,12 @@ def test_quickstart_handbook_covers_both_failure_modes(tmp_path: Path) -> None:
         return proc.stdout
 
     assert "0 failed" in polaris("index", "handbook")
-    # worded unlike its answer: the vector side finds the token-lifetime section
+    # worded unlike its answer: the vector side finds the token-lifetime section, hybrid keeps it in the top 3
     hits = json.loads(polaris("search", "how do we handle expired sessions", "-k", "3", "--json", "--explain"))
-    assert hits[0]["document"] == "auth/tokens.md"
-    assert hits[0]["heading_path"].endswith("Token lifetime and refresh")
+    tokens = [h for h in hits if h["heading_path"].endswith("Token lifetime and refresh")]
+    assert tokens and tokens[0]["document"] == "auth/tokens.md" and tokens[0]["explain"]["vector_rank"] == 1
     bm25 = json.loads(polaris("search", "how do we handle expired sessions", "-k", "3", "--json", "--mode", "bm25"))
-    assert bm25[0]["document"] != "auth/tokens.md"  # keywords alone are led astray
+    assert all(h["document"] != "auth/tokens.md" for h in bm25)  # keywords alone are led astray
     # an exact identifier: the BM25 side finds the config key
     hits = json.loads(polaris("search", "rrf_k", "-k", "3", "--json", "--explain"))
     assert hits[0]["document"] == "search/configuration.md"
@@ -46,8 +46,8 @@ def test_llamaindex_query_engine_example(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     blocks = proc.stdout.split("Q: ")[1:]
-    assert blocks[0].splitlines()[1].split()[1:3] == ["auth/tokens.md", "Access"]
-    assert "Token lifetime and refresh" in blocks[0].splitlines()[1]
+    assert any(line.split()[1:3] == ["auth/tokens.md", "Access"] and "Token lifetime and refresh" in line
+               for line in blocks[0].splitlines()[1:7:2])  # among the three hits
     assert blocks[1].splitlines()[1].split()[1] == "search/configuration.md"
     # `polaris index` on the file LlamaIndex built: the same documents (by path), nothing to embed
     cli = subprocess.run(
