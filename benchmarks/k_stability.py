@@ -146,6 +146,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--ks", default="1,3,5,10,20,50,100")
     ap.add_argument("--scifact", default=None, help="a BEIR folder (SciFact) to add")
     ap.add_argument("--tag", default="", help="suffix of the JSON written to benchmarks/out/")
+    ap.add_argument("--no-docsets", action="store_true", help="SciFact only")
     args = ap.parse_args(argv)
     ks = [int(k) for k in args.ks.split(",")]
     pools: list[int | None] = [int(p) for p in args.pools.split(",") if p] if has_pool_setting() else [None]
@@ -153,7 +154,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     everything: dict[str, Any] = {}
     rows: list[list[Any]] = []
     pooled: dict[Any, dict[str, Any]] = {}
-    for name in args.names:
+    for name in ([] if args.no_docsets else args.names):
         res = run_docset(name, args.split, pools, ks)
         everything[name] = {str(p): r for p, r in res.items()}
         rows += rows_of(name, res)
@@ -161,7 +162,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             pooled.setdefault(p, {"split": args.split, "per_query": {}})["per_query"].update(
                 {f"{name}/{q}": m for q, m in r["per_query"].items()})
         print(table(["set", "split", "pool", "n", *COLUMNS], rows[-len(pools):]), flush=True)
-    if len(args.names) > 1:
+    if len(args.names) > 1 and not args.no_docsets:
         rows += rows_of("pooled doc sets", pooled)
     if args.scifact:
         split = "train" if args.split == "train" else "test"
