@@ -145,13 +145,15 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 
 def _hit_text(hit: Any, query: str, color: bool, explain: bool) -> str:
+    from .engine.search.explain import explain_line
+
     bold = (lambda s: f"\033[1m{s}\033[0m") if color else (lambda s: s)
     where = f"{hit.document}" + (f"  ›  {hit.heading_path}" if hit.heading_path else "")
     lines = [f"{hit.rank:>2}. {hit.score:.3f}  {bold(where)}", "    " + snippet(hit.text, query, color)]
     if hit.document_status == "stale":
         lines.append(f"    stale: {hit.document_error}")
     if explain:
-        lines.append("    " + _explain_line(hit.explain))
+        lines.append("    " + explain_line(hit.explain))
         if hit.explain.chunks and len(hit.section_chunks) > 1:
             lines.append("    " + _chunks_line(hit))
     if hit.section_text is not None:
@@ -169,16 +171,6 @@ def _chunks_line(hit: Any) -> str:
 
 def _fmt(value: Any, spec: str) -> str:
     return "-" if value is None else format(value, spec)
-
-
-def _explain_line(e: Any) -> str:
-    return (
-        f"vector #{_fmt(e.vector_rank, 'd')} dist {_fmt(e.vector_distance, '.4f')} | "
-        f"bm25 #{_fmt(e.bm25_rank, 'd')} score {_fmt(e.bm25_score, '.3f')} | "
-        f"rrf {_fmt(e.rrf, '.5f')} (v {_fmt(e.rrf_vector, '.5f')} + b {_fmt(e.rrf_bm25, '.5f')}) | "
-        f"score fusion v {_fmt(e.fusion_vector, '.3f')} + b {_fmt(e.fusion_bm25, '.3f')} | fused {_fmt(e.fused, '.3f')} | "
-        f"boost {_fmt(e.boost, '.4f')} | mmr penalty {_fmt(e.mmr_penalty, '.4f')} | score {e.score:.3f}"
-    )
 
 
 def snippet(text: str, query: str, color: bool = False, width: int = 220) -> str:
@@ -211,7 +203,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     from .engine.index import PolarisIndex
 
     with PolarisIndex(cfg.db_path, config=cfg, readonly=True) as index:
-        status = index.status(check=args.check)
+        status = index.status(check=args.check, changes=True)
     status["config"] = {k: {"value": v, "source": s} for k, v, s in describe(cfg)}
     if args.json:
         print(json.dumps(status, indent=2))
@@ -244,11 +236,28 @@ def _status_text(s: dict[str, Any]) -> str:
                 f"  root of '{name}' is gone: if it moved, `polaris index NEW_PLACE --collection {name}` re-keys"
                 f" nothing and re-embeds nothing; to drop it, `polaris remove --collection {name}`"
             )
+    lines += _changes_lines(s["changes"])
     check = "; ".join(s["integrity"][:5]) if "integrity" in s else "not checked (`polaris status --check` reads every page)"
     lines.append(f"integrity  {check}")
     lines.append("config (value, from)")
     lines += [f"  {k:<26} {c['value']!r:<42} {c['source']}" for k, c in s["config"].items()]
     return "\n".join(lines)
+
+
+def _changes_lines(changes: dict[str, Any]) -> list[str]:
+    """What changed on disk since indexing, per collection (``freshness``)."""
+    stale = {name: c for name, c in changes.items() if c["stale"]}
+    if not stale:
+        return ["on disk   every file as indexed"]
+    lines = []
+    for name, c in stale.items():
+        counts = ", ".join(f"{c[k]['count']} {k}" for k in ("changed", "missing", "new", "unreadable") if c[k]["count"])
+        lines.append(f"on disk   {name}: {counts} since indexed")
+        lines += [f"            {k}: {', '.join(c[k]['paths'])}" for k in ("changed", "missing", "new") if c[k]["paths"]]
+        lines += [f"            unreadable: {p}: {r}" for p, r in c["unreadable"]["reasons"].items()]
+        if c["root_exists"]:
+            lines.append(f"            update: polaris index {c['root']} --collection {name}")
+    return lines
 
 
 def cmd_models(args: argparse.Namespace) -> int:
@@ -269,6 +278,26 @@ def cmd_models(args: argparse.Namespace) -> int:
         where = r.get("path") or ""
         print(f"{mark} {r['id']:<24} {r['dim']:>5} dims  ~{r['size_mb']:>4} MB  {r.get('status', '?'):<9} {where}")
     print("\n* = model_id in effect for new indexes")
+    return 0
+
+
+# -- mcp --------------------------------------------------------------------------
+MCP_MISSING = ("`polaris mcp` needs the MCP Python SDK, an optional extra: pip install 'llama-index-polaris[mcp]'"
+               " (from a clone: pip install -e '.[mcp]').")
+
+
+def cmd_mcp(args: argparse.Namespace) -> int:
+    """polaris mcp : serve the index to agents over MCP (stdio, or streamable HTTP)."""
+    import importlib.util
+
+    if importlib.util.find_spec("mcp") is None:
+        raise PolarisError(MCP_MISSING)
+    from .mcp_server import serve
+
+    try:
+        serve(_config(args), collection=args.collection, allow_writes=args.allow_writes, http=args.http)
+    except KeyboardInterrupt:
+        pass
     return 0
 
 
@@ -325,6 +354,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     _common(p)
     p.set_defaults(func=cmd_models)
+
+    p = sub.add_parser("mcp", help="serve the index to agents over MCP (stdio; --http for streamable HTTP)",
+                       description="An MCP server over the index: tools search, read_section, outline,"
+                                   " list_documents, status (and reindex with --allow-writes), and a resource"
+                                   " per document (polaris://COLLECTION/PATH). See docs/mcp.md.")
+    p.add_argument("--collection", metavar="NAME", help="the collection tools use when a call names none (default: all)")
+    p.add_argument("--http", metavar="[HOST:]PORT",
+                   help="serve streamable HTTP at http://HOST:PORT/mcp (HOST defaults to 127.0.0.1) instead of stdio")
+    p.add_argument("--allow-writes", action="store_true",
+                   help="open the index for writing and offer the reindex tool (default: read-only)")
+    _common(p)
+    p.set_defaults(func=cmd_mcp)
 
     p = sub.add_parser("eval", help="retrieval quality on a BEIR-layout folder")
     p.add_argument("dir", metavar="DIR")

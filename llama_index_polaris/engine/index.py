@@ -44,6 +44,7 @@ class PolarisIndex:
         self.fast_start = fast_start  # a one-shot process: no ONNX graph optimisation, no vector cache
         self._vector_cache: Any = None
         self._bm25_cache: Any = None
+        self._freshness: Any = None
         self._lock = threading.Lock()
 
     def close(self) -> None:
@@ -79,6 +80,11 @@ class PolarisIndex:
                 self._prove_or_check(embedder)
                 self._embedder = embedder
             return self._embedder
+
+    @property
+    def embedder_loaded(self) -> bool:
+        """Whether this index has its embedder yet (``embedder`` loads it on first use)."""
+        return self._embedder is not None
 
     def use_embedder(self, embedder: Any) -> None:
         """Open this file with a door's own Polaris ``embedder`` (a ``PolarisEmbedding``'s).
@@ -138,10 +144,12 @@ class PolarisIndex:
             raise DatabaseError(f"{self.path} holds no index yet. Build one with `polaris index PATH`.")
         return self.searcher().search(query, **kwargs)
 
-    def status(self, check: bool = False) -> dict[str, Any]:
+    def status(self, check: bool = False, changes: bool = False) -> dict[str, Any]:
         """What the index holds: model, counts, collections and their roots, the chunk budget.
 
-        ``check`` also reads every page (``PRAGMA quick_check``) into ``integrity``.
+        ``check`` also reads every page (``PRAGMA quick_check``) into ``integrity``;
+        ``changes`` compares every collection's files on disk with the index
+        (``freshness``): ``changes`` per collection, and ``stale`` when any differ.
         """
         from .db.schema import schema_version
 
@@ -157,7 +165,65 @@ class PolarisIndex:
         }
         if check:
             out["integrity"] = store.quick_check()
+        if changes:
+            found = self.freshness.collections()
+            out["changes"] = {name: c.summary() for name, c in found.items()}
+            out["stale"] = any(c.stale for c in found.values())
         return out
+
+    @property
+    def freshness(self) -> Any:
+        """The ``Freshness`` of this index's files (it remembers file hashes while the index is open)."""
+        from .freshness import Freshness
+
+        with self._lock:
+            if self._freshness is None:
+                self._freshness = Freshness(self.store, self.config)
+            return self._freshness
+
+    # -- documents and sections (``documents.py``) -------------------------------------
+    def count_tokens(self, text: str) -> int:
+        """Tokens in ``text`` by the index's model's tokenizer (what every budget counts)."""
+        return self.embedder.count_tokens(text)
+
+    def outline(self, document: str, collection: str | None = None) -> Any:
+        """The heading tree of ``document`` (path or id), each section's size in tokens."""
+        from . import documents
+
+        with self.store.read() as conn:
+            doc = documents.load_document(conn, document, collection)
+        return documents.outline_of(doc, self.count_tokens)
+
+    def read_section(self, document: str | None = None, heading_path: str | None = None, *,
+                     node_id: str | None = None, collection: str | None = None, max_tokens: int = 2000,
+                     subsections: bool = False) -> Any:
+        """One section of ``document`` by heading path (or the section of chunk ``node_id``), its
+        text cut to ``max_tokens``, with its place among its siblings (``documents.Section``)."""
+        from . import documents
+        from .search.context import check_budget
+
+        check_budget(max_tokens, "max_tokens")
+        with self.store.read() as conn:
+            doc = documents.load_document(conn, document, collection, node_id=node_id)
+        return documents.section_of(doc, heading_path, self.count_tokens, max_tokens, subsections)
+
+    def document_text(self, document: str, collection: str | None = None, max_tokens: int = 20_000) -> Any:
+        """(``DocumentRef``, its indexed text cut to ``max_tokens``, tokens of the whole, whether cut)."""
+        from . import documents
+        from .search.context import check_budget
+
+        check_budget(max_tokens, "max_tokens")
+        with self.store.read() as conn:
+            doc = documents.load_document(conn, document, collection)
+        return (doc.ref, *documents.text_of(doc, self.count_tokens, max_tokens))
+
+    def documents(self, collection: str | None = None, prefix: str | None = None, limit: int = 100,
+                  offset: int = 0) -> Any:
+        """A page of the documents of ``collection`` (``documents.DocumentPage``)."""
+        from . import documents
+
+        with self.store.read() as conn:
+            return documents.list_documents(conn, collection, prefix, limit, offset)
 
     def _chunk_budget(self) -> dict[str, Any] | None:
         """The budget chunks were cut at (recorded when indexing) and why it is that number."""

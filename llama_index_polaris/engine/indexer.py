@@ -110,6 +110,12 @@ def content_hash(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def document_hash(text: str) -> str:
+    """The content hash stored for a document read from a file: of its text in NFC, so a file
+    is unchanged when its text is (``freshness`` compares files on disk by it)."""
+    return content_hash(nfc(text).encode("utf-8", "surrogatepass"))
+
+
 class Indexer:
     """Writes documents into a store with one embedder and one chunker configuration."""
 
@@ -238,7 +244,7 @@ class Indexer:
             self._fail(doc, old, _reason(exc), report)
             return None
         text = nfc(text)  # offsets, hashes and chunks are of the NFC text
-        doc.content_hash = doc.content_hash or content_hash(text.encode("utf-8", "surrogatepass"))
+        doc.content_hash = doc.content_hash or document_hash(text)
         if old is not None and self._unchanged(old, doc.content_hash):
             report.unchanged += 1
             return None

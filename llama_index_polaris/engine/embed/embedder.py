@@ -240,6 +240,12 @@ def embedder_from_config(
     )
 
 
+def loaded_sessions() -> int:
+    """How many ONNX sessions this process has created (one per model file and setting)."""
+    with _LOADED_LOCK:
+        return sum(1 for key in _LOADED if key[0] == create_session.__name__)
+
+
 def clear_embedders() -> None:
     """Forget the process-wide Embedders, sessions and tokenizers (tests; files replaced)."""
     with _EMBEDDERS_LOCK, _LOADED_LOCK, _RECENT_LOCK:

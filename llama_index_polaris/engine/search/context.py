@@ -3,14 +3,25 @@
 Chunks of one section overlap (``chunk_overlap_chars``) and carry their exact character
 offsets in the document, so the section is rebuilt without the repeated text. A chunk
 whose text is not its source slice (a code block cut in two is re-fenced on both sides)
-is kept whole. The budget cuts at a line or word boundary and says so.
+is kept whole. The budget cuts at a line or word boundary and says so; ``excerpt`` keeps
+the passage a hit matched in view when the budget cuts its section short.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
+
+from ..errors import InputError
 
 ELLIPSIS = "\n[…]"
+MIN_HEAD_TOKENS = 24  # below this, an excerpt shows the matched passage alone
+
+
+def check_budget(value: Any, what: str = "the token budget") -> int:
+    """``value`` when it is a positive whole number of tokens; InputError otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InputError(f"{what} must be a positive whole number of tokens, got {value!r}.")
+    return value
 
 
 def stitch(chunks: Sequence[tuple[str, int | None, int | None]]) -> str:
@@ -44,3 +55,18 @@ def bounded(text: str, count_tokens: Callable[[str], int], budget: int) -> str:
     if cut < lo // 2:
         cut = text.rfind(" ", 0, lo)
     return text[: cut if cut > 0 else lo].rstrip() + ELLIPSIS
+
+
+def excerpt(section: str, passage: str, count_tokens: Callable[[str], int], budget: int) -> str:
+    """What to show of a hit within ``budget`` tokens: ``section`` (its text as ``bounded`` cut it
+    to ``budget``) when that holds ``passage`` (the chunk that matched) whole or was not cut;
+    otherwise as much of the section's start as leaves room for the passage, then the passage,
+    so a budget never hides the part of a long section that the query found."""
+    if not section.endswith(ELLIPSIS) or passage in section:
+        return section
+    need = count_tokens(passage)
+    room = budget - need
+    if room < MIN_HEAD_TOKENS:
+        return bounded(passage, count_tokens, budget)
+    head = bounded(section[: -len(ELLIPSIS)], count_tokens, room)
+    return head + ("" if head.endswith(ELLIPSIS) else ELLIPSIS) + "\n\n" + passage

@@ -99,6 +99,16 @@ def no_document(conn: Any, missing: Sequence[str]) -> str:
             f" (a document is named by its id or its path under its collection's root).{hint}")
 
 
+def close_names(name: str, pool: Sequence[str]) -> list[str]:
+    """The names in ``pool`` close to ``name`` (at most ``SUGGESTED``), closest first."""
+    return _close(name, pool)
+
+
+def did_you_mean(matches: Sequence[str]) -> str:
+    """`` Did you mean 'x' or 'y'?`` for ``matches`` ("" when there are none)."""
+    return _hint(matches)
+
+
 def _where(conn: Any) -> str:
     """The file behind ``conn`` (its main database), for messages."""
     row = conn.execute("PRAGMA database_list").fetchone()

@@ -37,7 +37,7 @@ IDENTIFIER_LOOKUP = True  # a query of identifiers only: BM25 hits that name the
 LOOKUP_POOL = 200  # BM25 hits a lookup is lifted from (cut back to the pool after)
 POOL_GROWTH = 4  # each deeper pool holds this many times the chunks of the one before (see ``pool_depths``)
 ANN_SIZED_FOR = 30  # the approximate KNN sizes its candidates for this many results (or the pool, if deeper)
-__all__ = ["Explanation", "Hit", "Searcher", "MODES", "MAX_QUERY_CHARS", "check_query", "clamp_top_k"]
+__all__ = ["Explanation", "Hit", "Searcher", "MODES", "MAX_QUERY_CHARS", "check_query", "check_top_k", "clamp_top_k"]
 
 
 @dataclass
@@ -131,6 +131,15 @@ def clamp_top_k(top_k: int | None, default: int, upper: int = 100) -> int:
     if isinstance(top_k, bool) or not isinstance(top_k, int):
         raise InputError(f"top_k must be an integer, got {top_k!r}.")
     return max(1, min(upper, top_k))
+
+
+def check_top_k(top_k: Any, upper: int, what: str = "k") -> int:
+    """``top_k`` when it is a whole number from 1 to ``upper``; InputError otherwise. For a door
+    that tells its caller rather than clamping (the MCP server: an agent asking for 500 hits
+    learns the bound instead of silently getting fewer)."""
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= upper:
+        raise InputError(f"{what} must be a whole number from 1 to {upper}, got {top_k!r}.")
+    return top_k
 
 
 class Searcher:

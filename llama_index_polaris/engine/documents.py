@@ -1,0 +1,360 @@
+"""A document's sections as a reader asks for them: its outline, one section with its place
+among its siblings, its whole indexed text, and the documents of a collection.
+
+A section is what a search hit is (``Searcher._add_sections``): the chunks of one document
+that share a heading path, in order, stitched back into text (``context.stitch``) and cut
+to a token budget (``context.bounded``). A section read here at a budget is therefore the
+``section_text`` that a hit on that section shows at the same budget, whichever door asks.
+
+The outline is the heading tree. A heading path is the headings from the document's top
+one down, joined by " > "; a section's parent is its path without the last heading. A
+heading with no text of its own (a title followed at once by its first subsection: the
+chunker puts the title line into that subsection's first chunk) has no chunks; the outline
+still lists it, with no tokens of its own, as its subsections' parent, and reading it reads
+its subsections. Sizes are in the embedding model's tokens (``count_tokens``): ``tokens``
+for a section's own text, ``total_tokens`` with all its subsections'.
+
+A document is named as a search scope names it, by its path under its collection's root or
+by its id (``names.documents_named``); a path that two collections hold needs the
+collection. A section is named by its heading path, or by its title or the end of its path
+when that names one section only; an unknown name is an error suggesting close ones.
+
+Reading (``load_document``) takes a connection in one snapshot; everything after it is pure
+and counts tokens outside the store's lock.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from .errors import InputError, ScopeError
+from .search.context import bounded, stitch
+from .search.names import close_names, collections_named, did_you_mean, documents_named, no_document
+from .text import nfc
+
+SEPARATOR = " > "  # between the headings of a heading path (``ChunkSpan.heading_path_str``)
+LISTED = 5  # sections an ambiguous name lists
+
+CountTokens = Callable[[str], int]
+
+
+@dataclass(frozen=True)
+class DocumentRef:
+    """One stored document: its key, where it is and its state."""
+
+    id: str
+    path: str | None
+    collection: str
+    status: str
+    error: str | None = None
+
+    @property
+    def name(self) -> str:
+        """How a reader names it: its path under its collection's root, else its id."""
+        return self.path or self.id
+
+
+@dataclass(frozen=True)
+class ChunkRow:
+    node_id: str
+    heading_path: str
+    text: str
+    start: int | None
+    end: int | None
+
+
+@dataclass(frozen=True)
+class LoadedDocument:
+    """A document and all its chunks in document order, as read in one snapshot."""
+
+    ref: DocumentRef
+    chunks: tuple[ChunkRow, ...]
+    node_id: str | None = None  # the chunk the document was found by, if it was named by node id
+
+
+@dataclass
+class OutlineEntry:
+    """One heading of a document's outline."""
+
+    heading_path: str
+    title: str
+    depth: int  # 1 for the top heading
+    parent: str | None
+    tokens: int = 0  # its own text's
+    total_tokens: int = 0  # with all its subsections'
+    start_char: int | None = None  # its span in the document (its subsections' for a heading without text)
+    end_char: int | None = None
+    chunks: int = 0  # its own
+    children: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Outline:
+    """A document's heading tree, entries in document order (each heading before its subsections)."""
+
+    document: DocumentRef
+    entries: list[OutlineEntry]
+
+    @property
+    def tokens(self) -> int:
+        """The document's indexed text, in tokens (the sum of its sections')."""
+        return sum(e.tokens for e in self.entries)
+
+
+@dataclass
+class Section:
+    """One section's text and its place in the outline."""
+
+    document: DocumentRef
+    heading_path: str
+    title: str
+    depth: int
+    text: str  # bounded by the budget (ends with ``context.ELLIPSIS`` when cut)
+    tokens: int  # the whole text's, before the budget
+    truncated: bool
+    with_subsections: bool  # the text runs on through its subsections
+    start_char: int | None
+    end_char: int | None
+    node_ids: list[str]
+    position: int  # among its siblings, from 1
+    siblings: int  # how many there are, itself included
+    parent: str | None
+    previous: str | None
+    next: str | None
+    children: list[str]
+
+
+@dataclass(frozen=True)
+class DocumentRow:
+    """A document as a list of documents shows it."""
+
+    id: str
+    path: str | None
+    collection: str
+    status: str
+    error: str | None
+    chunks: int
+    sections: int
+    updated_at: str | None
+    content_hash: str | None
+
+
+@dataclass(frozen=True)
+class DocumentPage:
+    """Some documents of a list, ordered by collection and path, and how many there are in all."""
+
+    total: int
+    offset: int
+    rows: list[DocumentRow]
+
+
+# -- reading ------------------------------------------------------------------------------
+def find_document(conn: Any, name: str, collection: str | None = None) -> DocumentRef:
+    """The document named ``name`` (path or id), in ``collection`` when given. A name the
+    index lacks is a ScopeError (with close names); one that two collections hold needs one."""
+    if not isinstance(name, str) or not name:
+        raise InputError(f"a document is named by its path or id, got {name!r}.")
+    stored = collections_named(conn, [collection]) if collection is not None else None
+    ids, missing = documents_named(conn, [name])
+    if missing:
+        raise ScopeError({"document": no_document(conn, missing)})
+    refs = [_ref(r) for r in conn.execute(
+        "SELECT id, path, collection, status, error FROM documents WHERE id IN (SELECT value FROM json_each(?))"
+        " ORDER BY collection", (_json(ids),))]
+    if stored is not None:
+        inside = [r for r in refs if r.collection in stored]
+        if not inside:
+            elsewhere = ", ".join(f"'{r.collection}'" for r in refs)
+            raise ScopeError({"document": f"no document '{name}' in collection '{collection}'; {elsewhere} has it."})
+        refs = inside
+    if len(refs) > 1:
+        listed = ", ".join(f"'{r.collection}'" for r in refs)
+        raise InputError(f"document '{name}' is in {len(refs)} collections ({listed}): name the collection.")
+    return refs[0]
+
+
+def load_document(conn: Any, name: str | None = None, collection: str | None = None,
+                  node_id: str | None = None) -> LoadedDocument:
+    """A document with its chunks: named by ``name`` (and ``collection``), or found by the node
+    id of one of its chunks (which must then be in the document named, if one is)."""
+    if node_id is not None:
+        row = conn.execute("SELECT document_id FROM chunks WHERE node_id = ?", (node_id,)).fetchone()
+        if row is None:
+            raise InputError(f"no chunk has node id {node_id!r}; node ids come from search hits"
+                             " (node_id, section_chunks).")
+        by_node = find_document(conn, row[0], collection)
+        if name is not None and find_document(conn, name, collection).id != by_node.id:
+            raise InputError(f"node {node_id!r} is a chunk of '{by_node.name}', not of '{name}'.")
+        ref = by_node
+    elif name is None:
+        raise InputError("name a document (its path or id) or a node id.")
+    else:
+        ref = find_document(conn, name, collection)
+    rows = conn.execute(
+        "SELECT node_id, heading_path, text, start_char, end_char FROM chunks WHERE document_id = ? ORDER BY ordinal",
+        (ref.id,),
+    ).fetchall()
+    return LoadedDocument(ref, tuple(ChunkRow(*r) for r in rows), node_id)
+
+
+def list_documents(conn: Any, collection: str | None = None, prefix: str | None = None,
+                   limit: int = 100, offset: int = 0) -> DocumentPage:
+    """The documents of ``collection`` (all when None) whose path (or id) starts with
+    ``prefix``, ``limit`` of them from ``offset``, with their chunk and section counts."""
+    for value, what, low in ((limit, "limit", 1), (offset, "offset", 0)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise InputError(f"{what} must be a whole number of at least {low}, got {value!r}.")
+    where, args = ["1"], []
+    if collection is not None:
+        where.append("d.collection IN (SELECT value FROM json_each(?))")
+        args.append(_json(collections_named(conn, [collection])))
+    if prefix:
+        where.append("substr(coalesce(d.path, d.id), 1, length(?)) = ?")
+        args += [nfc(prefix), nfc(prefix)]
+    condition = " AND ".join(where)
+    total = conn.execute(f"SELECT count(*) FROM documents d WHERE {condition}", args).fetchone()[0]
+    rows = conn.execute(
+        "SELECT d.id, d.path, d.collection, d.status, d.error, count(c.id), count(DISTINCT c.heading_path),"
+        f" d.updated_at, d.content_hash FROM documents d LEFT JOIN chunks c ON c.document_id = d.id WHERE {condition}"
+        " GROUP BY d.id ORDER BY d.collection, coalesce(d.path, d.id) LIMIT ? OFFSET ?",
+        [*args, limit, offset],
+    ).fetchall()
+    return DocumentPage(total, offset, [DocumentRow(*r) for r in rows])
+
+
+def _ref(row: Sequence[Any]) -> DocumentRef:
+    return DocumentRef(row[0], row[1], row[2], row[3], row[4] if row[3] in ("stale", "failed") else None)
+
+
+def _json(values: Sequence[str]) -> str:
+    return json.dumps(list(values))
+
+
+# -- the outline (pure) ---------------------------------------------------------------------
+def headings(heading_path: str) -> list[str]:
+    """The headings of a heading path, top first."""
+    return heading_path.split(SEPARATOR)
+
+
+def build_outline(sections: Sequence[tuple[str, int, int | None, int | None, int]]) -> list[OutlineEntry]:
+    """The heading tree of ``sections`` (heading path, tokens, start, end, chunks), given in
+    document order: a heading missing from them (one without text) is added before its first
+    subsection; totals and spans are summed up the tree."""
+    entries: dict[str, OutlineEntry] = {}
+    for path, tokens, start, end, chunks in sections:
+        parts = headings(path)
+        for depth in range(1, len(parts) + 1):
+            key = SEPARATOR.join(parts[:depth])
+            if key not in entries:
+                parent = SEPARATOR.join(parts[: depth - 1]) if depth > 1 else None
+                entries[key] = OutlineEntry(key, parts[depth - 1], depth, parent)
+                if parent is not None:
+                    entries[parent].children.append(key)
+        own = entries[path]
+        own.tokens, own.start_char, own.end_char, own.chunks = tokens, start, end, chunks
+    for entry in reversed(list(entries.values())):  # subsections come after their parent: sum bottom-up
+        kids = [entries[c] for c in entry.children]
+        entry.total_tokens = entry.tokens + sum(k.total_tokens for k in kids)
+        starts = [s for s in [entry.start_char, *(k.start_char for k in kids)] if s is not None]
+        ends = [e for e in [entry.end_char, *(k.end_char for k in kids)] if e is not None]
+        entry.start_char, entry.end_char = (min(starts) if starts else None), (max(ends) if ends else None)
+    return list(entries.values())
+
+
+def _groups(doc: LoadedDocument) -> dict[str, list[ChunkRow]]:
+    """The document's chunks by heading path, sections in the order they first appear."""
+    groups: dict[str, list[ChunkRow]] = {}
+    for c in doc.chunks:
+        groups.setdefault(c.heading_path, []).append(c)
+    return groups
+
+
+def _text(chunks: Sequence[ChunkRow]) -> str:
+    return stitch([(c.text, c.start, c.end) for c in chunks])
+
+
+def _span(chunks: Sequence[ChunkRow]) -> tuple[int | None, int | None]:
+    starts = [c.start for c in chunks if c.start is not None]
+    ends = [c.end for c in chunks if c.end is not None]
+    return (min(starts) if starts else None), (max(ends) if ends else None)
+
+
+def _sections(doc: LoadedDocument, count_tokens: CountTokens | None) -> list[tuple[str, int, int | None, int | None, int]]:
+    out = []
+    for path, chunks in _groups(doc).items():
+        tokens = count_tokens(_text(chunks)) if count_tokens is not None else 0
+        out.append((path, tokens, *_span(chunks), len(chunks)))
+    return out
+
+
+def outline_of(doc: LoadedDocument, count_tokens: CountTokens) -> Outline:
+    """The document's outline, each section's size counted by ``count_tokens``."""
+    return Outline(doc.ref, build_outline(_sections(doc, count_tokens)))
+
+
+def resolve_heading(entries: Sequence[OutlineEntry], heading_path: str, document: str) -> OutlineEntry:
+    """The entry ``heading_path`` names: its whole path, else the one entry whose title or
+    path end it is (case aside); InputError naming the candidates or close paths otherwise."""
+    if not isinstance(heading_path, str):
+        raise InputError(f"heading_path must be a string, got {type(heading_path).__name__}.")
+    wanted = nfc(heading_path).strip()
+    by_path = {e.heading_path: e for e in entries}
+    if wanted in by_path:
+        return by_path[wanted]
+    folded = wanted.casefold()
+    matches = [e for e in entries if e.heading_path.casefold() == folded or e.title.casefold() == folded
+               or e.heading_path.casefold().endswith(SEPARATOR + folded)]
+    if len(matches) == 1:
+        return matches[0]
+    if matches:
+        listed = ", ".join(f"'{e.heading_path}'" for e in matches[:LISTED])
+        raise InputError(f"'{heading_path}' names {len(matches)} sections of '{document}' ({listed}):"
+                         " give the whole heading path.")
+    titles: dict[str, str] = {}
+    for e in entries:
+        titles.setdefault(e.title, e.heading_path)
+    near = [*close_names(wanted, list(by_path)), *(titles[t] for t in close_names(wanted, list(titles)))]
+    hint = did_you_mean(list(dict.fromkeys(near))) or " Its outline lists them."
+    raise InputError(f"no section '{heading_path}' in '{document}', which has {len(entries)}"
+                     f" heading{'s' if len(entries) != 1 else ''}.{hint}")
+
+
+def section_of(doc: LoadedDocument, heading_path: str | None, count_tokens: CountTokens, budget: int,
+               subsections: bool = False) -> Section:
+    """One section's text cut to ``budget`` tokens and its place among its siblings. The section
+    is ``heading_path``, else the one holding the chunk the document was found by. Its own text,
+    unless ``subsections`` (or it has no text of its own): then it runs on through them."""
+    entries = build_outline(_sections(doc, None))
+    if heading_path is None:
+        if doc.node_id is None:
+            raise InputError("name the section to read: its heading path (a search hit's heading_path, or one"
+                             " from the document's outline) or the node id of one of its chunks.")
+        heading_path = next(c.heading_path for c in doc.chunks if c.node_id == doc.node_id)
+    entry = resolve_heading(entries, heading_path, doc.ref.name)
+    own = [c for c in doc.chunks if c.heading_path == entry.heading_path]
+    whole = subsections or not own
+    inside = entry.heading_path + SEPARATOR
+    chunks = [c for c in doc.chunks if c.heading_path == entry.heading_path or c.heading_path.startswith(inside)] \
+        if whole else own
+    full = _text(chunks)
+    text = bounded(full, count_tokens, budget)
+    family = [e.heading_path for e in entries if e.parent == entry.parent]
+    i = family.index(entry.heading_path)
+    start, end = _span(chunks)
+    return Section(
+        document=doc.ref, heading_path=entry.heading_path, title=entry.title, depth=entry.depth, text=text,
+        tokens=count_tokens(full), truncated=text != full, with_subsections=whole, start_char=start, end_char=end,
+        node_ids=[c.node_id for c in chunks], position=i + 1, siblings=len(family), parent=entry.parent,
+        previous=family[i - 1] if i else None, next=family[i + 1] if i + 1 < len(family) else None,
+        children=list(entry.children),
+    )
+
+
+def text_of(doc: LoadedDocument, count_tokens: CountTokens, budget: int) -> tuple[str, int, bool]:
+    """The document's indexed text (all its chunks stitched) cut to ``budget`` tokens: (text,
+    tokens of the whole, whether it was cut)."""
+    full = _text(doc.chunks)
+    text = bounded(full, count_tokens, budget)
+    return text, count_tokens(full), text != full

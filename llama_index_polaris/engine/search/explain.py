@@ -1,0 +1,43 @@
+"""A hit's explanation as one line of text, for the doors that print it (the CLI's
+``--explain``, the MCP server's answers). The figures are the ``Explanation`` the ranking
+computed (``rank.py``); these functions only format them.
+
+- ``explain_line``: every stage (vector, BM25, RRF, score fusion, boost, MMR, score).
+- ``brief_line``: what found the hit and what moved it, for a reader paying per token:
+  ``vector #1 · bm25 #5 · boost +0.10 · score 0.962``.
+
+A stage that did not see the hit reads ``-``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .rank import Explanation
+
+
+def _fmt(value: Any, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def explain_line(e: Explanation) -> str:
+    """Every stage's figures on one line (``polaris search --explain``)."""
+    return (
+        f"vector #{_fmt(e.vector_rank, 'd')} dist {_fmt(e.vector_distance, '.4f')} | "
+        f"bm25 #{_fmt(e.bm25_rank, 'd')} score {_fmt(e.bm25_score, '.3f')} | "
+        f"rrf {_fmt(e.rrf, '.5f')} (v {_fmt(e.rrf_vector, '.5f')} + b {_fmt(e.rrf_bm25, '.5f')}) | "
+        f"score fusion v {_fmt(e.fusion_vector, '.3f')} + b {_fmt(e.fusion_bm25, '.3f')} | fused {_fmt(e.fused, '.3f')} | "
+        f"boost {_fmt(e.boost, '.4f')} | mmr penalty {_fmt(e.mmr_penalty, '.4f')} | score {e.score:.3f}"
+    )
+
+
+def brief_line(e: Explanation) -> str:
+    """Each list's rank of the hit, the heading boost and MMR penalty when they are not zero,
+    and the score."""
+    parts = [f"vector #{_fmt(e.vector_rank, 'd')}", f"bm25 #{_fmt(e.bm25_rank, 'd')}"]
+    if e.boost:
+        parts.append(f"boost +{e.boost:.2f}")
+    if e.mmr_penalty:
+        parts.append(f"mmr -{e.mmr_penalty:.2f}")
+    parts.append(f"score {e.score:.3f}")
+    return " · ".join(parts)

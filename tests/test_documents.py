@@ -1,0 +1,291 @@
+"""Documents and sections as a reader asks for them (``engine/documents.py``): the outline,
+one section with its place among its siblings, the whole indexed text, lists of documents;
+and whether the files on disk still match the index (``engine/freshness.py``).
+
+A real polaris.db on the bundled model; sizes are counted with its tokenizer.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import unicodedata
+from pathlib import Path
+
+import pytest
+
+from llama_index_polaris.engine import documents
+from llama_index_polaris.engine.config import load_config
+from llama_index_polaris.engine.errors import InputError, ScopeError
+from llama_index_polaris.engine.index import PolarisIndex
+from llama_index_polaris.engine.search.context import ELLIPSIS, bounded, excerpt
+
+MODEL = "all-minilm-l6-v2"
+ROTATION = "\n\n".join(
+    f"Step {i}. The rotation job {i} writes a new signing key, keeps the old one for verification and records"
+    f" the change in the audit log before anything else happens." for i in range(20)
+) + "\n\nLast of all the zebra escrow account is closed, which only the final step does."
+SESSIONS = (
+    "# Sessions\n\nA session is the time between signing in and signing out of the dashboard.\n\n"
+    "## Lifetime\n\nA session lasts eight hours. After that the user signs in again, whatever they were doing.\n\n"
+    "## Expiry\n\nWhen a session expires, the next request answers 401 and the client must sign in again.\n\n"
+    "## Storage\n\nSessions are kept in Redis under a random key; nothing about them is written to disk.\n"
+)
+TOKENS = (
+    "# Tokens\n\n## Kinds\n\n### Access tokens\n\nAn access token is valid for fifteen minutes after it is issued."
+    "\n\n### Refresh tokens\n\nA refresh token lasts thirty days on a sliding window and is exchanged for a new"
+    f" pair.\n\n## Rotation\n\n{ROTATION}\n"
+)
+FILES = {
+    "docs": {"guide/sessions.md": SESSIONS, "guide/tokens.md": TOKENS},
+    "blog": {"guide/sessions.md": "# Launch notes\n\nWe launched sessions that last a whole working day, and more.\n"},
+}
+
+
+def write(root: Path) -> None:
+    for folder, files in FILES.items():
+        for name, text in files.items():
+            (root / folder / name).parent.mkdir(parents=True, exist_ok=True)
+            (root / folder / name).write_text(text)
+    (root / "polaris.toml").write_text(f'model_id = "{MODEL}"\n')
+
+
+def cfg(root: Path):
+    return load_config(root, use_user_config=False)
+
+
+def build(root: Path) -> None:
+    with PolarisIndex(root / "polaris.db", config=cfg(root)) as index:
+        assert index.index_paths([root / "docs"]).failed == []
+        assert index.index_paths([root / "blog"], collection="blog").failed == []
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("documents")
+    write(root)
+    build(root)
+    return root
+
+
+@pytest.fixture(scope="module")
+def index(project: Path):
+    with PolarisIndex(project / "polaris.db", config=cfg(project), readonly=True) as opened:
+        yield opened
+
+
+# -- the outline ---------------------------------------------------------------------------------
+def test_build_outline_adds_headings_without_text_and_sums_up_the_tree() -> None:
+    entries = documents.build_outline([
+        ("A > B > C", 10, 0, 50, 1), ("A > B > D", 5, 52, 80, 2), ("A > E", 7, 82, 99, 1)])
+    assert [(e.heading_path, e.depth, e.parent) for e in entries] == [
+        ("A", 1, None), ("A > B", 2, "A"), ("A > B > C", 3, "A > B"), ("A > B > D", 3, "A > B"), ("A > E", 2, "A")]
+    a, b = entries[0], entries[1]
+    assert (a.tokens, a.total_tokens, a.chunks, a.children) == (0, 22, 0, ["A > B", "A > E"])
+    assert (b.total_tokens, b.start_char, b.end_char) == (15, 0, 80)
+
+
+def test_the_outline_is_the_heading_tree_with_each_sections_size(index: PolarisIndex) -> None:
+    o = index.outline("guide/tokens.md")
+    assert o.document.collection == "default" and o.document.name == "guide/tokens.md"
+    assert [(e.title, e.depth, e.chunks > 0) for e in o.entries] == [
+        ("Tokens", 1, False), ("Kinds", 2, False), ("Access tokens", 3, True), ("Refresh tokens", 3, True),
+        ("Rotation", 2, True)]
+    by = {e.title: e for e in o.entries}
+    assert by["Tokens"].tokens == 0 and by["Tokens"].total_tokens == o.tokens > 0
+    assert by["Kinds"].total_tokens == by["Access tokens"].tokens + by["Refresh tokens"].tokens
+    for e in o.entries:
+        if e.chunks:  # its own text, counted by the model's tokenizer
+            text = index.read_section("guide/tokens.md", e.heading_path, max_tokens=100_000).text
+            assert e.tokens == index.count_tokens(text) > 0
+    assert by["Rotation"].tokens > 300  # several chunks, one section
+
+
+# -- reading a section ---------------------------------------------------------------------------
+def test_a_section_says_where_it_sits_among_its_siblings(index: PolarisIndex) -> None:
+    s = index.read_section("guide/sessions.md", "Sessions > Expiry", collection="default")
+    assert (s.position, s.siblings, s.parent) == (2, 3, "Sessions")
+    assert (s.previous, s.next, s.children) == ("Sessions > Lifetime", "Sessions > Storage", [])
+    assert s.text.startswith("## Expiry\n\nWhen a session expires") and not s.truncated
+    assert s.tokens == index.count_tokens(s.text) and s.start_char == SESSIONS.index("## Expiry")
+    top = index.read_section("guide/sessions.md", "Sessions", collection="default")
+    assert (top.position, top.siblings, top.previous, top.next) == (1, 1, None, None)
+    assert top.children == ["Sessions > Lifetime", "Sessions > Expiry", "Sessions > Storage"]
+    assert "Expiry" not in top.text and not top.with_subsections  # its own text only
+    whole = index.read_section("guide/sessions.md", "Sessions", collection="default", subsections=True)
+    assert whole.with_subsections and whole.text.strip() == SESSIONS.strip()
+
+
+def test_a_section_is_named_by_its_path_its_title_or_a_node_id(index: PolarisIndex) -> None:
+    by_path = index.read_section("guide/tokens.md", "Tokens > Kinds > Refresh tokens")
+    assert index.read_section("guide/tokens.md", "refresh tokens").heading_path == by_path.heading_path
+    assert index.read_section("guide/tokens.md", "Kinds > Refresh tokens").heading_path == by_path.heading_path
+    node = by_path.node_ids[0]
+    assert index.read_section(node_id=node).text == by_path.text
+    assert index.read_section("guide/tokens.md", node_id=node).heading_path == by_path.heading_path
+    kinds = index.read_section("guide/tokens.md", "Kinds")  # no text of its own: read through its subsections
+    assert kinds.with_subsections and "fifteen minutes" in kinds.text and "thirty days" in kinds.text
+
+
+def test_the_text_read_is_the_text_a_hit_shows_at_the_same_budget(index: PolarisIndex) -> None:
+    for budget in (40, 300):
+        hits = index.search("how is the signing key rotated", top_k=3, context_tokens=budget)
+        assert hits and hits[0].heading_path == "Tokens > Rotation"
+        for h in hits:
+            assert index.read_section(h.document, h.heading_path, collection=h.collection,
+                                      max_tokens=budget).text == h.section_text
+
+
+def test_a_budget_cuts_the_text_and_says_so(index: PolarisIndex) -> None:
+    s = index.read_section("guide/tokens.md", "Rotation", max_tokens=50)
+    assert s.truncated and s.text.endswith(ELLIPSIS) and s.tokens > 300
+    assert index.count_tokens(s.text[: -len(ELLIPSIS)]) <= 50
+    with pytest.raises(InputError, match="max_tokens must be a positive whole number of tokens, got 0"):
+        index.read_section("guide/tokens.md", "Rotation", max_tokens=0)
+
+
+def test_names_that_do_not_fit_are_errors_that_help(index: PolarisIndex) -> None:
+    with pytest.raises(InputError, match=r"no section 'Expiri' in 'guide/sessions.md', which has 4 headings\."
+                                         r" Did you mean 'Sessions > Expiry'\?"):
+        index.read_section("guide/sessions.md", "Expiri", collection="default")
+    with pytest.raises(ScopeError, match=r"no document 'sessions.md' .* Did you mean 'guide/sessions.md'\?"):
+        index.read_section("sessions.md", "Expiry")
+    with pytest.raises(InputError, match=r"document 'guide/sessions.md' is in 2 collections \('blog', 'default'\)"):
+        index.outline("guide/sessions.md")
+    assert index.outline("guide/sessions.md", collection="blog").entries[0].title == "Launch notes"
+    with pytest.raises(ScopeError, match="no collection 'Blog'"):
+        index.outline("guide/sessions.md", collection="Blog")
+    with pytest.raises(InputError, match="no chunk has node id 'nope'"):
+        index.read_section(node_id="nope")
+    node = index.read_section("guide/tokens.md", "Rotation").node_ids[0]
+    with pytest.raises(InputError, match="is a chunk of 'guide/tokens.md', not of 'guide/sessions.md'"):
+        index.read_section("guide/sessions.md", node_id=node, collection="default")
+    with pytest.raises(InputError, match="name the section to read"):
+        index.read_section("guide/tokens.md")
+
+
+def test_the_whole_text_is_the_file_stitched_back(index: PolarisIndex, project: Path) -> None:
+    ref, text, tokens, cut = index.document_text("guide/sessions.md", "default")
+    assert (ref.id, text.strip(), cut) == ("default:guide/sessions.md", SESSIONS.strip(), False)
+    assert tokens == index.count_tokens(text)
+    _, short, _, cut = index.document_text("guide/tokens.md", max_tokens=30)
+    assert cut and index.count_tokens(short[: -len(ELLIPSIS)]) <= 30
+
+
+def test_documents_are_listed_by_collection_and_path(index: PolarisIndex) -> None:
+    page = index.documents()
+    assert page.total == 3 and [(r.collection, r.path) for r in page.rows] == [
+        ("blog", "guide/sessions.md"), ("default", "guide/sessions.md"), ("default", "guide/tokens.md")]
+    tokens = next(r for r in page.rows if r.path == "guide/tokens.md")
+    assert (tokens.status, tokens.sections) == ("completed", 3) and tokens.chunks >= 4
+    assert [r.path for r in index.documents("default", prefix="guide/t").rows] == ["guide/tokens.md"]
+    second = index.documents(limit=1, offset=1)
+    assert (second.total, [r.id for r in second.rows]) == (3, ["default:guide/sessions.md"])
+    with pytest.raises(ScopeError, match="no collection 'nope'"):
+        index.documents("nope")
+    with pytest.raises(InputError, match="offset must be a whole number of at least 0, got -1"):
+        index.documents(offset=-1)
+
+
+def test_an_excerpt_keeps_the_matched_passage_in_view() -> None:
+    count = lambda t: len(t.split())  # noqa: E731  one token a word, to see the arithmetic
+    section = " ".join(f"w{i}" for i in range(100))
+    passage = " ".join(f"w{i}" for i in range(80, 90))
+    shown = bounded(section, count, 40)
+    assert excerpt(shown, passage, count, 40).endswith("\n\n" + passage)
+    head = excerpt(shown, passage, count, 40).split(ELLIPSIS)[0]
+    assert count(head) <= 30 and head.startswith("w0 w1")
+    assert excerpt(shown, "w3 w4", count, 40) == shown  # already in view
+    assert excerpt(section, passage, count, 1000) == section  # not cut
+    assert excerpt(shown, passage, count, 20) == passage  # no room for a head: the passage alone
+
+
+# -- freshness -----------------------------------------------------------------------------------
+@pytest.fixture
+def fresh_project(tmp_path: Path) -> Path:
+    write(tmp_path)
+    build(tmp_path)
+    return tmp_path
+
+
+def changes(root: Path) -> dict:
+    with PolarisIndex(root / "polaris.db", config=cfg(root), readonly=True) as index:
+        return index.status(changes=True)
+
+
+def test_an_index_just_built_matches_its_files(fresh_project: Path) -> None:
+    status = changes(fresh_project)
+    assert status["stale"] is False
+    assert status["changes"]["default"] == {
+        "root": str(fresh_project / "docs"), "root_exists": True, "stale": False, "files": 2,
+        "changed": {"count": 0, "paths": []}, "missing": {"count": 0, "paths": []},
+        "unreadable": {"count": 0, "paths": [], "reasons": {}}, "new": {"count": 0, "paths": []}}
+
+
+def test_changed_missing_new_and_unreadable_files_are_reported(fresh_project: Path) -> None:
+    docs = fresh_project / "docs"
+    os.utime(docs / "guide/tokens.md", (1, 1))  # touched, not changed
+    (docs / "guide/sessions.md").write_text(SESSIONS + "\n## Sharing\n\nSessions are never shared between devices.\n")
+    (fresh_project / "blog/guide/sessions.md").unlink()
+    (docs / "guide/new.md").write_text("# New\n\nA page written after the index was built.\n")
+    (docs / ".drafts").mkdir()
+    (docs / ".drafts/hidden.md").write_text("# Hidden\n\nNot indexed: hidden folders are skipped.\n")
+    status = changes(fresh_project)
+    default, blog = status["changes"]["default"], status["changes"]["blog"]
+    assert status["stale"] is True and default["stale"] and blog["stale"]
+    assert (default["changed"]["paths"], default["new"]["paths"], default["missing"]["count"]) == (
+        ["guide/sessions.md"], ["guide/new.md"], 0)
+    assert (blog["missing"]["paths"], blog["changed"]["count"]) == (["guide/sessions.md"], 0)
+    (docs / "guide/tokens.md").unlink()
+    os.mkfifo(docs / "guide/tokens.md")  # there, but not a file that can be read
+    unreadable = changes(fresh_project)["changes"]["default"]["unreadable"]
+    assert unreadable["paths"] == ["guide/tokens.md"]
+    assert "not a regular file (a named pipe)" in unreadable["reasons"]["guide/tokens.md"]
+
+
+def test_a_file_whose_text_is_the_same_in_another_spelling_is_fresh(fresh_project: Path) -> None:
+    """The hash is of the NFC text, as the indexer stores it: an NFD rewrite changes nothing."""
+    path = fresh_project / "docs/guide/accents.md"
+    path.write_text("# Caf\u00e9\n\nThe caf\u00e9 opens at eight for the \u00e5ngstr\u00f6m team.\n")
+    with PolarisIndex(fresh_project / "polaris.db", config=cfg(fresh_project)) as index:
+        index.index_paths([path])
+    path.write_text(unicodedata.normalize("NFD", path.read_text()))
+    assert changes(fresh_project)["changes"]["default"]["stale"] is False
+    path.write_text(path.read_text() + "\nClosed on Sundays.\n")
+    assert changes(fresh_project)["changes"]["default"]["changed"]["paths"] == ["guide/accents.md"]
+
+
+def test_a_root_that_is_gone_makes_every_file_missing(fresh_project: Path) -> None:
+    shutil.move(fresh_project / "docs", fresh_project / "moved")
+    default = changes(fresh_project)["changes"]["default"]
+    assert (default["root_exists"], default["missing"]["count"], default["stale"]) == (False, 2, True)
+
+
+def test_one_process_reads_a_file_again_only_when_it_changed(fresh_project: Path) -> None:
+    with PolarisIndex(fresh_project / "polaris.db", config=cfg(fresh_project), readonly=True) as index:
+        doc = index.store.get_document("default:guide/tokens.md")
+        assert index.freshness.document(doc) == "fresh"
+        path = fresh_project / "docs/guide/tokens.md"
+        before = os.stat(path)
+        path.write_text(TOKENS.replace("fifteen", "twenty"))
+        os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns + 1_000_000))
+        assert index.freshness.document(doc) == "changed"
+        path.write_text(TOKENS)
+        assert index.freshness.document(doc) == "fresh"
+
+
+def test_polaris_status_says_what_changed_on_disk(fresh_project: Path) -> None:
+    (fresh_project / "docs/guide/new.md").write_text("# New\n\nA page written after the index was built.\n")
+    exe = str(Path(sys.executable).with_name("polaris"))
+    env = {**os.environ, "XDG_CONFIG_HOME": str(fresh_project / ".xdg")}
+    run = subprocess.run([exe, "status", "--json"], cwd=fresh_project, capture_output=True, text=True, env=env,
+                         timeout=120)
+    assert run.returncode == 0, run.stderr
+    status = json.loads(run.stdout)
+    assert status["stale"] is True and status["changes"]["default"]["new"]["paths"] == ["guide/new.md"]
+    text = subprocess.run([exe, "status"], cwd=fresh_project, capture_output=True, text=True, env=env, timeout=120)
+    assert "on disk   default: 1 new since indexed" in text.stdout
+    assert f"polaris index {fresh_project / 'docs'} --collection default" in text.stdout
