@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
 from typing import Any, Sequence
 
@@ -177,13 +176,12 @@ def snippet(text: str, query: str, color: bool = False, width: int = 220) -> str
     """A one-line window of ``text`` around the first query term, terms highlighted (for a
     query of identifiers only, the first place that names one as written)."""
     from .engine.search import literal
-    from .engine.search.terms import content_terms
+    from .engine.search.context import first_match, query_pattern
 
     flat = " ".join(text.split())
     named = literal.spans(flat, literal.lookup_terms(query))
-    terms = [t for t in content_terms(query, 3)]
-    pattern = re.compile(r"\b(" + "|".join(re.escape(t) for t in terms) + r")\w*", re.I) if terms else None
-    first = named[0][0] if named else (m.start() if pattern and (m := pattern.search(flat)) else 0)
+    pattern = query_pattern(query)
+    first = first_match(flat, query)
     start = max(0, first - width // 3)
     if start:
         start = flat.find(" ", start) + 1 or start
@@ -288,11 +286,12 @@ MCP_MISSING = ("`polaris mcp` needs the MCP Python SDK, an optional extra: pip i
 
 def cmd_mcp(args: argparse.Namespace) -> int:
     """polaris mcp : serve the index to agents over MCP (stdio, or streamable HTTP)."""
-    import importlib.util
-
-    if importlib.util.find_spec("mcp") is None:
-        raise PolarisError(MCP_MISSING)
-    from .mcp_server import serve
+    try:
+        from .mcp_server import serve
+    except ModuleNotFoundError as exc:
+        if exc.name and exc.name.split(".")[0] in ("mcp", "mcp_types"):
+            raise PolarisError(MCP_MISSING) from None
+        raise
 
     try:
         serve(_config(args), collection=args.collection, allow_writes=args.allow_writes, http=args.http)

@@ -21,7 +21,7 @@ from llama_index_polaris.engine import documents
 from llama_index_polaris.engine.config import load_config
 from llama_index_polaris.engine.errors import InputError, ScopeError
 from llama_index_polaris.engine.index import PolarisIndex
-from llama_index_polaris.engine.search.context import ELLIPSIS, bounded, excerpt
+from llama_index_polaris.engine.search.context import ELLIPSIS, bounded, excerpt, first_match, window
 
 MODEL = "all-minilm-l6-v2"
 ROTATION = "\n\n".join(
@@ -200,7 +200,18 @@ def test_an_excerpt_keeps_the_matched_passage_in_view() -> None:
     assert count(head) <= 30 and head.startswith("w0 w1")
     assert excerpt(shown, "w3 w4", count, 40) == shown  # already in view
     assert excerpt(section, passage, count, 1000) == section  # not cut
-    assert excerpt(shown, passage, count, 20) == passage  # no room for a head: the passage alone
+    assert excerpt(shown, passage, count, 20, "w85") == passage  # no room for a head: the passage (a window of it)
+
+
+def test_a_window_opens_where_the_text_first_answers_the_query() -> None:
+    count = lambda t: len(t.split())  # noqa: E731
+    text = "\n".join(f"line {i} says nothing" for i in range(30)) + "\nthe zebra escrow closes here\nend"
+    at = first_match(text, "when does the escrow close")
+    assert text[at:].startswith("escrow closes")
+    shown = window(text, at, count, 8)
+    assert shown.startswith("[…]\n") and "zebra escrow closes here" in shown and count(shown.replace("[…]", "")) <= 8
+    assert first_match("use OUT_DIR, not out dir", "OUT_DIR") == 4  # an identifier as written
+    assert window(text, 0, count, 8).startswith("line 0 says")
 
 
 # -- freshness -----------------------------------------------------------------------------------

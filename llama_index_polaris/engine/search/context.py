@@ -9,12 +9,16 @@ the passage a hit matched in view when the budget cuts its section short.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Callable, Sequence
 
 from ..errors import InputError
+from . import literal
+from .terms import content_terms
 
 ELLIPSIS = "\n[…]"
 MIN_HEAD_TOKENS = 24  # below this, an excerpt shows the matched passage alone
+WINDOW_LEAD_CHARS = 160  # a window opens at most this far before the match on a long line
 
 
 def check_budget(value: Any, what: str = "the token budget") -> int:
@@ -57,16 +61,53 @@ def bounded(text: str, count_tokens: Callable[[str], int], budget: int) -> str:
     return text[: cut if cut > 0 else lo].rstrip() + ELLIPSIS
 
 
-def excerpt(section: str, passage: str, count_tokens: Callable[[str], int], budget: int) -> str:
+def excerpt(section: str, passage: str, count_tokens: Callable[[str], int], budget: int, query: str = "") -> str:
     """What to show of a hit within ``budget`` tokens: ``section`` (its text as ``bounded`` cut it
     to ``budget``) when that holds ``passage`` (the chunk that matched) whole or was not cut;
-    otherwise as much of the section's start as leaves room for the passage, then the passage,
-    so a budget never hides the part of a long section that the query found."""
+    else as much of the section's start as leaves room for the passage, then the passage; else
+    (a passage longer than the budget) the part of the passage where it first answers ``query``
+    (``first_match``). A budget never hides the part of a long section that the query found."""
     if not section.endswith(ELLIPSIS) or passage in section:
         return section
-    need = count_tokens(passage)
-    room = budget - need
-    if room < MIN_HEAD_TOKENS:
-        return bounded(passage, count_tokens, budget)
-    head = bounded(section[: -len(ELLIPSIS)], count_tokens, room)
-    return head + ("" if head.endswith(ELLIPSIS) else ELLIPSIS) + "\n\n" + passage
+    room = budget - count_tokens(passage)
+    if room >= MIN_HEAD_TOKENS:
+        head = bounded(section[: -len(ELLIPSIS)], count_tokens, room)
+        return head + ("" if head.endswith(ELLIPSIS) else ELLIPSIS) + "\n\n" + passage
+    return window(passage, first_match(passage, query), count_tokens, budget)
+
+
+def window(text: str, at: int, count_tokens: Callable[[str], int], budget: int) -> str:
+    """``budget`` tokens of ``text`` that hold offset ``at``: from the start of its line on, or, when
+    the rest of the text is shorter than the budget, from as early as the budget allows; a window
+    that does not start at the beginning begins with ``[…]``."""
+    begin = text.rfind("\n", 0, at) + 1
+    if at - begin > WINDOW_LEAD_CHARS:  # a long line: from the word before
+        begin = text.rfind(" ", 0, at - WINDOW_LEAD_CHARS) + 1
+    if begin and count_tokens(text[begin:]) < budget:
+        lo, hi = 0, begin  # the earliest start whose rest still fits: count is monotone in the suffix
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if count_tokens(text[mid:]) <= budget:
+                hi = mid
+            else:
+                lo = mid + 1
+        begin = lo if lo == 0 else (text.find(" ", lo) + 1 or lo)
+    part = bounded(text[begin:], count_tokens, budget)
+    return ("[…]\n" if begin else "") + part
+
+
+def query_pattern(query: str) -> re.Pattern[str] | None:
+    """The query's words of 3 characters or more (stop words aside) as word prefixes, case aside."""
+    terms = content_terms(query, 3)
+    return re.compile(r"\b(" + "|".join(re.escape(t) for t in terms) + r")\w*", re.I) if terms else None
+
+
+def first_match(text: str, query: str) -> int:
+    """Where ``text`` first answers ``query``: the first place it names one of a lookup's
+    identifiers as written (``literal``), else its first query word, else 0."""
+    named = literal.spans(text, literal.lookup_terms(query))
+    if named:
+        return named[0][0]
+    pattern = query_pattern(query)
+    found = pattern.search(text) if pattern else None
+    return found.start() if found else 0

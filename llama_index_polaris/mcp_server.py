@@ -1,0 +1,612 @@
+"""`polaris mcp`: the index served to coding agents and chat clients over MCP.
+
+A thin adapter over the engine, like the CLI: each tool calls the engine (``PolarisIndex``:
+search, outline, read_section, documents, status with ``freshness``) and renders what
+it answers twice, as structured content (the engine's own shapes: ``Hit.to_dict`` for a
+hit) and as a short text for the model to read. It ranks nothing, cuts nothing and
+counts nothing itself; the only decisions here are the bounds of an answer (``LIMITS``),
+which the engine enforces with its own messages (``check_top_k``).
+
+- One index per process, opened on first use (read-only unless writes are allowed) and
+  warmed in the background at start (model session, vector and BM25 caches), so the
+  first search of a fresh server is not the one that loads the model. A file that
+  cannot be opened yet (not indexed) is an error of each call, tried again by the next.
+- Bad input is a tool result with ``isError`` and the engine's message (the same text
+  `polaris` prints after ``polaris: error:``); the session goes on.
+- Transports: stdio (what an agent starts), or streamable HTTP bound to loopback unless
+  another address is named (DNS-rebinding protection on for loopback).
+
+The tools, resources and limits are described for users in docs/mcp.md. (No ``from
+__future__ import annotations`` here: the SDK reads the tools' signatures, bounds included,
+at registration, from closures.)
+"""
+
+import functools
+import json
+import socket
+import sys
+import threading
+from dataclasses import asdict
+from typing import Annotated, Any, Callable, Optional
+from urllib.parse import quote
+
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError
+from mcp_types import CallToolResult, Resource, TextContent, ToolAnnotations
+from pydantic import Field
+from typing_extensions import TypedDict
+
+from .engine.config import PolarisConfig
+from .engine.errors import PolarisError, ScopeError
+from .engine.search.context import excerpt
+from .engine.search.explain import brief_line
+from .engine.search.pipeline import MAX_QUERY_CHARS, MODES, check_top_k
+
+SCHEME = "polaris"
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+# Every answer is bounded. Tokens are the index's model's (what the engine's budgets count).
+LIMITS = {
+    "k_default": 5, "k_max": 20,  # search hits
+    "section_tokens_default": 300, "section_tokens_max": 2000,  # each hit's section text
+    "answer_tokens": 6000,  # a search answer's section texts together: k x section_tokens is cut to fit
+    "read_tokens_default": 2000, "read_tokens_max": 8000,  # read_section's text
+    "outline_entries": 400,  # headings an outline lists (deeper ones are left out first)
+    "list_default": 100, "list_max": 500,  # documents a list_documents page holds
+    "resource_tokens": 20000,  # a document read as a resource
+    "resources_listed": 1000,  # documents resources/list names
+}
+INSTRUCTIONS = (
+    "Polaris searches this project's Markdown documentation (hybrid: vector + BM25) and answers with"
+    " sections, not whole files. Start with `search`; each hit names a document and a heading path,"
+    " and shows the section's text up to a token budget. `read_section` reads one section (more of it,"
+    " or its neighbours), `outline` shows a document's headings with their sizes, `list_documents` and"
+    " `status` say what is indexed and whether files changed on disk since (then answers may be stale)."
+)
+
+
+# -- structured output shapes ------------------------------------------------------------------
+class HitItem(TypedDict):
+    """One hit: ``Hit.to_dict`` (as `polaris search --json` prints it) and two keys of this door."""
+
+    rank: int
+    score: float
+    node_id: str
+    document: str
+    collection: str
+    heading_path: str
+    text: str
+    section_start: Optional[int]
+    section_end: Optional[int]
+    section_text: Optional[str]
+    section_chunks: list[str]
+    document_status: str
+    explanation: str  # brief_line of the hit's explanation
+    on_disk: Optional[str]  # freshness of its file: fresh, changed, missing, unreadable (None: not a file)
+
+
+class SearchAnswer(TypedDict):
+    query: str
+    mode: str
+    k: int
+    section_tokens: int  # the budget each hit's section text had
+    hits: list[HitItem]
+
+
+class SectionAnswer(TypedDict):
+    document: str
+    collection: str
+    heading_path: str
+    title: str
+    depth: int
+    text: str
+    tokens: int
+    truncated: bool
+    with_subsections: bool
+    start_char: Optional[int]
+    end_char: Optional[int]
+    node_ids: list[str]
+    position: int
+    siblings: int
+    parent: Optional[str]
+    previous: Optional[str]
+    next: Optional[str]
+    children: list[str]
+    document_status: str
+    on_disk: Optional[str]
+
+
+class OutlineItem(TypedDict):
+    heading_path: str
+    title: str
+    depth: int
+    tokens: int
+    total_tokens: int
+    start_char: Optional[int]
+    end_char: Optional[int]
+    chunks: int
+
+
+class OutlineAnswer(TypedDict):
+    document: str
+    collection: str
+    tokens: int
+    headings: int
+    shown: int
+    entries: list[OutlineItem]
+
+
+class DocumentItem(TypedDict):
+    document: str
+    collection: str
+    document_id: str
+    status: str
+    error: Optional[str]
+    chunks: int
+    sections: int
+    updated_at: Optional[str]
+    on_disk: Optional[str]
+    stale: bool
+    uri: str
+
+
+class DocumentsAnswer(TypedDict):
+    total: int
+    offset: int
+    documents: list[DocumentItem]
+
+
+class StatusAnswer(TypedDict):
+    db_path: str
+    model_id: Optional[str]
+    embedding_dim: Optional[int]
+    documents: int
+    chunks: int
+    collections: dict[str, dict[str, int]]
+    roots: dict[str, Optional[str]]
+    schema_version: int
+    stale: bool
+    changes: dict[str, Any]
+    server: dict[str, Any]
+
+
+class ReindexAnswer(TypedDict):
+    collection: str
+    root: str
+    summary: str
+    report: dict[str, Any]
+
+
+# -- the index, opened once ------------------------------------------------------------------
+class Door:
+    """The one ``PolarisIndex`` of this server: opened on first use, warmed in the background."""
+
+    def __init__(self, config: PolarisConfig, *, collection: str | None = None, allow_writes: bool = False,
+                 transport: str = "stdio") -> None:
+        self.config, self.collection, self.allow_writes, self.transport = config, collection, allow_writes, transport
+        self._index: Any = None
+        self._lock = threading.Lock()
+
+    @property
+    def db_path(self) -> str:
+        return str(self.config.db_path)
+
+    @property
+    def index(self) -> Any:
+        """The open index (an error of this call, tried again by the next, when it cannot open)."""
+        with self._lock:
+            if self._index is None:
+                from .engine.index import PolarisIndex
+
+                self._index = PolarisIndex(self.config.db_path, config=self.config, readonly=not self.allow_writes)
+            return self._index
+
+    def warm(self) -> threading.Thread:
+        """Open the index and load what a first query needs, in a background thread."""
+        def run() -> None:
+            try:
+                index = self.index
+                if index.store.model is not None:
+                    index.embedder.embed_query("warm up")
+                    for cache in (index.vector_cache, index.bm25_cache):
+                        if cache is not None:
+                            cache.refresh()
+            except Exception:  # noqa: BLE001  the first call reports it, as the engine words it
+                pass
+
+        thread = threading.Thread(target=run, name="polaris-warm-up", daemon=True)
+        thread.start()
+        return thread
+
+    def close(self) -> None:
+        with self._lock:
+            if self._index is not None:
+                self._index.close()
+                self._index = None
+
+    def scope(self, collection: str | None) -> str | None:
+        """The collection a call names, else the server's (None: all)."""
+        return collection if collection is not None else self.collection
+
+    def on_disk(self, document_id: str) -> str | None:
+        """The freshness of one document's file (None: not a file under a root)."""
+        index = self.index
+        record = index.store.get_document(document_id)
+        return index.freshness.document(record) if record is not None else None
+
+
+# -- the tools' work (each returns structured content and its text) -----------------------------
+def search(door: Door, query: str, k: int, mode: str, collection: str | None, documents: list[str] | None,
+           section_tokens: int, explain: bool) -> tuple[dict, str]:
+    check_top_k(k, LIMITS["k_max"], "k")
+    check_top_k(section_tokens, LIMITS["section_tokens_max"], "section_tokens")
+    budget = min(section_tokens, LIMITS["answer_tokens"] // k)
+    scope = door.scope(collection)
+    index = door.index
+    hits = index.search(query, top_k=k, mode=mode, documents=documents, collections=[scope] if scope else None,
+                        unit="section", context_tokens=budget)
+    states = {d: door.on_disk(d) for d in dict.fromkeys(h.document_id for h in hits)}
+    items = [{**h.to_dict(explain=explain), "explanation": brief_line(h.explain), "on_disk": states[h.document_id]}
+             for h in hits]
+    answer = {"query": query, "mode": mode, "k": k, "section_tokens": budget, "hits": items}
+    shown = [excerpt(h.section_text or h.text, h.text, index.count_tokens, budget, query) for h in hits]
+    return answer, _search_text(answer, shown)
+
+
+def _search_text(answer: dict, shown: list[str]) -> str:
+    hits = answer["hits"]
+    if not hits:
+        return f"No sections match {answer['query']!r} ({answer['mode']})."
+    lines = [f"{len(hits)} sections for {answer['query']!r} ({answer['mode']}; each section's text up to"
+             f" {answer['section_tokens']} tokens):"]
+    for h, text in zip(hits, shown):
+        lines += ["", f"{h['rank']}. [{h['score']:.3f}] {h['document']} › {h['heading_path']}",
+                  f"   {h['explanation']} | chars {h['section_start']}-{h['section_end']}"]
+        lines += _warnings(h.get("document_status"), h.get("document_error"), h.get("on_disk"))
+        lines.append(text)
+    lines += ["", "More of a section: read_section(document, heading_path)."]
+    return "\n".join(lines)
+
+
+def _warnings(status: str | None, error: str | None, on_disk: str | None) -> list[str]:
+    out = []
+    if status == "stale":
+        out.append(f"   ! stale: {error}")
+    if on_disk not in (None, "fresh"):
+        out.append(f"   ! its file is {on_disk} on disk since it was indexed: this text may be out of date")
+    return out
+
+
+def read_section(door: Door, document: str | None, heading_path: str | None, node_id: str | None,
+                 collection: str | None, max_tokens: int, subsections: bool) -> tuple[dict, str]:
+    check_top_k(max_tokens, LIMITS["read_tokens_max"], "max_tokens")
+    s = door.index.read_section(document, heading_path, node_id=node_id, collection=door.scope(collection),
+                                max_tokens=max_tokens, subsections=subsections)
+    data = asdict(s)
+    ref = data.pop("document")
+    answer = {"document": ref["path"] or ref["id"], "collection": ref["collection"], **data,
+              "document_status": ref["status"], "on_disk": door.on_disk(ref["id"])}
+    where = f"under '{s.parent}'" if s.parent else "at the top"
+    size = f"{s.tokens} tokens" + (f", cut to {max_tokens}" if s.truncated else "")
+    lines = [f"{answer['document']} › {s.heading_path}",
+             f"section {s.position} of {s.siblings} {where} · {size} · chars {s.start_char}-{s.end_char}"
+             + (" · with its subsections" if s.with_subsections else "")]
+    lines += [f"{label}: {value}" for label, value in (("previous", s.previous), ("next", s.next)) if value]
+    if s.children:
+        lines.append("subsections: " + "; ".join(c.rsplit(" > ", 1)[-1] for c in s.children))
+    lines += _warnings(ref["status"], ref["error"], answer["on_disk"])
+    lines += ["---", s.text]
+    return answer, "\n".join(lines)
+
+
+def outline(door: Door, document: str, collection: str | None, max_depth: int | None) -> tuple[dict, str]:
+    if max_depth is not None:
+        check_top_k(max_depth, 100, "max_depth")
+    o = door.index.outline(document, door.scope(collection))
+    entries = [e for e in o.entries if max_depth is None or e.depth <= max_depth]
+    limit = LIMITS["outline_entries"]
+    while len(entries) > limit:  # the deepest headings go first, so the tree stays whole
+        deepest = max(e.depth for e in entries)
+        entries = [e for e in entries if e.depth < deepest] or entries[:limit]
+    items = [{k: v for k, v in asdict(e).items() if k not in ("parent", "children")} for e in entries]
+    answer = {"document": o.document.name, "collection": o.document.collection, "tokens": o.tokens,
+              "headings": len(o.entries), "shown": len(items), "entries": items}
+    lines = [f"{answer['document']} ({answer['collection']}): {o.tokens} tokens, {len(o.entries)} headings"
+             + (f", {len(items)} shown" if len(items) < len(o.entries) else "")]
+    for e in entries:
+        size = f"{e.tokens}" + (f"; {e.total_tokens} with subsections" if e.total_tokens != e.tokens else "")
+        lines.append(f"{'  ' * (e.depth - 1)}- {e.title} ({size})")
+    return answer, "\n".join(lines)
+
+
+def list_documents(door: Door, collection: str | None, prefix: str | None, limit: int, offset: int) -> tuple[dict, str]:
+    check_top_k(limit, LIMITS["list_max"], "limit")
+    index = door.index
+    page = index.documents(door.scope(collection), prefix, limit, offset)
+    items = []
+    for r in page.rows:
+        state = index.freshness.document(r)
+        items.append({"document": r.path or r.id, "collection": r.collection, "document_id": r.id, "status": r.status,
+                      "error": r.error, "chunks": r.chunks, "sections": r.sections, "updated_at": r.updated_at,
+                      "on_disk": state, "stale": r.status == "stale" or state not in (None, "fresh"),
+                      "uri": document_uri(r.collection, r.path or r.id)})
+    answer = {"total": page.total, "offset": page.offset, "documents": items}
+    lines = [f"{len(items)} of {page.total} documents" + (f" from {offset}" if offset else "") + ":"]
+    for d in items:
+        flags = [d["status"]] if d["status"] != "completed" else []
+        flags += [f"{d['on_disk']} on disk"] if d["on_disk"] not in (None, "fresh") else []
+        lines.append(f"{d['collection']}/{d['document']}  {d['sections']} sections" + (f"  [{', '.join(flags)}]" if flags else ""))
+    return answer, "\n".join(lines)
+
+
+def status(door: Door) -> tuple[dict, str]:
+    from .engine.embed.embedder import loaded_sessions
+
+    s = door.index.status(changes=True)
+    index = door.index
+    s["server"] = {"transport": door.transport, "read_only": not door.allow_writes, "collection": door.collection,
+                   "embedder_loaded": index.embedder_loaded, "model_sessions": loaded_sessions(),
+                   "limits": LIMITS}
+    keys = StatusAnswer.__annotations__
+    answer = {k: s[k] for k in keys}
+    lines = [f"index {s['db_path']}: {s['documents']} documents, {s['chunks']} chunks, model {s['model_id']}",
+             "files on disk: " + ("CHANGED since indexing; answers may be stale" if s["stale"] else "as indexed")]
+    for name, c in s["changes"].items():
+        counts = ", ".join(f"{c[k]['count']} {k}" for k in ("changed", "missing", "new", "unreadable") if c[k]["count"])
+        root = c["root"] or "no folder"
+        lines.append(f"  {name} ({root}{'' if c['root_exists'] or not c['root'] else ', GONE'}): {c['files']} files"
+                     + (f"; {counts}" if counts else ""))
+        for k in ("changed", "missing", "new"):
+            if c[k]["paths"]:
+                lines.append(f"    {k}: " + ", ".join(c[k]["paths"]))
+        if c["stale"] and c["root"]:
+            lines.append(f"    update: polaris index {c['root']} --collection {name}")
+    return answer, "\n".join(lines)
+
+
+def reindex(door: Door, collection: str | None) -> tuple[dict, str]:
+    from .engine.errors import InputError
+
+    name = door.scope(collection) or "default"
+    index = door.index
+    root = index.store.collection_root(name)
+    if root is None:
+        if name not in index.store.collections():
+            raise ScopeError({"collection": f"no collection '{name}' in {door.db_path}."})
+        raise InputError(f"collection '{name}' has no folder to index (its documents came through the LlamaIndex store).")
+    report = index.index_paths([root], collection=name)
+    data = {k: (v[:20] if isinstance(v, list) else v) for k, v in vars(report).items()}
+    answer = {"collection": name, "root": root, "summary": report.summary(), "report": json.loads(json.dumps(data))}
+    return answer, f"{name} ({root}): {report.summary()}"
+
+
+def document_uri(collection: str, path: str) -> str:
+    """``polaris://COLLECTION/PATH`` (each part percent-encoded; a path keeps its slashes)."""
+    return f"{SCHEME}://{quote(collection, safe='')}/{quote(path, safe='/')}"
+
+
+# -- the MCP server -----------------------------------------------------------------------------
+def _error(message: str) -> CallToolResult:
+    return CallToolResult(content=[TextContent(type="text", text=message)], is_error=True)
+
+
+def _result(answer: dict, text: str) -> CallToolResult:
+    return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=answer)
+
+
+def _door_call(door: Door, work: Callable[..., tuple[dict, str]]) -> Callable[..., CallToolResult]:
+    """``work`` as a tool body: its answer as a result, a Polaris error (or SQLite's) as an error result."""
+
+    @functools.wraps(work)
+    def call(*args: Any, **kwargs: Any) -> CallToolResult:
+        try:
+            return _result(*work(door, *args, **kwargs))
+        except PolarisError as exc:
+            return _error(str(exc))
+        except Exception as exc:
+            from .engine.db.connect import sqlite_error_message
+
+            message = sqlite_error_message(exc, door.db_path)
+            if message is None:
+                raise
+            return _error(message)
+
+    return call
+
+
+class PolarisMCP(MCPServer):
+    """MCPServer whose resources/list names each indexed document (``polaris://COLLECTION/PATH``)."""
+
+    door: Door
+
+    async def list_resources(self) -> list[Resource]:
+        import anyio.to_thread
+
+        listed = await super().list_resources()
+        return listed + await anyio.to_thread.run_sync(self._documents)
+
+    def _documents(self) -> list[Resource]:
+        try:
+            page = self.door.index.documents(self.door.collection, limit=LIMITS["resources_listed"])
+        except PolarisError:
+            return []
+        return [Resource(uri=document_uri(r.collection, r.path or r.id), name=r.path or r.id,
+                         title=f"{r.collection}/{r.path or r.id}", mime_type="text/markdown",
+                         description=f"{r.sections} sections, {r.chunks} chunks ({r.status})")
+                for r in page.rows]
+
+
+READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
+
+Query = Annotated[str, Field(description="What to find: a question in plain words, or an identifier (a flag,"
+                             " a config key, an error message).", json_schema_extra={"maxLength": MAX_QUERY_CHARS})]
+Collection = Annotated[Optional[str], Field(description="Only this collection (default: the server's, else all).")]
+DocumentName = Annotated[str, Field(description="The document: its path under its collection's root, as hits and"
+                                    " list_documents give it (e.g. 'guide/auth.md'), or its document id.")]
+
+
+def build_server(door: Door) -> PolarisMCP:
+    """The MCP server of ``door``: its tools, the document resources, and ``reindex`` when writes are allowed."""
+    app = PolarisMCP("polaris", title="Polaris docs search", instructions=INSTRUCTIONS, version=_version(),
+                     log_level="WARNING")
+    app.door = door
+    lim = LIMITS
+
+    def search_tool(
+        query: Query,
+        k: Annotated[int, Field(description=f"How many sections, 1 to {lim['k_max']}.",
+                                json_schema_extra={"minimum": 1, "maximum": lim["k_max"]})] = lim["k_default"],
+        mode: Annotated[str, Field(description="hybrid (default: meaning and words), vector (meaning) or bm25 (words).",
+                                   json_schema_extra={"enum": list(MODES)})] = "hybrid",
+        collection: Collection = None,
+        documents: Annotated[Optional[list[str]], Field(description="Only these documents (paths or ids).")] = None,
+        section_tokens: Annotated[int, Field(
+            description=f"Token budget of each hit's section text, 1 to {lim['section_tokens_max']}; all hits together"
+                        f" get at most {lim['answer_tokens']}.",
+            json_schema_extra={"minimum": 1, "maximum": lim["section_tokens_max"]})] = lim["section_tokens_default"],
+        explain: Annotated[bool, Field(description="Add every ranking stage's figures to each hit.")] = False,
+    ) -> Annotated[CallToolResult, SearchAnswer]:
+        return _door_call(door, search)(query, k, mode, collection, documents, section_tokens, explain)
+
+    app.add_tool(search_tool, name="search", title="Search the docs", annotations=READ_ONLY, description=(
+        "Search the indexed Markdown docs; returns the best sections, best first. Each hit: document (path),"
+        " heading_path, score (top hit 1.0), the section's character span, its text up to section_tokens (the"
+        " passage that matched is always shown) and a one-line explanation (its rank in the vector and BM25"
+        " lists). Same sections, order and scores as `polaris search --json`. Then read_section(document,"
+        " heading_path) for more of one."))
+
+    def read_tool(
+        document: Annotated[Optional[str], Field(description="The document (path or id); optional with node_id.")] = None,
+        heading_path: Annotated[Optional[str], Field(description="The section: its heading path as a hit or the outline"
+                                                     " gives it ('Guide > Auth > Tokens'), or its title if unique.")] = None,
+        node_id: Annotated[Optional[str], Field(description="Instead of a heading path: a chunk's node id from a hit.")] = None,
+        collection: Collection = None,
+        max_tokens: Annotated[int, Field(description=f"Token budget of the text, 1 to {lim['read_tokens_max']}.",
+                                         json_schema_extra={"minimum": 1, "maximum": lim["read_tokens_max"]})]
+        = lim["read_tokens_default"],
+        subsections: Annotated[bool, Field(description="Read on through its subsections (always, for a heading"
+                                           " without text of its own).")] = False,
+    ) -> Annotated[CallToolResult, SectionAnswer]:
+        return _door_call(door, read_section)(document, heading_path, node_id, collection, max_tokens, subsections)
+
+    app.add_tool(read_tool, name="read_section", title="Read a section", annotations=READ_ONLY, description=(
+        "Read one section of a document by its heading path (or a hit's node id), cut to max_tokens. Says where"
+        " it sits: its position among its siblings, the previous and next sections, its subsections, its size"
+        " in tokens and whether the text was cut."))
+
+    def outline_tool(
+        document: DocumentName,
+        collection: Collection = None,
+        max_depth: Annotated[Optional[int], Field(description="Only headings this deep (1: top level).",
+                                                  json_schema_extra={"minimum": 1})] = None,
+    ) -> Annotated[CallToolResult, OutlineAnswer]:
+        return _door_call(door, outline)(document, collection, max_depth)
+
+    app.add_tool(outline_tool, name="outline", title="Outline of a document", annotations=READ_ONLY, description=(
+        "A document's heading tree: each heading's path, depth and size in tokens (its own text, and with its"
+        f" subsections), in document order; at most {lim['outline_entries']} headings. Pick a section, then"
+        " read_section."))
+
+    def list_tool(
+        collection: Collection = None,
+        prefix: Annotated[Optional[str], Field(description="Only paths starting with this ('guide/').")] = None,
+        limit: Annotated[int, Field(description=f"Documents per page, 1 to {lim['list_max']}.",
+                                    json_schema_extra={"minimum": 1, "maximum": lim["list_max"]})] = lim["list_default"],
+        offset: Annotated[int, Field(description="Skip this many (paging).", json_schema_extra={"minimum": 0})] = 0,
+    ) -> Annotated[CallToolResult, DocumentsAnswer]:
+        return _door_call(door, list_documents)(collection, prefix, limit, offset)
+
+    app.add_tool(list_tool, name="list_documents", title="List documents", annotations=READ_ONLY, description=(
+        "The indexed documents, by collection and path: status, sections, chunks, and whether the file changed"
+        " on disk since it was indexed (on_disk, stale)."))
+
+    def status_tool() -> Annotated[CallToolResult, StatusAnswer]:
+        return _door_call(door, status)()
+
+    app.add_tool(status_tool, name="status", title="Index status", annotations=READ_ONLY, description=(
+        "What the index holds (model, documents, chunks, collections and their folders) and whether files"
+        " changed on disk since they were indexed: when `stale` is true, answers may be out of date"
+        " (changed, missing and new files are listed)."))
+
+    if door.allow_writes:
+        def reindex_tool(collection: Collection = None) -> Annotated[CallToolResult, ReindexAnswer]:
+            return _door_call(door, reindex)(collection)
+
+        app.add_tool(reindex_tool, name="reindex", title="Re-index a collection", annotations=ToolAnnotations(
+            read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False), description=(
+            "Bring a collection up to date with its folder (incremental: only changed files are re-embedded;"
+            " files that are gone leave the index)."))
+
+    @app.resource(f"{SCHEME}://{{collection}}/{{+path}}", name="document", mime_type="text/markdown",
+                  description=f"An indexed document's text (at most {lim['resource_tokens']} tokens).")
+    def document_resource(collection: str, path: str) -> str:
+        try:
+            _ref, text, _tokens, _cut = door.index.document_text(path, collection, lim["resource_tokens"])
+        except ScopeError as exc:
+            raise ResourceNotFoundError(str(exc)) from exc
+        except PolarisError as exc:
+            raise ResourceError(str(exc)) from exc
+        return text
+
+    return app
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("llama-index-polaris")
+    except PackageNotFoundError:
+        return "0"
+
+
+# -- running ------------------------------------------------------------------------------------
+def parse_address(value: str) -> tuple[str, int]:
+    """``PORT``, ``HOST:PORT`` or ``[IPv6]:PORT`` as (host, port); a port alone binds loopback."""
+    host, _, port = value.rpartition(":")
+    host = host.strip("[]") or "127.0.0.1"
+    if not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise PolarisError(f"--http takes PORT or HOST:PORT (e.g. 127.0.0.1:8765), got {value!r}.")
+    return host, int(port)
+
+
+def serve(config: PolarisConfig, *, collection: str | None = None, allow_writes: bool = False,
+          http: str | None = None, announce: Callable[[str], None] | None = None) -> None:
+    """Serve the index of ``config`` over stdio, or over streamable HTTP at ``http`` (HOST:PORT)."""
+    import anyio
+
+    say = announce or (lambda line: print(f"polaris: {line}", file=sys.stderr, flush=True))
+    address = parse_address(http) if http is not None else None
+    door = Door(config, collection=collection, allow_writes=allow_writes,
+                transport="stdio" if address is None else "streamable-http")
+    app = build_server(door)
+    door.warm()
+    try:
+        if address is None:
+            anyio.run(app.run_stdio_async)
+        else:
+            anyio.run(_serve_http, app, *address, say)
+    finally:
+        door.close()
+
+
+async def _serve_http(app: PolarisMCP, host: str, port: int, say: Callable[[str], None]) -> None:
+    import uvicorn
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise PolarisError(f"cannot listen on {host}:{port} ({exc.strerror or exc}).") from exc
+    bound = sock.getsockname()[1]
+    shown = f"[{host}]" if family == socket.AF_INET6 else host
+    if host not in LOOPBACK:
+        say(f"listening on {host}, reachable from other machines, without authentication;"
+            " use 127.0.0.1 to keep it on this one.")
+    say(f"MCP server at http://{shown}:{bound}/mcp ({app.door.db_path}, "
+        f"{'writes allowed' if app.door.allow_writes else 'read-only'})")
+    starlette_app = app.streamable_http_app(host=host)
+    server = uvicorn.Server(uvicorn.Config(starlette_app, log_level="warning", lifespan="on"))
+    await server.serve(sockets=[sock])

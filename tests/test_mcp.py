@@ -1,0 +1,379 @@
+"""`polaris mcp`: a real server process driven by the MCP SDK's own client, over stdio and
+over streamable HTTP, on a real polaris.db (the bundled model). Each answer is compared
+with what another door answers: `polaris search --json` for search, the engine for the
+rest. One stdio session and one HTTP server per module serve most tests.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Iterator
+
+import httpx
+import pytest
+from mcp.shared.exceptions import MCPError
+
+from llama_index_polaris.engine.config import load_config
+from llama_index_polaris.engine.index import PolarisIndex
+from llama_index_polaris.engine.search.pipeline import MAX_QUERY_CHARS
+from llama_index_polaris.mcp_server import LIMITS, document_uri, parse_address
+from mcp_testing import POLARIS, McpSession, environment, http_server, stdio, text_of
+from test_documents import FILES, MODEL, ROTATION, SESSIONS
+
+TOOLS = {"search", "read_section", "outline", "list_documents", "status"}
+QUERIES = ("how long does a session last", "refresh token lifetime")
+NOTES = {"a.md": "# Notes A\n\nThe first note says that deploys happen on Tuesdays only.\n",
+         "b.md": "# Notes B\n\nThe second note says that backups are tested every month.\n"}
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("mcp")
+    for folder, files in {**FILES, "notes": NOTES}.items():
+        for name, text in files.items():
+            (root / folder / name).parent.mkdir(parents=True, exist_ok=True)
+            (root / folder / name).write_text(text)
+    (root / "polaris.toml").write_text(f'model_id = "{MODEL}"\n')
+    with PolarisIndex(root / "polaris.db", config=cfg(root)) as index:
+        for folder in ("docs", "blog", "notes"):
+            report = index.index_paths([root / folder], collection="default" if folder == "docs" else folder)
+            assert report.failed == []
+    return root
+
+
+def cfg(root: Path):
+    return load_config(root, use_user_config=False)
+
+
+@pytest.fixture(scope="module")
+def engine(project: Path) -> Iterator[PolarisIndex]:
+    with PolarisIndex(project / "polaris.db", config=cfg(project), readonly=True) as index:
+        yield index
+
+
+@pytest.fixture(scope="module")
+def session(project: Path) -> Iterator[McpSession]:
+    """One stdio session with `polaris mcp` started in the project, as an agent starts it."""
+    opened = McpSession(stdio(project))
+    yield opened
+    opened.close()
+
+
+@pytest.fixture(scope="module")
+def http_url(project: Path) -> Iterator[str]:
+    yield from (url for url, _ in http_server(project))
+
+
+def cli_search(project: Path, *args: str) -> list[dict]:
+    run = subprocess.run([POLARIS, "search", *args, "--json"], cwd=project, capture_output=True, text=True,
+                         env=environment(project), timeout=120)
+    assert run.returncode == 0, run.stderr
+    return json.loads(run.stdout)
+
+
+def cli_error(project: Path, *args: str) -> str:
+    run = subprocess.run([POLARIS, *args], cwd=project, capture_output=True, text=True, env=environment(project),
+                         timeout=120)
+    assert run.returncode == 1 and run.stderr.startswith("polaris: error: "), (run.returncode, run.stderr)
+    return run.stderr.removeprefix("polaris: error: ").strip()
+
+
+def as_cli(hits: list[dict]) -> list[dict]:
+    """MCP hits without the two keys this door adds: what `polaris search --json` prints."""
+    for h in hits:
+        assert set(h) - set(FIRST_HIT_KEYS) == {"explanation", "on_disk"}
+    return [{k: v for k, v in h.items() if k not in ("explanation", "on_disk")} for h in hits]
+
+
+def assert_same_hits(mcp: list[dict], cli: list[dict]) -> None:
+    """Every field equal, scores to 6 decimals: the server's long-lived process embeds the query with
+    ONNX Runtime's graph optimisations and scores from RAM, the CLI's one-shot process without them."""
+    assert cli, "the CLI found nothing: nothing to compare"
+    mcp = as_cli(mcp)
+    assert [{**h, "score": None} for h in mcp] == [{**h, "score": None} for h in cli]
+    assert [h["score"] for h in mcp] == pytest.approx([h["score"] for h in cli], abs=1e-6)
+
+
+FIRST_HIT_KEYS = ("rank", "score", "chunk_id", "node_id", "document_id", "document", "collection", "heading_path",
+                  "text", "start_char", "end_char", "metadata", "document_status", "document_error", "unit",
+                  "section_start", "section_end", "section_chunks", "section_text")
+
+
+# -- tools and their schemas ---------------------------------------------------------------------
+def test_the_tools_are_listed_with_descriptions_and_bounded_schemas(session: McpSession) -> None:
+    tools = {t.name: t for t in session.run(lambda c: c.list_tools()).tools}
+    assert set(tools) == TOOLS  # no reindex: the server was not started with --allow-writes
+    for tool in tools.values():
+        assert len(tool.description) > 80 and tool.output_schema["type"] == "object"
+        assert tool.annotations.read_only_hint is True
+    search = tools["search"].input_schema["properties"]
+    assert search["query"]["maxLength"] == MAX_QUERY_CHARS and tools["search"].input_schema["required"] == ["query"]
+    assert (search["k"]["minimum"], search["k"]["maximum"], search["k"]["default"]) == (1, LIMITS["k_max"], 5)
+    assert search["mode"]["enum"] == ["hybrid", "vector", "bm25"]
+    assert search["section_tokens"]["maximum"] == LIMITS["section_tokens_max"]
+    read = tools["read_section"].input_schema["properties"]
+    assert read["max_tokens"]["maximum"] == LIMITS["read_tokens_max"]
+    assert tools["list_documents"].input_schema["properties"]["limit"]["maximum"] == LIMITS["list_max"]
+    assert "hits" in tools["search"].output_schema["properties"]
+
+
+# -- search: the same sections, order and scores as `polaris search --json` ----------------------
+@pytest.mark.parametrize("args", [
+    {"query": QUERIES[0]},
+    {"query": QUERIES[1], "k": 3, "mode": "bm25"},
+    {"query": "how is the signing key rotated", "k": 2, "mode": "vector", "collection": "default"},
+    {"query": "sessions", "documents": ["guide/sessions.md"], "section_tokens": 40},
+])
+def test_search_answers_what_the_cli_answers(session: McpSession, project: Path, args: dict) -> None:
+    result = session.call("search", args)
+    assert not result.is_error, text_of(result)
+    answer = result.structured_content
+    k, budget = args.get("k", 5), args.get("section_tokens", 300)
+    flags = ["-k", str(k), "--mode", args.get("mode", "hybrid"), "--context", "section", "--context-tokens", str(budget)]
+    flags += [f for c in ([args["collection"]] if "collection" in args else []) for f in ("--collection", c)]
+    flags += [f for d in args.get("documents", []) for f in ("--document", d)]
+    cli = cli_search(project, args["query"], *flags)
+    assert_same_hits(answer["hits"], cli)  # sections, order, scores, spans, section text: all of it
+    assert (answer["k"], answer["section_tokens"], answer["mode"]) == (k, budget, args.get("mode", "hybrid"))
+    assert all(h["on_disk"] == "fresh" for h in answer["hits"])
+
+
+def test_the_text_names_each_hit_with_its_explanation(session: McpSession) -> None:
+    result = session.call("search", {"query": QUERIES[0], "k": 2})
+    first = result.structured_content["hits"][0]
+    text = text_of(result)
+    assert text.startswith(f"2 sections for {QUERIES[0]!r} (hybrid; each section's text up to 300 tokens):")
+    assert f"1. [1.000] {first['document']} › {first['heading_path']}" in text
+    assert first["explanation"].startswith("vector #") and first["explanation"] in text
+    assert first["section_text"] in text
+
+
+def test_a_long_section_still_shows_the_passage_that_matched(session: McpSession, engine: PolarisIndex) -> None:
+    result = session.call("search", {"query": "when is the zebra escrow account closed", "k": 1,
+                                     "section_tokens": 80})
+    hit = result.structured_content["hits"][0]
+    assert hit["heading_path"] == "Tokens > Rotation" and "zebra" in hit["text"] and ROTATION.endswith("does.")
+    assert "zebra" not in hit["section_text"]  # the section's start, cut to 80 tokens, does not reach it
+    text = text_of(result)
+    shown = text.split("\n", 4)[4].removesuffix("\n\nMore of a section: read_section(document, heading_path).")
+    assert "zebra escrow account is closed" in shown  # the matched chunk's part that answers the query
+    assert engine.count_tokens(shown.replace("[…]", "")) <= 80 + 4
+
+
+def test_the_answer_is_bounded(session: McpSession) -> None:
+    result = session.call("search", {"query": "session token key", "k": LIMITS["k_max"],
+                                     "section_tokens": LIMITS["section_tokens_max"]})
+    answer = result.structured_content
+    assert answer["section_tokens"] == LIMITS["answer_tokens"] // LIMITS["k_max"]  # k x budget cut to fit
+
+
+# -- reading, outline, documents, status ----------------------------------------------------------
+def test_read_section_gives_the_text_and_its_place(session: McpSession, engine: PolarisIndex) -> None:
+    result = session.call("read_section", {"document": "guide/sessions.md", "heading_path": "Expiry",
+                                           "collection": "default"})
+    s = result.structured_content
+    expected = engine.read_section("guide/sessions.md", "Sessions > Expiry", collection="default")
+    assert (s["heading_path"], s["text"], s["tokens"]) == ("Sessions > Expiry", expected.text, expected.tokens)
+    assert (s["position"], s["siblings"], s["previous"], s["next"]) == (2, 3, "Sessions > Lifetime", "Sessions > Storage")
+    assert (s["document"], s["collection"], s["on_disk"], s["truncated"]) == ("guide/sessions.md", "default", "fresh", False)
+    text = text_of(result)
+    assert text.startswith("guide/sessions.md › Sessions > Expiry\nsection 2 of 3 under 'Sessions'")
+    assert text.endswith("---\n" + expected.text)
+
+
+def test_a_hit_is_read_whole_by_its_node_id(session: McpSession, engine: PolarisIndex) -> None:
+    hit = session.call("search", {"query": "how is the signing key rotated", "k": 1}).structured_content["hits"][0]
+    s = session.call("read_section", {"node_id": hit["node_id"], "max_tokens": 100}).structured_content
+    assert (s["heading_path"], s["truncated"]) == (hit["heading_path"], True) and s["tokens"] > 300
+    assert engine.count_tokens(s["text"].removesuffix("\n[…]")) <= 100
+    assert s["text"] == engine.read_section(node_id=hit["node_id"], max_tokens=100).text
+
+
+def test_the_outline_lists_headings_with_their_sizes(session: McpSession, engine: PolarisIndex) -> None:
+    result = session.call("outline", {"document": "guide/tokens.md"})
+    o = result.structured_content
+    expected = engine.outline("guide/tokens.md")
+    assert [(e["title"], e["depth"], e["tokens"], e["total_tokens"]) for e in o["entries"]] == [
+        (e.title, e.depth, e.tokens, e.total_tokens) for e in expected.entries]
+    assert (o["tokens"], o["headings"], o["shown"]) == (expected.tokens, 5, 5)
+    assert text_of(result).splitlines()[1:3] == [f"- Tokens (0; {expected.tokens} with subsections)",
+                                                 f"  - Kinds (0; {expected.entries[1].total_tokens} with subsections)"]
+    shallow = session.call("outline", {"document": "guide/tokens.md", "max_depth": 2}).structured_content
+    assert [e["title"] for e in shallow["entries"]] == ["Tokens", "Kinds", "Rotation"]
+
+
+def test_list_documents_and_status_say_what_is_indexed(session: McpSession, engine: PolarisIndex, project: Path) -> None:
+    page = session.call("list_documents", {"collection": "default"}).structured_content
+    assert [d["document"] for d in page["documents"]] == ["guide/sessions.md", "guide/tokens.md"]
+    assert page["total"] == 2 and {d["on_disk"] for d in page["documents"]} == {"fresh"}
+    assert page["documents"][0]["uri"] == "polaris://default/guide/sessions.md"
+    session.call("search", {"query": QUERIES[1]})
+    status = session.call("status").structured_content
+    expected = engine.status()
+    assert {k: status[k] for k in ("model_id", "documents", "chunks", "collections", "roots")} == {
+        k: expected[k] for k in ("model_id", "documents", "chunks", "collections", "roots")}
+    assert status["changes"]["default"]["stale"] is False and status["changes"]["default"]["files"] == 2
+    server = status["server"]
+    assert (server["read_only"], server["transport"], server["embedder_loaded"]) == (True, "stdio", True)
+    assert server["model_sessions"] == 1  # one model session in the process, however many calls
+
+
+def test_status_says_when_files_changed_on_disk(session: McpSession, project: Path) -> None:
+    notes = project / "notes"
+    (notes / "a.md").write_text(NOTES["a.md"] + "\nDeploys moved to Wednesdays.\n")
+    (notes / "b.md").unlink()
+    (notes / "c.md").write_text("# Notes C\n\nA third note, written after indexing.\n")
+    try:
+        result = session.call("status")
+        changed = result.structured_content["changes"]["notes"]
+        assert result.structured_content["stale"] is True and changed["stale"] is True
+        assert (changed["changed"]["paths"], changed["missing"]["paths"], changed["new"]["paths"]) == (
+            ["a.md"], ["b.md"], ["c.md"])
+        assert result.structured_content["changes"]["default"]["stale"] is False
+        assert f"update: polaris index {notes} --collection notes" in text_of(result)
+        listed = session.call("list_documents", {"collection": "notes"}).structured_content["documents"]
+        assert [(d["document"], d["on_disk"], d["stale"]) for d in listed] == [("a.md", "changed", True),
+                                                                              ("b.md", "missing", True)]
+        hit = session.call("search", {"query": "when do deploys happen", "collection": "notes", "k": 1})
+        assert hit.structured_content["hits"][0]["on_disk"] == "changed"
+        assert "its file is changed on disk since it was indexed" in text_of(hit)
+    finally:
+        (notes / "a.md").write_text(NOTES["a.md"])
+        (notes / "b.md").write_text(NOTES["b.md"])
+        (notes / "c.md").unlink()
+
+
+# -- bad input: a tool error with the engine's message, and the session goes on --------------------
+def test_bad_arguments_are_tool_errors_with_the_engines_message(session: McpSession, project: Path) -> None:
+    def error(tool: str, args: dict) -> str:
+        result = session.call(tool, args)
+        assert result.is_error and result.structured_content is None
+        return text_of(result)
+
+    assert error("search", {"query": "x", "k": 0}) == f"k must be a whole number from 1 to {LIMITS['k_max']}, got 0."
+    assert error("search", {"query": "x", "k": 21}) == f"k must be a whole number from 1 to {LIMITS['k_max']}, got 21."
+    assert error("search", {"query": "x", "collection": "Default"}) == cli_error(
+        project, "search", "x", "--collection", "Default")
+    assert error("search", {"query": "x", "documents": ["sessions.md"]}) == cli_error(
+        project, "search", "x", "--document", "sessions.md")
+    assert error("search", {"query": "x" * (MAX_QUERY_CHARS + 1)}).startswith(
+        f"the query is {MAX_QUERY_CHARS + 1:,} characters; at most {MAX_QUERY_CHARS:,} are accepted.")
+    assert error("search", {"query": "x", "mode": "fuzzy"}) == "mode must be one of hybrid, vector, bm25, got 'fuzzy'."
+    assert "Input should be a valid integer" in error("search", {"query": "x", "k": "many"})
+    assert error("read_section", {"document": "guide/tokens.md", "heading_path": "Rotatoin"}).endswith(
+        "Did you mean 'Tokens > Rotation'?")
+    assert error("outline", {"document": "guide/sessions.md"}).startswith(
+        "document 'guide/sessions.md' is in 2 collections ('blog', 'default')")
+    good = session.call("search", {"query": QUERIES[0], "k": 1})
+    assert not good.is_error and good.structured_content["hits"][0]["rank"] == 1
+
+
+# -- resources -----------------------------------------------------------------------------------
+def test_each_document_is_a_resource(session: McpSession, engine: PolarisIndex) -> None:
+    listed = session.run(lambda c: c.list_resources()).resources
+    uris = {str(r.uri) for r in listed}
+    assert {"polaris://default/guide/sessions.md", "polaris://blog/guide/sessions.md",
+            "polaris://notes/a.md"} <= uris
+    read = session.run(lambda c: c.read_resource("polaris://default/guide/sessions.md"))
+    assert read.contents[0].text.strip() == SESSIONS.strip()
+    assert read.contents[0].mime_type == "text/markdown"
+    with pytest.raises(MCPError, match="no document 'guide/nope.md'"):
+        session.run(lambda c: c.read_resource("polaris://default/guide/nope.md"))
+    assert document_uri("my docs", "a b/c.md") == "polaris://my%20docs/a%20b/c.md"
+
+
+# -- streamable HTTP -----------------------------------------------------------------------------
+def test_two_clients_at_once_over_http_get_the_cli_answer(http_url: str, project: Path) -> None:
+    assert http_url.startswith("http://127.0.0.1:")
+    modern, legacy = McpSession(http_url), McpSession(http_url, mode="legacy")  # both protocol eras
+    try:
+        assert {t.name for t in legacy.run(lambda c: c.list_tools()).tools} == TOOLS
+        jobs = [(s, q) for q in QUERIES for s in (modern, legacy)] * 2
+        with ThreadPoolExecutor(len(jobs)) as pool:
+            answers = list(pool.map(lambda job: job[0].call("search", {"query": job[1], "k": 3}), jobs))
+        for (_, query), result in zip(jobs, answers):
+            assert_same_hits(result.structured_content["hits"], cli_search(
+                project, query, "-k", "3", "--context", "section", "--context-tokens", "300"))
+        bad = legacy.call("search", {"query": "x", "k": 0})
+        assert bad.is_error and not modern.call("read_section", {"document": "guide/tokens.md",
+                                                                 "heading_path": "Rotation"}).is_error
+        server = modern.call("status").structured_content["server"]
+        assert (server["transport"], server["model_sessions"]) == ("streamable-http", 1)
+    finally:
+        modern.close()
+        legacy.close()
+
+
+def test_http_refuses_a_request_for_another_host(http_url: str) -> None:
+    """DNS-rebinding protection on loopback: a page elsewhere cannot reach the server by name."""
+    response = httpx.post(http_url, headers={"Host": "evil.example", "Content-Type": "application/json",
+                                             "Accept": "application/json, text/event-stream"},
+                          content=json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}))
+    assert response.status_code in (400, 403, 421)
+
+
+def test_an_address_is_loopback_unless_one_is_named() -> None:
+    assert parse_address("8765") == ("127.0.0.1", 8765)
+    assert parse_address("0.0.0.0:80") == ("0.0.0.0", 80)
+    assert parse_address("[::1]:9000") == ("::1", 9000)
+    with pytest.raises(Exception, match="--http takes PORT or HOST:PORT"):
+        parse_address("localhost:http")
+
+
+# -- writes, only when allowed -------------------------------------------------------------------
+def test_reindex_is_offered_only_with_allow_writes(tmp_path: Path, project: Path) -> None:
+    for name, text in FILES["docs"].items():
+        (tmp_path / "docs" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "docs" / name).write_text(text)
+    (tmp_path / "polaris.toml").write_text(f'model_id = "{MODEL}"\n')
+    with PolarisIndex(tmp_path / "polaris.db", config=cfg(tmp_path)) as index:
+        index.index_paths([tmp_path / "docs"])
+    (tmp_path / "docs/guide/sessions.md").write_text(SESSIONS + "\n## Sharing\n\nSessions are never shared between"
+                                                     " two devices, not even a phone and a laptop.\n")
+    writer = McpSession(stdio(tmp_path, "--allow-writes"))
+    try:
+        assert {t.name for t in writer.run(lambda c: c.list_tools()).tools} == TOOLS | {"reindex"}
+        assert writer.call("status").structured_content["changes"]["default"]["changed"]["paths"] == [
+            "guide/sessions.md"]
+        done = writer.call("reindex", {})
+        assert not done.is_error, text_of(done)
+        assert (done.structured_content["report"]["updated"], done.structured_content["report"]["unchanged"]) == (1, 1)
+        assert writer.call("status").structured_content["stale"] is False
+        hit = writer.call("search", {"query": "shared between two devices", "k": 1}).structured_content["hits"][0]
+        assert hit["heading_path"] == "Sessions > Sharing"
+        assert writer.call("reindex", {"collection": "nope"}).is_error
+    finally:
+        writer.close()
+
+
+# -- the optional extra ---------------------------------------------------------------------------
+NO_SDK = """
+import sys
+class NotInstalled:  # the SDK as absent as if it had never been installed
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("mcp", "mcp_types"):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+sys.meta_path.insert(0, NotInstalled())
+from llama_index_polaris.cli import main
+sys.exit(main(["mcp"]))
+"""
+
+
+def test_without_the_extra_it_says_what_to_install(project: Path) -> None:
+    run = subprocess.run([sys.executable, "-c", NO_SDK], cwd=project, capture_output=True, text=True,
+                         env=environment(project), timeout=120)
+    assert run.returncode == 1
+    assert run.stderr.strip() == ("polaris: error: `polaris mcp` needs the MCP Python SDK, an optional extra:"
+                                  " pip install 'llama-index-polaris[mcp]' (from a clone: pip install -e '.[mcp]').")
+
+
+def test_the_cli_imports_the_sdk_only_for_polaris_mcp(run_python) -> None:
+    code = ("import sys; import llama_index_polaris.cli, llama_index_polaris.engine.index;"
+            " print(sorted(m for m in sys.modules if m == 'mcp' or m.startswith('mcp.')))")
+    result = run_python(code)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
