@@ -1,7 +1,7 @@
 """Same question, same answer at every k: the first n hits of a query are the same, in the
 same order with the same scores, for every k >= n, in every mode and unit and through every
 door (the engine, the CLI, PolarisVectorStore in each query mode, PolarisRetriever,
-as_retriever, the Datasette page, its JSON and polaris_search()).
+as_retriever, the Datasette page, its JSON and polaris_search(), the MCP server).
 
 The example handbook (59 chunks) on the bundled model, indexed once per module into a
 real polaris.db. Its polaris.toml sets a small candidate pool (8 chunks per list), so that
@@ -129,6 +129,24 @@ def test_the_cli_answers_the_engine_at_every_k(project: Path) -> None:
             cli[k] = [(h["node_id"], round(h["score"], 6)) for h in json.loads(run.stdout)]
         assert_prefixes(cli)
         assert_same(cli, engine_lists(project, query, ks))
+
+
+def test_the_mcp_server_answers_the_engine_at_every_k(project: Path) -> None:
+    from mcp_testing import McpSession, stdio
+
+    ks = (1, 4, 20)  # 20: the server's largest k
+    session = McpSession(stdio(project))
+    try:
+        for query in QUERIES:
+            door = {}
+            for k in ks:
+                result = session.call("search", {"query": query, "k": k})
+                assert not result.is_error, result.content
+                door[k] = [(h["node_id"], h["score"]) for h in result.structured_content["hits"]]
+            assert_prefixes(door)
+            assert_same(door, engine_lists(project, query, ks))
+    finally:
+        session.close()
 
 
 def test_every_llamaindex_door_answers_the_same_head_at_every_k(project: Path) -> None:

@@ -1,4 +1,4 @@
-"""The engine never imports llama_index or datasette; adapters and plugins load on first use."""
+"""The engine never imports llama_index, datasette or mcp; adapters and plugins load on first use."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from polaris_testing import REPO
 
 PACKAGE = REPO / "llama_index_polaris"
 ENGINE = PACKAGE / "engine"
-FRAMEWORKS = ("llama_index", "datasette")
+FRAMEWORKS = ("llama_index", "datasette", "mcp", "mcp_types")
 
 
 def module_name(path: Path) -> str:
@@ -34,7 +34,7 @@ def is_framework(name: str) -> bool:
 
 
 def framework_imports(path: Path) -> list[str]:
-    """Imports of llama_index/datasette in ``path``: import statements and import_module("...")."""
+    """Imports of a framework (``FRAMEWORKS``) in ``path``: import statements and import_module("...")."""
     found = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
         if isinstance(node, ast.Import):
@@ -56,11 +56,13 @@ def test_the_static_check_recognises_framework_imports(tmp_path: Path) -> None:
         "import os\nimport llama_index_polaris.engine\nimport llama_index.core\n"
         "from datasette import hookimpl\nfrom .llama_index import x\n"
         "import importlib\nimportlib.import_module('datasette.app')\n"
+        "from mcp.server.mcpserver import MCPServer\nimport mcp_server\nfrom .mcp_server import serve\n"
     )
-    assert framework_imports(sample) == [
+    assert sorted(framework_imports(sample)) == [
         "sample.py:3 import llama_index.core",
         "sample.py:4 from datasette",
         "sample.py:7 import_module('datasette.app')",
+        "sample.py:8 from mcp.server.mcpserver",
     ]
 
 
@@ -93,7 +95,8 @@ IMPORT_ALL = """
 import importlib, json, sys
 names = json.loads(sys.argv[1])
 import llama_index_polaris, llama_index_polaris.engine
-after_package = sorted(m for m in sys.modules if m.split(".")[0] in ("llama_index", "datasette"))
+FRAMEWORKS = ("llama_index", "datasette", "mcp", "mcp_types")
+after_package = sorted(m for m in sys.modules if m.split(".")[0] in FRAMEWORKS)
 failed = {}
 for name in names:
     try:
@@ -103,7 +106,7 @@ for name in names:
 from llama_index_polaris.engine.plugins import plugin_manager
 print(json.dumps({
     "after_package": after_package,
-    "frameworks": sorted(m for m in sys.modules if m.split(".")[0] in ("llama_index", "datasette")),
+    "frameworks": sorted(m for m in sys.modules if m.split(".")[0] in FRAMEWORKS),
     "failed": failed,
     "plugins_built": plugin_manager.cache_info().currsize,
     "imported": [n for n in names if n in sys.modules],

@@ -2,7 +2,8 @@
 one answers no hits. The bundled model, a real polaris.db with two collections and an empty one.
 
 CLI: exit 1, the message on stderr. Datasette page and JSON: 400, the parameter named in
-``errors``. ``polaris_search()``: an error object. LlamaIndex reads: ``InputError``.
+``errors``. ``polaris_search()``: an error object. LlamaIndex reads: ``InputError``. The MCP
+server: a tool result with ``isError`` and the message.
 """
 
 from __future__ import annotations
@@ -109,6 +110,24 @@ async def test_datasette_answers_400_naming_the_parameter(project: Path) -> None
     assert error["error"].startswith("polaris_search: no collection 'nosuch' in ") and COLLECTIONS in error["error"]
     assert (await sql('{"documents": ["nope.md"]}'))["error"].startswith("polaris_search: no document 'nope.md'")
     assert await sql('{"collections": ["drafts"]}') == []
+
+
+def test_the_mcp_server_answers_a_tool_error_with_the_message(project: Path) -> None:
+    from mcp_testing import McpSession, stdio
+
+    session = McpSession(stdio(project))
+    try:
+        bad = session.call("search", {"query": QUERY, "collection": "Default"})
+        assert bad.is_error and bad.content[0].text == polaris(
+            project, "search", QUERY, "--collection", "Default").stderr.removeprefix("polaris: error: ").strip()
+        doc = session.call("search", {"query": QUERY, "documents": ["guide/sesions.md"]})
+        assert doc.is_error and "Did you mean 'guide/sessions.md'?" in doc.content[0].text
+        empty = session.call("search", {"query": QUERY, "collection": "drafts"})
+        assert not empty.is_error and empty.structured_content["hits"] == []
+        listed = session.call("list_documents", {"collection": "Blog"})
+        assert listed.is_error and "Did you mean 'blog'?" in listed.content[0].text
+    finally:
+        session.close()
 
 
 @pytest.mark.parametrize("mode", [VectorStoreQueryMode.DEFAULT, VectorStoreQueryMode.TEXT_SEARCH,

@@ -1,6 +1,6 @@
 """A hit is a section in every door: no two hits share (document, heading path), and every
 door gives the same answer (CLI, Python, LlamaIndex retriever, store and as_retriever,
-Datasette page, JSON and SQL function). The bundled model, a real polaris.db."""
+Datasette page, JSON and SQL function, the MCP server). The bundled model, a real polaris.db."""
 
 from __future__ import annotations
 
@@ -246,3 +246,26 @@ async def test_an_identifier_lookup_is_answered_by_the_section_naming_it_in_ever
     sql = await ds.client.get("/polaris.json", params={"sql": f"select polaris_search('{LOOKUP}', 3) as v",
                                                        "_shape": "array"})
     assert [(h["document"], h["heading_path"]) for h in json.loads(sql.json()[0]["v"])] == hybrid
+
+
+def test_the_mcp_server_answers_the_same_sections_and_section_text(project: Path) -> None:
+    from mcp_testing import McpSession, stdio
+
+    cfg = load_config(project, use_user_config=False)
+    with PolarisIndex(project / "polaris.db", config=cfg, readonly=True) as index:
+        python = [(h.document, h.heading_path) for h in index.search(QUERY, top_k=4)]
+        lookup = [(h.document, h.heading_path) for h in index.search(LOOKUP, top_k=3)]
+        texts = [h.section_text for h in index.search(QUERY, top_k=2, context_tokens=600)]
+    session = McpSession(stdio(project))
+    try:
+        def hits(args: dict) -> list[dict]:
+            result = session.call("search", args)
+            assert not result.is_error, result.content
+            return result.structured_content["hits"]
+
+        assert sections([(h["document"], h["heading_path"]) for h in hits({"query": QUERY, "k": 4})]) == python
+        assert [(h["document"], h["heading_path"]) for h in hits({"query": LOOKUP, "k": 3})] == lookup
+        assert lookup[0] == NAMING
+        assert [h["section_text"] for h in hits({"query": QUERY, "k": 2, "section_tokens": 600})] == texts
+    finally:
+        session.close()
