@@ -38,7 +38,6 @@ from typing_extensions import TypedDict
 
 from .engine.config import PolarisConfig
 from .engine.errors import PolarisError, ScopeError
-from .engine.search.context import excerpt
 from .engine.search.explain import brief_line
 from .engine.search.pipeline import MAX_QUERY_CHARS, MODES, check_top_k
 
@@ -66,22 +65,29 @@ INSTRUCTIONS = (
 
 # -- structured output shapes ------------------------------------------------------------------
 class HitItem(TypedDict):
-    """One hit: ``Hit.to_dict`` (as `polaris search --json` prints it) and two keys of this door."""
+    """One hit: the fields of ``Hit.to_dict`` (as `polaris search --json` prints them) an agent reads
+    (``BRIEF``; all of them with ``full``), and two of this door: ``explanation`` and ``on_disk``."""
 
     rank: int
     score: float
-    node_id: str
     document: str
     collection: str
     heading_path: str
-    text: str
+    node_id: str
     section_start: Optional[int]
     section_end: Optional[int]
-    section_text: Optional[str]
-    section_chunks: list[str]
+    section_text: Optional[str]  # the section, up to section_tokens, the matched chunk kept in view
     document_status: str
+    document_error: Optional[str]
     explanation: str  # brief_line of the hit's explanation
     on_disk: Optional[str]  # freshness of its file: fresh, changed, missing, unreadable (None: not a file)
+
+
+# The keys of a hit without ``full``: Claude Code (and VS Code) give the model the structured
+# content alone when a result has one, so it is kept to what a reader needs: where, how good,
+# the text once (``text``, the chunk that matched, is inside ``section_text``).
+BRIEF = ("rank", "score", "document", "collection", "heading_path", "node_id", "section_start", "section_end",
+         "section_text", "document_status", "document_error")
 
 
 class SearchAnswer(TypedDict):
@@ -104,7 +110,6 @@ class SectionAnswer(TypedDict):
     with_subsections: bool
     start_char: Optional[int]
     end_char: Optional[int]
-    node_ids: list[str]
     position: int
     siblings: int
     parent: Optional[str]
@@ -236,33 +241,34 @@ class Door:
 
 # -- the tools' work (each returns structured content and its text) -----------------------------
 def search(door: Door, query: str, k: int, mode: str, collection: str | None, documents: list[str] | None,
-           section_tokens: int, explain: bool) -> tuple[dict, str]:
+           section_tokens: int, explain: bool = False, full: bool = False) -> tuple[dict, str]:
     check_top_k(k, LIMITS["k_max"], "k")
     check_top_k(section_tokens, LIMITS["section_tokens_max"], "section_tokens")
     budget = min(section_tokens, LIMITS["answer_tokens"] // k)
     scope = door.scope(collection)
-    index = door.index
-    hits = index.search(query, top_k=k, mode=mode, documents=documents, collections=[scope] if scope else None,
-                        unit="section", context_tokens=budget)
+    hits = door.index.search(query, top_k=k, mode=mode, documents=documents, collections=[scope] if scope else None,
+                             unit="section", context_tokens=budget)
     states = {d: door.on_disk(d) for d in dict.fromkeys(h.document_id for h in hits)}
-    items = [{**h.to_dict(explain=explain), "explanation": brief_line(h.explain), "on_disk": states[h.document_id]}
-             for h in hits]
+    items = []
+    for h in hits:
+        d = h.to_dict(explain=explain)
+        d = d if full else {key: d[key] for key in (*BRIEF, *(("explain",) if explain else ()))}
+        items.append({**d, "explanation": brief_line(h.explain), "on_disk": states[h.document_id]})
     answer = {"query": query, "mode": mode, "k": k, "section_tokens": budget, "hits": items}
-    shown = [excerpt(h.section_text or h.text, h.text, index.count_tokens, budget, query) for h in hits]
-    return answer, _search_text(answer, shown)
+    return answer, _search_text(answer)
 
 
-def _search_text(answer: dict, shown: list[str]) -> str:
+def _search_text(answer: dict) -> str:
     hits = answer["hits"]
     if not hits:
         return f"No sections match {answer['query']!r} ({answer['mode']})."
     lines = [f"{len(hits)} sections for {answer['query']!r} ({answer['mode']}; each section's text up to"
              f" {answer['section_tokens']} tokens):"]
-    for h, text in zip(hits, shown):
+    for h in hits:
         lines += ["", f"{h['rank']}. [{h['score']:.3f}] {h['document']} › {h['heading_path']}",
                   f"   {h['explanation']} | chars {h['section_start']}-{h['section_end']}"]
-        lines += _warnings(h.get("document_status"), h.get("document_error"), h.get("on_disk"))
-        lines.append(text)
+        lines += _warnings(h["document_status"], h["document_error"], h["on_disk"])
+        lines.append(h["section_text"] or "")
     lines += ["", "More of a section: read_section(document, heading_path)."]
     return "\n".join(lines)
 
@@ -283,6 +289,7 @@ def read_section(door: Door, document: str | None, heading_path: str | None, nod
                                 max_tokens=max_tokens, subsections=subsections)
     data = asdict(s)
     ref = data.pop("document")
+    data.pop("node_ids")  # the chunks' ids: nothing a reader acts on (a hit's node_id reads its section)
     answer = {"document": ref["path"] or ref["id"], "collection": ref["collection"], **data,
               "document_status": ref["status"], "on_disk": door.on_disk(ref["id"])}
     where = f"under '{s.parent}'" if s.parent else "at the top"
@@ -464,8 +471,11 @@ def build_server(door: Door) -> PolarisMCP:
                         f" get at most {lim['answer_tokens']}.",
             json_schema_extra={"minimum": 1, "maximum": lim["section_tokens_max"]})] = lim["section_tokens_default"],
         explain: Annotated[bool, Field(description="Add every ranking stage's figures to each hit.")] = False,
+        full: Annotated[bool, Field(description="Every field of each hit, as `polaris search --json` prints it"
+                                    " (the matched chunk's own text and offsets, metadata, the section's chunk ids).")]
+        = False,
     ) -> Annotated[CallToolResult, SearchAnswer]:
-        return _door_call(door, search)(query, k, mode, collection, documents, section_tokens, explain)
+        return _door_call(door, search)(query, k, mode, collection, documents, section_tokens, explain, full)
 
     app.add_tool(search_tool, name="search", title="Search the docs", annotations=READ_ONLY, description=(
         "Search the indexed Markdown docs; returns the best sections, best first. Each hit: document (path),"

@@ -131,12 +131,17 @@ def test_a_section_is_named_by_its_path_its_title_or_a_node_id(index: PolarisInd
 
 
 def test_the_text_read_is_the_text_a_hit_shows_at_the_same_budget(index: PolarisIndex) -> None:
-    for budget in (40, 300):
-        hits = index.search("how is the signing key rotated", top_k=3, context_tokens=budget)
+    """The same stitched, bounded text; a hit's keeps its matched chunk in view where the budget
+    would cut it away (``excerpt``), reading is from the start."""
+    for budget, query in ((300, "how is the signing key rotated"), (60, "when is the zebra escrow account closed")):
+        hits = index.search(query, top_k=3, context_tokens=budget)
         assert hits and hits[0].heading_path == "Tokens > Rotation"
         for h in hits:
-            assert index.read_section(h.document, h.heading_path, collection=h.collection,
-                                      max_tokens=budget).text == h.section_text
+            read = index.read_section(h.document, h.heading_path, collection=h.collection, max_tokens=budget).text
+            assert h.section_text == excerpt(read, h.text, index.count_tokens, budget, query)
+        first = index.read_section("guide/tokens.md", "Rotation", max_tokens=budget).text
+        assert (hits[0].section_text == first) == (budget == 300)
+        assert budget == 300 or "zebra escrow account is closed" in hits[0].section_text
 
 
 def test_a_budget_cuts_the_text_and_says_so(index: PolarisIndex) -> None:

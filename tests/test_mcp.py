@@ -20,7 +20,7 @@ from mcp.shared.exceptions import MCPError
 from llama_index_polaris.engine.config import load_config
 from llama_index_polaris.engine.index import PolarisIndex
 from llama_index_polaris.engine.search.pipeline import MAX_QUERY_CHARS
-from llama_index_polaris.mcp_server import LIMITS, document_uri, parse_address
+from llama_index_polaris.mcp_server import BRIEF, LIMITS, document_uri, parse_address
 from mcp_testing import POLARIS, McpSession, environment, http_server, stdio, text_of
 from test_documents import FILES, MODEL, ROTATION, SESSIONS
 
@@ -129,9 +129,9 @@ def test_the_tools_are_listed_with_descriptions_and_bounded_schemas(session: Mcp
     {"query": "sessions", "documents": ["guide/sessions.md"], "section_tokens": 40},
 ])
 def test_search_answers_what_the_cli_answers(session: McpSession, project: Path, args: dict) -> None:
-    result = session.call("search", args)
-    assert not result.is_error, text_of(result)
-    answer = result.structured_content
+    full = session.call("search", {**args, "full": True})
+    assert not full.is_error, text_of(full)
+    answer = full.structured_content
     k, budget = args.get("k", 5), args.get("section_tokens", 300)
     flags = ["-k", str(k), "--mode", args.get("mode", "hybrid"), "--context", "section", "--context-tokens", str(budget)]
     flags += [f for c in ([args["collection"]] if "collection" in args else []) for f in ("--collection", c)]
@@ -140,6 +140,9 @@ def test_search_answers_what_the_cli_answers(session: McpSession, project: Path,
     assert_same_hits(answer["hits"], cli)  # sections, order, scores, spans, section text: all of it
     assert (answer["k"], answer["section_tokens"], answer["mode"]) == (k, budget, args.get("mode", "hybrid"))
     assert all(h["on_disk"] == "fresh" for h in answer["hits"])
+    brief = session.call("search", args).structured_content["hits"]  # the default: what a reader needs
+    assert [set(h) for h in brief] == [{*BRIEF, "explanation", "on_disk"}] * len(cli)
+    assert_same_hits([{**h, **{key: c[key] for key in c if key not in BRIEF}} for h, c in zip(brief, cli)], cli)
 
 
 def test_the_text_names_each_hit_with_its_explanation(session: McpSession) -> None:
@@ -154,14 +157,14 @@ def test_the_text_names_each_hit_with_its_explanation(session: McpSession) -> No
 
 def test_a_long_section_still_shows_the_passage_that_matched(session: McpSession, engine: PolarisIndex) -> None:
     result = session.call("search", {"query": "when is the zebra escrow account closed", "k": 1,
-                                     "section_tokens": 80})
+                                     "section_tokens": 80, "full": True})
     hit = result.structured_content["hits"][0]
     assert hit["heading_path"] == "Tokens > Rotation" and "zebra" in hit["text"] and ROTATION.endswith("does.")
-    assert "zebra" not in hit["section_text"]  # the section's start, cut to 80 tokens, does not reach it
-    text = text_of(result)
-    shown = text.split("\n", 4)[4].removesuffix("\n\nMore of a section: read_section(document, heading_path).")
-    assert "zebra escrow account is closed" in shown  # the matched chunk's part that answers the query
-    assert engine.count_tokens(shown.replace("[…]", "")) <= 80 + 4
+    start = engine.read_section("guide/tokens.md", "Rotation", max_tokens=80).text
+    assert "zebra" not in start  # the section's start, cut to 80 tokens, does not reach it
+    assert "zebra escrow account is closed" in hit["section_text"]  # the part of the matched chunk that answers
+    assert engine.count_tokens(hit["section_text"].replace("[…]", "")) <= 80 + 4
+    assert hit["section_text"] in text_of(result)
 
 
 def test_the_answer_is_bounded(session: McpSession) -> None:
@@ -294,7 +297,7 @@ def test_two_clients_at_once_over_http_get_the_cli_answer(http_url: str, project
         assert {t.name for t in legacy.run(lambda c: c.list_tools()).tools} == TOOLS
         jobs = [(s, q) for q in QUERIES for s in (modern, legacy)] * 2
         with ThreadPoolExecutor(len(jobs)) as pool:
-            answers = list(pool.map(lambda job: job[0].call("search", {"query": job[1], "k": 3}), jobs))
+            answers = list(pool.map(lambda job: job[0].call("search", {"query": job[1], "k": 3, "full": True}), jobs))
         for (_, query), result in zip(jobs, answers):
             assert_same_hits(result.structured_content["hits"], cli_search(
                 project, query, "-k", "3", "--context", "section", "--context-tokens", "300"))

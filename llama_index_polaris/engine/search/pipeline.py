@@ -22,7 +22,7 @@ from ..store import Store, from_blob
 from ..text import heuristic_tokens, nfc
 from .boost import boost_terms
 from .bm25 import bm25
-from .context import bounded, stitch
+from .context import bounded, excerpt, stitch
 from . import literal, postings
 from .bm25_cache import Bm25Cache
 from .filters import Filter
@@ -193,7 +193,8 @@ class Searcher:
         100, the 5ire rule for agents; the LlamaIndex door lifts it). ``unit`` (default:
         the config's) is ``section``, one hit per (document, heading path), or ``chunk``.
         ``context_tokens`` fills each section hit's ``section_text``: the whole section,
-        cut to that many of the model's tokens.
+        cut to that many of the model's tokens; when the cut would hide the chunk that
+        matched, the section's start is shortened to make room for it (``context.excerpt``).
         """
         if mode not in MODES:
             raise InputError(f"mode must be one of {', '.join(MODES)}, got {mode!r}.")
@@ -251,7 +252,7 @@ class Searcher:
                 ranked.append(r)
             if len(ranked) >= p.k or exhausted:
                 break
-        return self._hits(ranked[: p.k], p.unit, context_tokens)
+        return self._hits(ranked[: p.k], p.unit, context_tokens, query)
 
     def _rank_pool(self, query: str, p: RankParams, scope: Scope, qvec: np.ndarray | None,
                    depth: int) -> tuple[list[tuple[Hashable, Ranked]], bool]:
@@ -272,16 +273,17 @@ class Searcher:
         keyed = [(candidates[r.chunk_id].section if p.unit == "section" else r.chunk_id, r) for r in ranked]
         return keyed, len(vec_hits) < depth and len(bm_hits) < depth
 
-    def _hits(self, ranked: list[Ranked], unit: str, context_tokens: int | None = None) -> list[Hit]:
+    def _hits(self, ranked: list[Ranked], unit: str, context_tokens: int | None = None, query: str = "") -> list[Hit]:
         rows = self._rows([r.chunk_id for r in ranked])
         ranked = [r for r in ranked if r.chunk_id in rows]
         hits = [_hit(i, r.score, r.chunk_id, rows[r.chunk_id], r.explain) for i, r in enumerate(ranked, start=1)]
         if unit == "section" and hits:
-            self._add_sections(hits, context_tokens)
+            self._add_sections(hits, context_tokens, query)
         return hits
 
-    def _add_sections(self, hits: list[Hit], context_tokens: int | None) -> None:
-        """Each hit's section: its span, the node ids of all its chunks and, if asked, its text."""
+    def _add_sections(self, hits: list[Hit], context_tokens: int | None, query: str = "") -> None:
+        """Each hit's section: its span, the node ids of all its chunks and, if asked, its text
+        (cut to the budget with the chunk that matched kept in view: ``context.excerpt``)."""
         keys = json.dumps([[h.document_id, h.heading_path] for h in hits])
         text = "c.text" if context_tokens is not None else "NULL"
         rows = self.store.conn.execute(
@@ -303,7 +305,8 @@ class Searcher:
             h.explain.chunks = [replace(m, position=position.get(m.chunk_id)) for m in h.explain.chunks or []]
             h.section_start, h.section_end = (min(starts) if starts else None), (max(ends) if ends else None)
             if context_tokens is not None:
-                h.section_text = bounded(stitch([(c[3], c[1], c[2]) for c in chunks]), count, context_tokens)
+                whole = bounded(stitch([(c[3], c[1], c[2]) for c in chunks]), count, context_tokens)
+                h.section_text = excerpt(whole, h.text, count, context_tokens, query)
 
     def _knn(self, qvec: np.ndarray, k: int, scope: Scope, fetch_k: int | None = None) -> list[tuple[int, float]]:
         if self.vector_cache is not None and self.vector_cache.refresh():
