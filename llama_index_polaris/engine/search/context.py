@@ -17,6 +17,7 @@ from . import literal
 from .terms import content_terms
 
 ELLIPSIS = "\n[…]"
+LEAD = "[…]\n"  # text shown from inside a section or passage begins with this
 MIN_HEAD_TOKENS = 24  # below this, an excerpt shows the matched passage alone
 WINDOW_LEAD_CHARS = 160  # a window opens at most this far before the match on a long line
 
@@ -73,7 +74,10 @@ def excerpt(section: str, passage: str, count_tokens: Callable[[str], int], budg
     if room >= MIN_HEAD_TOKENS:
         head = bounded(section[: -len(ELLIPSIS)], count_tokens, room)
         return head + ("" if head.endswith(ELLIPSIS) else ELLIPSIS) + "\n\n" + passage
-    return window(passage, first_match(passage, query), count_tokens, budget)
+    shown = window(passage, first_match(passage, query), count_tokens, budget)
+    if not shown.startswith(LEAD) and not section.startswith(passage[:64]):
+        shown = LEAD + shown  # the passage itself starts inside the section
+    return shown
 
 
 def window(text: str, at: int, count_tokens: Callable[[str], int], budget: int) -> str:
@@ -93,7 +97,7 @@ def window(text: str, at: int, count_tokens: Callable[[str], int], budget: int) 
                 lo = mid + 1
         begin = lo if lo == 0 else (text.find(" ", lo) + 1 or lo)
     part = bounded(text[begin:], count_tokens, budget)
-    return ("[…]\n" if begin else "") + part
+    return (LEAD if begin else "") + part
 
 
 def query_pattern(query: str) -> re.Pattern[str] | None:
