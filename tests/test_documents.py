@@ -205,7 +205,7 @@ def test_an_excerpt_keeps_the_matched_passage_in_view() -> None:
     assert count(head) <= 30 and head.startswith("w0 w1")
     assert excerpt(shown, "w3 w4", count, 40) == shown  # already in view
     assert excerpt(section, passage, count, 1000) == section  # not cut
-    assert excerpt(shown, passage, count, 20, "w85") == passage  # no room for a head: the passage (a window of it)
+    assert excerpt(shown, passage, count, 20, "w85") == "[…]\n" + passage  # no room for a head: the passage
 
 
 def test_a_window_opens_where_the_text_first_answers_the_query() -> None:
