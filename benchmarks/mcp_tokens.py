@@ -12,7 +12,8 @@ the JSON-RPC envelope) answer it on the cached index, and the tokens are counted
 - ``search``: a ``search`` answer at the defaults (k hits, each section's text up to
   ``section_tokens``), as its text content (what a client that reads ``content`` gives the
   model) and as its structured content serialised (``json``: what Claude Code and VS Code give
-  the model instead, when a result has structured content);
+  the model instead, when a result has structured content); ``full``: the same with
+  ``full: true`` (every field of ``Hit.to_dict``);
 - ``section``: a ``read_section`` answer of the labelled section (text and position, default
   budget 2,000 tokens), text and JSON likewise: "one section rather than a whole file";
 - ``found@k``: the share of questions whose labelled section is among the k hits (the
@@ -66,12 +67,14 @@ def measure_set(name: str, split: str, k: int, section_tokens: int, count: Any) 
             continue
         relpath, heading = best_label(rels).split("#", 1)
         query = ds.queries[qid]["text"]
-        answer, text = search(door, query, k, "hybrid", None, None, section_tokens, False)
+        answer, text = search(door, query, k, "hybrid", None, None, section_tokens)
+        every, _ = search(door, query, k, "hybrid", None, None, section_tokens, full=True)
         found = {section_id(h["document"], h["heading_path"]) for h in answer["hits"]} & set(rels)
         section, section_text = read_section(door, relpath, heading, None, None, LIMITS["read_tokens_default"], False)
         file_text = (ds.docs / relpath).read_text(encoding="utf-8")
         rows.append({
             "qid": qid, "file": count(file_text), "search": count(text), "search_json": count(_json(answer)),
+            "search_full_json": count(_json(every)),
             "section": count(section_text), "section_json": count(_json(section)), "found": bool(found),
         })
         model_ratio.append(door.index.count_tokens(file_text) / max(count(file_text), 1))
@@ -97,8 +100,8 @@ def _config(db: Path) -> Any:
 
 def summarise(result: dict[str, Any]) -> dict[str, Any]:
     rows = result["rows"]
-    med = {key: statistics.median(r[key] for r in rows) for key in ("file", "search", "search_json", "section",
-                                                                    "section_json")}
+    med = {key: statistics.median(r[key] for r in rows) for key in ("file", "search", "search_json", "search_full_json",
+                                                                    "section", "section_json")}
     total = {key: sum(r[key] for r in rows) for key in ("file", "search", "search_json", "section")}
     return {"set": result["set"], "questions": result["questions"], **{f"median_{k}": v for k, v in med.items()},
             **{f"total_{k}": v for k, v in total.items()},
@@ -109,13 +112,15 @@ def summarise(result: dict[str, Any]) -> dict[str, Any]:
 def render(results: dict[str, Any]) -> str:
     def row(label: str, s: dict[str, Any]) -> list[Any]:
         return [label, s["questions"], f"{s['median_file']:,.0f}", f"{s['median_search']:,.0f}",
-                f"{s['median_search_json']:,.0f}", f"{s['median_section']:,.0f}", f"{s['median_section_json']:,.0f}",
+                f"{s['median_search_json']:,.0f}", f"{s['median_search_full_json']:,.0f}", f"{s['median_section']:,.0f}",
+                f"{s['median_section_json']:,.0f}",
                 f"{s['total_file'] / max(s['total_search_json'], 1):.1f}x", f"{s['found']:.2f}"]
 
     rows = [row(s["set"], s) for s in results["sets"]] + [row("**all**", results["pooled"])]
     head = (f"Tokens (cl100k_base, median per question) an agent receives, split {results['split']},"
             f" search k={results['k']}, section_tokens={results['section_tokens']}; {machine_line(results['machine'])}\n\n")
-    return head + table(["set", "questions", "whole file", "search, text", "search, JSON", "read_section, text",
+    return head + table(["set", "questions", "whole file", "search, text", "search, JSON", "search, JSON (full)",
+                         "read_section, text",
                          "read_section, JSON", "files / search JSON, summed", f"found@{results['k']}"], rows)
 
 

@@ -14,7 +14,7 @@ from typing import Any, Callable, Sequence
 
 from ..errors import InputError
 from . import literal
-from .terms import content_terms
+from .terms import content_terms, stem
 
 ELLIPSIS = "\n[…]"
 LEAD = "[…]\n"  # text shown from inside a section or passage begins with this
@@ -101,8 +101,9 @@ def window(text: str, at: int, count_tokens: Callable[[str], int], budget: int) 
 
 
 def query_pattern(query: str) -> re.Pattern[str] | None:
-    """The query's words of 3 characters or more (stop words aside) as word prefixes, case aside."""
-    terms = content_terms(query, 3)
+    """The query's words of 3 characters or more (stop words aside), lightly stemmed, as word
+    prefixes, case aside: "expired sessions" finds "expires" and "Session"."""
+    terms = dict.fromkeys(stem(t) for t in content_terms(query, 3))
     return re.compile(r"\b(" + "|".join(re.escape(t) for t in terms) + r")\w*", re.I) if terms else None
 
 
