@@ -353,6 +353,23 @@ def test_reindex_is_offered_only_with_allow_writes(tmp_path: Path, project: Path
         writer.close()
 
 
+def test_an_index_that_is_not_there_yet_is_an_error_of_each_call_until_it_is(tmp_path: Path) -> None:
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs/a.md").write_text(NOTES["a.md"])
+    (tmp_path / "polaris.toml").write_text(f'model_id = "{MODEL}"\n')
+    early = McpSession(stdio(tmp_path, "--db", str(tmp_path / "later.db")))
+    try:
+        first = early.call("status")
+        assert first.is_error and text_of(first) == f"{tmp_path / 'later.db'}: no such index. Build one with" \
+                                                    " `polaris index PATH`."
+        with PolarisIndex(tmp_path / "later.db", config=cfg(tmp_path)) as index:
+            index.index_paths([tmp_path / "docs"])
+        again = early.call("search", {"query": "when do deploys happen", "k": 1})
+        assert not again.is_error and again.structured_content["hits"][0]["document"] == "a.md"
+    finally:
+        early.close()
+
+
 # -- the optional extra ---------------------------------------------------------------------------
 NO_SDK = """
 import sys
