@@ -391,6 +391,20 @@ def test_without_the_extra_it_says_what_to_install(project: Path) -> None:
                                   " pip install 'llama-index-polaris[mcp]' (from a clone: pip install -e '.[mcp]').")
 
 
+def test_the_sdk_is_an_extra_the_tests_install_and_the_base_install_does_not() -> None:
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10: the same parser, as the project's own config reader uses
+        import tomli as tomllib
+
+    from polaris_testing import REPO
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    named = lambda reqs: [r for r in reqs if r.split(">")[0].split("=")[0].split("<")[0].strip() == "mcp"]  # noqa: E731
+    assert named(project["dependencies"]) == []
+    assert named(project["optional-dependencies"]["mcp"]) == named(project["optional-dependencies"]["test"]) != []
+
+
 def test_the_cli_imports_the_sdk_only_for_polaris_mcp(run_python) -> None:
     code = ("import sys; import llama_index_polaris.cli, llama_index_polaris.engine.index;"
             " print(sorted(m for m in sys.modules if m == 'mcp' or m.startswith('mcp.')))")
