@@ -238,7 +238,14 @@ def fts_is_secure(conn: Any) -> bool:
 
 def purge_fts(conn: Any) -> None:
     """Merge chunks_fts into one segment, which drops the entries of deleted rows that a
-    non-secure delete leaves behind (a rewrite of the whole full-text index)."""
+    non-secure delete leaves behind (a rewrite of the whole full-text index; inside the
+    caller's transaction).
+
+    FTS5's 'optimize' leaves an index that is one segment already as it is, delete markers
+    and the words they cancel included; a row added and deleted first (row -1, no chunk's
+    id; its counts cancel out) gives it a second segment, so the merge happens."""
+    conn.execute("INSERT INTO chunks_fts (rowid, text, heading_path) VALUES (-1, 'polaris', '')")
+    conn.execute("INSERT INTO chunks_fts (chunks_fts, rowid, text, heading_path) VALUES ('delete', -1, 'polaris', '')")
     conn.execute("INSERT INTO chunks_fts (chunks_fts) VALUES ('optimize')")
 
 
@@ -249,6 +256,9 @@ def _migration_erase(conn: Any, fts_tokenizer: str) -> None:
     secure_fts(conn)
     purge_fts(conn)
     if has_table(conn, "chunks_bm25_terms"):
+        from ..search import postings
+
+        postings.flush(conn, postings.Tokenizer(postings.fts_tokenizer(conn)))  # old text noted by a raw write
         conn.execute("DELETE FROM chunks_bm25_terms WHERE term NOT IN (SELECT term FROM chunks_bm25)")
 
 
