@@ -329,28 +329,56 @@ async def _datasette_count(db: Path, word: str) -> int:
     return response.json()[0]["n"]
 
 
+STORE_CALL = """
+import json, sys
+from llama_index_polaris import PolarisVectorStore
+store = PolarisVectorStore(db_path=sys.argv[1])
+getattr(store, sys.argv[2])(**json.loads(sys.argv[3]))
+store.close()
+"""
+
+
+def _store_call(root: Path, method: str, **kwargs) -> None:
+    proc = python(STORE_CALL, str(root / "polaris.db"), method, json.dumps(kwargs), cwd=root)
+    assert proc.returncode == 0, proc.stderr
+
+
+def _secret_node_ids(root: Path) -> list[str]:
+    with Store(root / "polaris.db", readonly=True) as s:
+        return [c.node_id for c in s.get_chunks(document_id=f"default:{NAME}.md")]
+
+
+# door: (what it does, the documents left, the words that must be gone)
 REMOVE_DOORS = {
-    "polaris remove": lambda root: (run("remove", f"docs/{NAME}.md", cwd=root), (root / "docs" / f"{NAME}.md").unlink()),
-    "file deleted, polaris index": lambda root: ((root / "docs" / f"{NAME}.md").unlink(),
-                                                 run("index", "docs", "--quiet", cwd=root)),
-    "PolarisVectorStore.delete": lambda root: python(ADD_NODE, str(root / "polaris.db"), "delete",
-                                                     f"default:{NAME}.md", cwd=root),
+    "polaris remove": (lambda root: (run("remove", f"docs/{NAME}.md", cwd=root), (root / "docs" / f"{NAME}.md").unlink()),
+                       ["auth.md"], [SECRET, HEADING, NAME]),
+    "file deleted, polaris index": (lambda root: ((root / "docs" / f"{NAME}.md").unlink(),
+                                                  run("index", "docs", "--quiet", cwd=root)),
+                                    ["auth.md"], [SECRET, HEADING, NAME]),
+    "PolarisVectorStore.delete": (lambda root: _store_call(root, "delete", ref_doc_id=f"default:{NAME}.md"),
+                                  ["auth.md"], [SECRET, HEADING, NAME]),
+    "PolarisVectorStore.delete_nodes": (lambda root: _store_call(root, "delete_nodes", node_ids=_secret_node_ids(root)),
+                                        ["auth.md", f"{NAME}.md"], [SECRET, HEADING]),  # the document row stays
+    "PolarisVectorStore.clear": (lambda root: _store_call(root, "clear"), [], [SECRET, HEADING, NAME]),
 }
 
 
 @pytest.mark.parametrize("door", list(REMOVE_DOORS))
 async def test_a_removed_document_leaves_nothing_readable(project: Path, door: str) -> None:
     db = project / "polaris.db"
+    remove, remaining, words = REMOVE_DOORS[door]
     with Store(db, readonly=True) as s:
         gone = [bytes(r[0]) for r in s.conn.execute("SELECT embedding FROM chunks WHERE document_id = ?",
                                                      (f"default:{NAME}.md",))]
     assert gone and await _datasette_count(db, SECRET) > 0 and found(project, SECRET) == [f"{NAME}.md"]
-    REMOVE_DOORS[door](project)
+    remove(project)
     assert await _datasette_count(db, SECRET) == 0
-    assert _leaks(db, [SECRET, HEADING, NAME], gone) == []
+    assert _leaks(db, words, gone) == []
     after = state(db)
-    assert after["documents"] == ["auth.md"] and after["chunks"] == after["vectors"] == after["fts"] > 0
-    assert found(project, SECRET) == [] and found(project, "refresh token") == ["auth.md"]
+    assert after["documents"] == remaining and after["chunks"] == after["vectors"] == after["fts"]
+    assert found(project, SECRET) == []
+    assert found(project, "refresh token") == (["auth.md"] if "auth.md" in remaining else [])
+    assert after["chunks"] > 0 or not remaining
 
 
 async def test_an_edited_out_word_leaves_nothing_readable(project: Path) -> None:
@@ -452,6 +480,7 @@ import asyncio, json, sys
 from datasette.app import Datasette
 from llama_index_polaris import PolarisVectorStore
 from llama_index_polaris.engine.config import load_config
+from llama_index_polaris.engine.errors import DatabaseError
 from llama_index_polaris.engine.index import PolarisIndex
 db = sys.argv[1]
 out = {}

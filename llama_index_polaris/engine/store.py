@@ -199,10 +199,12 @@ class Store:
         if version > db.SCHEMA_VERSION:
             raise DatabaseError(f"{self.path} has schema version {version}, newer than this Polaris; upgrade Polaris.")
         if version < db.SCHEMA_VERSION:
+            blocked = None if self.path == db.MEMORY else db.write_problem(Path(self.path))
             raise DatabaseError(
                 f"{self.path} has schema version {version}, older than this Polaris ({db.SCHEMA_VERSION})"
                 f" and was opened read-only; upgrade it with `polaris status --db {self.path}` (or any"
-                " command that writes to it), which needs write access to the file and its folder."
+                " command that writes to it), which needs write access to the file and its folder"
+                + (f", which it does not have here: {blocked}" if blocked else ".")
             )
 
     def _check_fts_format(self) -> None:
@@ -289,8 +291,11 @@ class Store:
         partial.unlink(missing_ok=True)
         try:
             with self._lock:
-                self.conn.execute("VACUUM INTO ?", (str(partial),))
-            _check_copy(partial, self.counts())
+                version = self.conn.execute("PRAGMA data_version").fetchone()[0]
+                counts = self.counts()
+                self.conn.execute("VACUUM INTO ?", (str(partial),))  # one snapshot, in rollback-journal mode
+                unchanged = self.conn.execute("PRAGMA data_version").fetchone()[0] == version
+            _check_copy(partial, counts if unchanged else None)
             os.replace(partial, target)
         finally:
             partial.unlink(missing_ok=True)
@@ -694,14 +699,17 @@ def _read_only_reason(path: str) -> str | None:
     return db.write_problem(target)
 
 
-def _check_copy(path: Path, counts: dict[str, Any]) -> None:
-    """Refuse a copy that is damaged or does not hold what the index holds."""
+def _check_copy(path: Path, counts: dict[str, Any] | None) -> None:
+    """Refuse a copy that is damaged or does not hold what the index held (``counts``; None when
+    another process wrote meanwhile, so the copy may rightly hold more)."""
     copy = Store(path, readonly=True)
     try:
         problems = [r for r in copy.quick_check() if r != "ok"]
         got = copy.counts()
     finally:
         copy.close()
+    if counts is None:
+        counts = got
     if problems or (got["documents"], got["chunks"]) != (counts["documents"], counts["chunks"]):
         raise DatabaseError(
             f"the copy at {path} did not check out ({'; '.join(problems[:3]) or got}); nothing was written."
