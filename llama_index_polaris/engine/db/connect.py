@@ -198,7 +198,7 @@ def restore_side_files(target: Path) -> None:
         st = target.stat()
     except OSError:
         return
-    if not _writable(target):
+    if not _writable(target) or not hasattr(os, "geteuid"):  # Windows: SQLite does not copy modes there
         return
     for suffix in SIDE_FILES:
         side = _side(target, suffix)
