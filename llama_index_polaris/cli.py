@@ -208,8 +208,11 @@ def snippet(text: str, query: str, color: bool = False, width: int = 220) -> str
 def cmd_status(args: argparse.Namespace) -> int:
     """polaris status : what the index holds and the effective config."""
     cfg = _config(args)
-    from .engine.index import PolarisIndex
+    from .engine.index import PolarisIndex, upgrade_schema
 
+    upgraded = upgrade_schema(cfg.db_path)  # the one reading command that upgrades an older file
+    if upgraded:
+        print(f"polaris: upgraded {cfg.db_path} from schema v{upgraded[0]} to v{upgraded[1]}", file=sys.stderr)
     with PolarisIndex(cfg.db_path, config=cfg, readonly=True) as index:
         status = index.status(check=args.check)
     status["config"] = {k: {"value": v, "source": s} for k, v, s in describe(cfg)}
@@ -222,6 +225,15 @@ def cmd_status(args: argparse.Namespace) -> int:
             f"{status['db_path']} is damaged ({'; '.join(status['integrity'][:3])}). Rebuild it: move it"
             " aside and run `polaris index` on your folders again (the documents themselves are on disk)."
         )
+    return 0
+
+
+def cmd_backup(args: argparse.Namespace) -> int:
+    """polaris backup DEST : a consistent one-file copy of the index, safe while it is in use."""
+    with _open(args, readonly=True) as index:
+        target = index.backup(args.dest)
+        counts = index.store.counts()
+    print(f"{target}: {counts['documents']} documents, {counts['chunks']} chunks")
     return 0
 
 
@@ -314,6 +326,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--check", action="store_true", help="also read every page (PRAGMA quick_check)")
     _common(p)
     p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("backup", help="copy the index to a new file, safely while it is in use",
+                       epilog="Copying polaris.db alone can miss the last runs (they may still be in"
+                              " polaris.db-wal); this writes one complete, checked file.")
+    p.add_argument("dest", metavar="DEST", help="a new file, or a folder to put it in")
+    _common(p)
+    p.set_defaults(func=cmd_backup)
 
     p = sub.add_parser("remove", help="remove a collection, or the files under PATHs, from the index")
     p.add_argument("paths", nargs="*", metavar="PATH", help="files or folders (they may no longer exist)")

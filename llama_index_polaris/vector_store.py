@@ -221,7 +221,7 @@ class PolarisVectorStore(BasePydanticVectorStore):
             db_path=path, model_id=model_name(embed_model) if embed_model is not None else model_id,
             collection=collection, default_mode=default_mode,
         )
-        self._index = PolarisIndex(path, config=cfg)
+        self._index = PolarisIndex(path, config=cfg, readonly=None)  # read-only where it cannot write
         self._embed_model = embed_model
         if binding_of(embed_model) is not None:  # a PolarisEmbedding: checked, or proven on a file naming none
             self._index.use_embedder(embed_model.embedder)
@@ -264,14 +264,15 @@ class PolarisVectorStore(BasePydanticVectorStore):
         groups: Dict[str, List[int]] = defaultdict(list)
         for i, node in enumerate(nodes):
             groups[node.ref_doc_id or node.node_id].append(i)
-        for doc_id, members in groups.items():
-            first = nodes[members[0]].metadata
-            doc = DocumentRecord(
-                doc_id, path=_str_or_none(first.get("file_path")), name=_str_or_none(first.get("file_name")),
-                collection=collection,
-            )
-            chunks = [_chunk(nodes[i], pos) for pos, i in enumerate(members)]
-            self.client.upsert_chunks(doc, chunks, None if vectors is None else vectors[members])
+        with self.client.run():  # one write run: polaris.db holds all of it at the end
+            for doc_id, members in groups.items():
+                first = nodes[members[0]].metadata
+                doc = DocumentRecord(
+                    doc_id, path=_str_or_none(first.get("file_path")), name=_str_or_none(first.get("file_name")),
+                    collection=collection,
+                )
+                chunks = [_chunk(nodes[i], pos) for pos, i in enumerate(members)]
+                self.client.upsert_chunks(doc, chunks, None if vectors is None else vectors[members])
         return [n.node_id for n in nodes]
 
     def _vectors(self, nodes: Sequence[BaseNode]) -> Optional[np.ndarray]:

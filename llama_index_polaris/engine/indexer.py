@@ -4,7 +4,8 @@ A document whose content hash is unchanged is skipped; a changed one is re-chunk
 and only chunks whose embedded text is new are embedded (vectors are reused by
 content hash); a file that disappeared is removed. Each document is committed in
 its own transaction and moves through pending, processing, completed or failed, so
-an interrupted run leaves every finished document readable and resumes next time.
+an interrupted run leaves every finished document readable and resumes next time. A run
+is one ``Store.run``: at its end polaris.db alone holds it (the WAL folded in).
 
 A file is found again by its collection and its path under the collection's root
 (``sources.plan_root``), never by the path typed. A file that can no longer be read
@@ -158,7 +159,7 @@ class Indexer:
         Paths are taken relative to the collection's root (set by its first run, widened
         by a run over a parent folder, moved when the old root is gone from disk).
         """
-        with index_lock(self.store.path, self.on_wait):
+        with index_lock(self.store.path, self.on_wait), self.store.run():
             plan = plan_root(self.store.collection_root(self.collection), paths, self.collection)
             report = IndexReport()
             self._set_root(plan, report)
@@ -201,7 +202,7 @@ class Indexer:
 
         One indexing run per database at a time: a second one waits (``on_wait`` says so).
         """
-        with index_lock(self.store.path, self.on_wait):
+        with index_lock(self.store.path, self.on_wait), self.store.run():
             return self._index(docs, total)
 
     def _index(self, docs: Iterable[SourceDocument], total: int | None, report: IndexReport | None = None) -> IndexReport:
