@@ -135,12 +135,13 @@ class Reader:
 # -- 4: a finished run lives in polaris.db, not only in its WAL --------------------------------
 ADD_NODE = """
 import sys
-from llama_index.core.schema import TextNode
+from llama_index.core.schema import MetadataMode, TextNode
 from llama_index_polaris import PolarisEmbedding, PolarisVectorStore
 embed = PolarisEmbedding(model_id="all-minilm-l6-v2")
 store = PolarisVectorStore(db_path=sys.argv[1], embed_model=embed)
 text = "Canary releases go to one percent of users first."
-node = TextNode(id_="canary", text=text, metadata={"heading_path": "Canary"}, embedding=embed.get_text_embedding(text))
+node = TextNode(id_="canary", text=text, metadata={"heading_path": "Canary"})
+node.embedding = embed.get_text_embedding(node.get_content(metadata_mode=MetadataMode.EMBED))  # what add() re-embeds
 getattr(store, sys.argv[2])(*([[node]] if sys.argv[2] == "add" else [sys.argv[3]]))
 store.close()
 """
