@@ -219,7 +219,7 @@ def vec0_candidates(conn: Any, query: np.ndarray, fetch: int, allowed: np.ndarra
 
 
 def ann_knn(
-    conn: Any, query: np.ndarray, k: int, scope: Scope = Scope(), exact_below: int = EXACT_BELOW,
+    conn: Any, query: np.ndarray, k: int, scope: Scope = Scope(), exact_below: int | None = None,
     fetch: int | None = None, fetch_k: int | None = None,
 ) -> list[tuple[int, float]] | None:
     """The ``k`` nearest chunks in ``scope`` by the sign-bit index: (chunk id, cosine distance).
@@ -231,6 +231,7 @@ def ann_knn(
     """
     if not has_index(conn):
         return None
+    exact_below = EXACT_BELOW if exact_below is None else exact_below  # read now: a test may lower it
     allowed = scope_chunk_ids(conn, scope)
     sized_for = fetch_k or k
     if allowed is not None and len(allowed) <= (max(sized_for * OVERFETCH, MIN_FETCH) if fetch is None else fetch):

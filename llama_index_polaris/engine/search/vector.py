@@ -15,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from .ann import EXACT_BELOW, ann_knn
+from . import ann
+from .ann import ann_knn
 from .scope import Scope
 
 MAX_K = 4096  # sqlite-vec's limit on k
@@ -31,12 +32,13 @@ def knn_sql(scope: Scope) -> tuple[str, list[Any]]:
 
 
 def knn(
-    conn: Any, query: np.ndarray, k: int, scope: Scope = Scope(), exact_below: int = EXACT_BELOW,
+    conn: Any, query: np.ndarray, k: int, scope: Scope = Scope(), exact_below: int | None = None,
     fetch_k: int | None = None,
 ) -> list[tuple[int, float]]:
     """The ``k`` nearest chunks to ``query``: (chunk id, cosine distance), nearest first.
 
-    Exact (vec0) when the index holds fewer than ``exact_below`` vectors or has no
+    Exact (vec0) when the index holds fewer than ``exact_below`` (default ``ann.EXACT_BELOW``,
+    read at each call) vectors or has no
     sign-bit index; otherwise sign-bit candidates re-scored exactly (``ann.ann_knn``;
     ``fetch_k``: size the candidates for that k).
     """
