@@ -467,17 +467,18 @@ class Store:
 
     def _free_node_ids(self, document_id: str, node_ids: str) -> None:
         """A chunk `polaris index` made keeps its node id when its file is re-keyed (a widened
-        root): the id its document derived under its old key (``ids.node_id_for``), which is what
-        a new file at the old path derives again. Such a chunk, whose id in ``node_ids`` (JSON) is
-        derived from ``document_id``, the document being written, takes the id its own document
-        derives now, and the new file keeps its own."""
+        root, or a file stored under its NFD name before #23): the id its document derived under
+        its old key (``ids.node_id_for``, of its NFC text), which is what a new file at the old
+        key derives again. Such a chunk, whose id in ``node_ids`` (JSON) is derived from
+        ``document_id``, the document being written, takes the id its own document derives
+        now, and the new file keeps its own."""
         rows = self.conn.execute(
             "SELECT id, node_id, document_id, ordinal, text FROM chunks WHERE node IS NULL AND document_id != ?"
             " AND node_id IN (SELECT value FROM json_each(?))",
             (document_id, node_ids),
         ).fetchall()
         moves = [(node_id_for(doc, ordinal, text), cid) for cid, node, doc, ordinal, text in rows
-                 if node == node_id_for(document_id, ordinal, text)]
+                 if node == node_id_for(document_id, ordinal, nfc(text))]
         self.conn.executemany("UPDATE OR IGNORE chunks SET node_id = ? WHERE id = ?", moves)
 
     def _blobs(self, chunks: Sequence[ChunkRecord], vectors: Any) -> list[bytes | None]:
