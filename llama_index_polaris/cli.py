@@ -225,6 +225,13 @@ def cmd_status(args: argparse.Namespace) -> int:
             f"{status['db_path']} is damaged ({'; '.join(status['integrity'][:3])}). Rebuild it: move it"
             " aside and run `polaris index` on your folders again (the documents themselves are on disk)."
         )
+    if args.check and status["vectors"] and status["vectors"]["skipped"]:
+        raise PolarisError(
+            f"{status['db_path']} holds {status['vectors']['skipped']} rows that vector search skips (listed above;"
+            " written around Polaris, which refuses such vectors). Search still answers without them. To restore a"
+            " file's chunks: `polaris remove PATH` then `polaris index PATH` (it embeds them again); a LlamaIndex"
+            " node: add it again with its embedding."
+        )
     return 0
 
 
@@ -258,9 +265,23 @@ def _status_text(s: dict[str, Any]) -> str:
             )
     check = "; ".join(s["integrity"][:5]) if "integrity" in s else "not checked (`polaris status --check` reads every page)"
     lines.append(f"integrity  {check}")
+    vectors = s.get("vectors")
+    if vectors is not None:
+        lines.append(f"vectors    {vectors['skipped']} rows skipped by vector search" if vectors["skipped"]
+                     else "vectors    ok (every chunk has a valid vector in chunks_vec)")
+        lines += [f"  {_bad_vector_line(row)}" for row in vectors["rows"]]
+        if vectors["skipped"] > len(vectors["rows"]):
+            lines.append(f"  ... and {vectors['skipped'] - len(vectors['rows'])} more (--json lists the first"
+                         f" {len(vectors['rows'])})")
     lines.append("config (value, from)")
     lines += [f"  {k:<26} {c['value']!r:<42} {c['source']}" for k, c in s["config"].items()]
     return "\n".join(lines)
+
+
+def _bad_vector_line(row: dict[str, Any]) -> str:
+    from .engine.vectors import BadVector
+
+    return BadVector(**row).line()
 
 
 def cmd_models(args: argparse.Namespace) -> int:
@@ -323,7 +344,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("status", help="what the index holds, and the effective config")
     p.add_argument("--json", action="store_true")
-    p.add_argument("--check", action="store_true", help="also read every page (PRAGMA quick_check)")
+    p.add_argument("--check", action="store_true", help="also read every page (PRAGMA quick_check) and every stored vector")
     _common(p)
     p.set_defaults(func=cmd_status)
 

@@ -123,6 +123,15 @@ class PolarisIndex:
         else:
             self.store.check_model(binding(embedder))
 
+    def embed_query(self, query: str) -> Any:
+        """``query`` embedded by this index's model, refused (``vectors.check_query``) unless it is a
+        valid vector of the file's size: what a door that hands out query vectors returns."""
+        from .vectors import check_query
+
+        vector = self.embedder.embed_query(query)
+        model = self.store.model
+        return check_query(vector, model.dim if model else None, model.model_id if model else None, str(self.path))
+
     def searcher(self, embed_query: Callable[[str], Any] | None = None) -> Any:
         """A Searcher over this index; queries are embedded by ``embed_query``, else its embedder."""
         from .search.pipeline import Searcher
@@ -163,7 +172,9 @@ class PolarisIndex:
     def status(self, check: bool = False) -> dict[str, Any]:
         """What the index holds: model, counts, collections and their roots, the chunk budget.
 
-        ``check`` also reads every page (``PRAGMA quick_check``) into ``integrity``.
+        ``check`` also reads every page (``PRAGMA quick_check``) into ``integrity``, and every
+        stored vector into ``vectors``: how many rows vector search skips (``skipped``) and the
+        first of them, each named (chunk id, node id, document, table, problem; ``vectors.scan``).
         """
         from .db.schema import schema_version
 
@@ -179,7 +190,17 @@ class PolarisIndex:
         }
         if check:
             out["integrity"] = store.quick_check()
+            out["vectors"] = self._vector_check() if model is not None and out["integrity"] == ["ok"] else None
         return out
+
+    def _vector_check(self) -> dict[str, Any]:
+        from .db.schema import has_table
+        from .vectors import report
+
+        with self.store.read() as conn:
+            if not has_table(conn, "chunks_vec"):
+                return {"skipped": 0, "rows": []}
+            return report(conn, self.store.model.dim)
 
     def _chunk_budget(self) -> dict[str, Any] | None:
         """The budget chunks were cut at (recorded when indexing) and why it is that number."""

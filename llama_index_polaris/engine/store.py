@@ -32,12 +32,14 @@ from typing import Any, Iterable, Iterator, Sequence
 import numpy as np
 
 from . import db
+from . import vectors as vectors_module
 from .db.schema import (
     CHUNKS_WITH_DOCUMENTS, DEFAULT_COLLECTION, MERGED_METADATA, SECURE_FTS_SQLITE, STATUSES, file_document_id,
     fts_is_secure, get_meta, has_table, purge_fts, set_meta, sqlite_version, transaction,
 )
 from .config import SETTINGS_BY_NAME
-from .errors import ConfigError, DatabaseError, InputError, ModelMismatchError
+from .errors import ConfigError, DatabaseError, InputError, ModelMismatchError, NodeIdError
+from .ids import node_id_for
 from .search import postings
 from .search.filters import Filter, filter_sql
 from .search.names import collections_named
@@ -497,28 +499,42 @@ class Store:
         """Add or replace ``chunks`` by node id under ``doc``, in one transaction.
 
         Unlike ``upsert_document`` the document's other chunks stay, and an existing
-        document row is left as it is (``doc`` is inserted only when absent). A node id
-        already stored under another document of the same collection moves to this one;
-        a document or node id that belongs to another collection is refused. A new
-        document whose path is a file `polaris index` stored in this collection replaces
-        that copy (one document per file, whichever door wrote it last).
+        document row is left as it is (``doc`` is inserted only when absent). A document
+        or node id that belongs to another collection is refused, and so is a node id
+        stored under another document of this one (``NodeIdError``: writing it would take
+        it from that document silently; delete it there first). A new document whose path
+        is a file `polaris index` stored in this collection replaces that copy (one
+        document per file, whichever door wrote it last).
         """
-        doc, chunks = normal_document(doc), [normal_chunk(c) for c in chunks]
-        _check_unique(doc, chunks)
-        blobs = self._blobs(chunks, vectors)
+        self.upsert_nodes([(doc, chunks, vectors)])
+
+    def upsert_nodes(self, groups: Sequence[tuple[DocumentRecord, Sequence[ChunkRecord], Any]]) -> None:
+        """``upsert_chunks`` for several documents (``(doc, chunks, vectors)`` each) in one
+        transaction: all are written or none. A node id given under two of them is refused
+        (``NodeIdError``) before anything is written, as every bad vector is (``vectors.check``)."""
+        prepared = []
+        for doc, chunks, vectors in groups:
+            doc, chunks = normal_document(doc), [normal_chunk(c) for c in chunks]
+            _check_unique(doc, chunks)
+            prepared.append((doc, chunks, self._blobs(chunks, vectors)))
+        _check_unique_across([(doc, chunks) for doc, chunks, _ in prepared])
         with self._write():
-            row = self.conn.execute("SELECT collection FROM documents WHERE id = ?", (doc.id,)).fetchone()
-            if row is None:
-                if doc.path and is_relative_path(doc.path):
-                    self.conn.execute("DELETE FROM documents WHERE id = ?", (file_document_id(doc.collection, doc.path),))
-                self._upsert_document_row(doc)
-            elif row[0] != doc.collection:
-                raise InputError(
-                    f"document {doc.id!r} belongs to collection {row[0]!r}, not {doc.collection!r};"
-                    " give the node another ref_doc_id, or use a store for that collection."
-                )
-            self._refuse_foreign_nodes(doc.collection, chunks)
-            self._replace_chunks(doc.id, chunks, blobs)
+            for doc, chunks, blobs in prepared:
+                self._upsert_chunks(doc, chunks, blobs)
+
+    def _upsert_chunks(self, doc: DocumentRecord, chunks: Sequence[ChunkRecord], blobs: list[bytes | None]) -> None:
+        row = self.conn.execute("SELECT collection FROM documents WHERE id = ?", (doc.id,)).fetchone()
+        if row is None:
+            if doc.path and is_relative_path(doc.path):
+                self.conn.execute("DELETE FROM documents WHERE id = ?", (file_document_id(doc.collection, doc.path),))
+            self._upsert_document_row(doc)
+        elif row[0] != doc.collection:
+            raise InputError(
+                f"document {doc.id!r} belongs to collection {row[0]!r}, not {doc.collection!r};"
+                " give the node another ref_doc_id, or use a store for that collection."
+            )
+        self._refuse_foreign_nodes(doc.collection, chunks)
+        self._replace_chunks(doc.id, chunks, blobs)
 
     def _refuse_foreign_nodes(self, collection: str, chunks: Sequence[ChunkRecord]) -> None:
         clash = self.conn.execute(
@@ -527,11 +543,24 @@ class Store:
             (json.dumps([c.node_id for c in chunks]), collection),
         ).fetchone()
         if clash:
-            raise InputError(f"node {clash[0]!r} belongs to collection {clash[1]!r}, not {collection!r}.")
+            raise NodeIdError(f"node {clash[0]!r} belongs to collection {clash[1]!r}, not {collection!r}.")
 
     def _replace_chunks(self, document_id: str, chunks: Sequence[ChunkRecord], blobs: list[bytes | None]) -> None:
-        """Insert ``chunks`` under ``document_id``, first removing any chunk with the same node id."""
+        """Insert ``chunks`` under ``document_id``, first removing any chunk of it with the same
+        node id; a node id stored under another document is refused (``NodeIdError``)."""
         node_ids = json.dumps([c.node_id for c in chunks])
+        self._free_node_ids(document_id, node_ids)
+        clash = self.conn.execute(
+            "SELECT node_id, document_id FROM chunks WHERE node_id IN (SELECT value FROM json_each(?))"
+            " AND document_id != ? LIMIT 1",
+            (node_ids, document_id),
+        ).fetchone()
+        if clash:
+            raise NodeIdError(
+                f"node {clash[0]!r} is stored in document {clash[1]!r}, so it cannot also go into document"
+                f" {document_id!r}: that would take it from {clash[1]!r}. Nothing was written. To move it, delete"
+                f" it from {clash[1]!r} first; to keep both, give the new node another id."
+            )
         self.conn.execute("DELETE FROM chunks WHERE node_id IN (SELECT value FROM json_each(?))", (node_ids,))
         self.conn.executemany(
             """INSERT INTO chunks (node_id, document_id, ordinal, heading_path, heading_level, text,
@@ -539,6 +568,22 @@ class Store:
                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
             [_chunk_row(document_id, c, b) for c, b in zip(chunks, blobs)],
         )
+
+    def _free_node_ids(self, document_id: str, node_ids: str) -> None:
+        """A chunk `polaris index` made keeps its node id when its file is re-keyed (a widened
+        root, or a file stored under its NFD name before #23): the id its document derived under
+        its old key (``ids.node_id_for``, of its NFC text), which is what a new file at the old
+        key derives again. Such a chunk, whose id in ``node_ids`` (JSON) is derived from
+        ``document_id``, the document being written, takes the id its own document derives
+        now, and the new file keeps its own."""
+        rows = self.conn.execute(
+            "SELECT id, node_id, document_id, ordinal, text FROM chunks WHERE node IS NULL AND document_id != ?"
+            " AND node_id IN (SELECT value FROM json_each(?))",
+            (document_id, node_ids),
+        ).fetchall()
+        moves = [(node_id_for(doc, ordinal, text), cid) for cid, node, doc, ordinal, text in rows
+                 if node == node_id_for(document_id, ordinal, nfc(text))]
+        self.conn.executemany("UPDATE OR IGNORE chunks SET node_id = ? WHERE id = ?", moves)
 
     def _blobs(self, chunks: Sequence[ChunkRecord], vectors: Any) -> list[bytes | None]:
         if vectors is None:
@@ -550,13 +595,8 @@ class Store:
         model = self.model
         if model is None:
             raise DatabaseError("no model is bound to this index yet; call bind_model first.")
-        blobs = []
-        for v in vectors:
-            arr = np.asarray(v, dtype="<f4").reshape(-1)
-            if arr.shape[0] != model.dim:
-                raise InputError(f"a vector has {arr.shape[0]} dims; this index holds {model.dim}.")
-            blobs.append(arr.tobytes())
-        return blobs
+        matrix = vectors_module.check(vectors, [f"node {c.node_id!r}" for c in chunks], model.dim)
+        return [to_blob(v) for v in matrix]
 
     def _upsert_document_row(self, doc: DocumentRecord) -> None:
         if doc.status not in STATUSES:
@@ -754,7 +794,13 @@ class Store:
                 " AND text_hash IN (SELECT value FROM json_each(?))",
                 (json.dumps(sorted(set(hashes))),),
             ).fetchall()
-        return {h: from_blob(b) for h, b in rows}
+        dim = self.model.dim if self.model is not None else None
+        found: dict[str, np.ndarray] = {}
+        for h, b in rows:
+            v = vectors_module.decode(b, dim)
+            if v is not None:  # a stored value that is not a valid vector is embedded again
+                found[h] = v
+        return found
 
     def counts(self) -> dict[str, Any]:
         """Documents, chunks, and documents per collection and status."""
@@ -871,7 +917,23 @@ def _check_unique(doc: DocumentRecord, chunks: Sequence[ChunkRecord]) -> None:
     counts = Counter(c.node_id for c in chunks)
     dupes = sorted(n for n, k in counts.items() if k > 1)
     if dupes:
-        raise InputError(f"document {doc.id!r}: duplicate node ids {', '.join(dupes[:5])}.")
+        raise NodeIdError(
+            f"document {doc.id!r}: duplicate node ids {', '.join(dupes[:5])}; a node id names one node, so give"
+            " each node its own. Nothing was written."
+        )
+
+
+def _check_unique_across(groups: Sequence[tuple[DocumentRecord, Sequence[ChunkRecord]]]) -> None:
+    """Refuse a node id given under two documents of one write."""
+    owner: dict[str, str] = {}
+    for doc, chunks in groups:
+        for c in chunks:
+            first = owner.setdefault(c.node_id, doc.id)
+            if first != doc.id:
+                raise NodeIdError(
+                    f"node id {c.node_id!r} is given for two documents, {first!r} and {doc.id!r}, in one write;"
+                    " a node id names one node of one document. Give one of them another id. Nothing was written."
+                )
 
 
 def _chunk_row(document_id: str, c: ChunkRecord, blob: bytes | None) -> tuple:
@@ -885,7 +947,7 @@ def _chunk_from_row(r: Sequence[Any], with_embedding: bool) -> ChunkRecord:
     return ChunkRecord(
         id=r[0], node_id=r[1], document_id=r[2], ordinal=r[3], heading_path=r[4], heading_level=r[5],
         text=r[6], start_char=r[7], end_char=r[8], token_count=r[9], metadata=json.loads(r[10]),
-        text_hash=r[11], node=r[12], embedding=from_blob(r[13]) if with_embedding and r[13] is not None else None,
+        text_hash=r[11], node=r[12], embedding=vectors_module.stored(r[13]) if with_embedding else None,
     )
 
 
