@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -37,7 +36,7 @@ from llama_index_polaris.engine.plugins import plugin_manager
 from llama_index_polaris.engine.search import ann, vector_cache
 from llama_index_polaris.engine.search.pipeline import Searcher
 from llama_index_polaris.engine.store import ChunkRecord, DocumentRecord
-from polaris_testing import REPO
+from polaris_testing import copy_index
 
 MODEL = "all-minilm-l6-v2"
 DIM = 384
@@ -61,22 +60,9 @@ def embed() -> PolarisEmbedding:
     return PolarisEmbedding(model_id=MODEL, config=config())
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The handbook indexed once (`polaris index`'s engine); each test works on its own copy."""
-    root = tmp_path_factory.mktemp("built")
-    handbook = shutil.copytree(REPO / "examples" / "handbook", root / "handbook")
-    with PolarisIndex(root / "polaris.db", config=config()) as index:
-        index.index_paths([handbook])
-    return root / "polaris.db"
-
-
 @pytest.fixture
-def db(built: Path, tmp_path: Path) -> Path:
-    for suffix in ("", "-wal"):
-        if Path(f"{built}{suffix}").exists():
-            shutil.copy(f"{built}{suffix}", tmp_path / f"polaris.db{suffix}")
-    return tmp_path / "polaris.db"
+def db(built_handbook: Path, tmp_path: Path) -> Path:
+    return copy_index(built_handbook, tmp_path)
 
 
 @pytest.fixture

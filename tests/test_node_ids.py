@@ -22,7 +22,7 @@ from llama_index_polaris import PolarisEmbedding, PolarisVectorStore
 from llama_index_polaris.engine.config import load_config
 from llama_index_polaris.engine.errors import InputError, NodeIdError
 from llama_index_polaris.engine.index import PolarisIndex
-from polaris_testing import REPO
+from polaris_testing import copy_index
 
 MODEL = "all-minilm-l6-v2"
 
@@ -36,21 +36,9 @@ def embed() -> PolarisEmbedding:
     return PolarisEmbedding(model_id=MODEL, config=config())
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("built")
-    handbook = shutil.copytree(REPO / "examples" / "handbook", root / "handbook")
-    with PolarisIndex(root / "polaris.db", config=config()) as index:
-        index.index_paths([handbook])
-    return root / "polaris.db"
-
-
 @pytest.fixture
-def store(built: Path, tmp_path: Path, embed):
-    for suffix in ("", "-wal"):
-        if Path(f"{built}{suffix}").exists():
-            shutil.copy(f"{built}{suffix}", tmp_path / f"polaris.db{suffix}")
-    s = PolarisVectorStore(tmp_path / "polaris.db", embed_model=embed, config=config())
+def store(built_handbook: Path, tmp_path: Path, embed):
+    s = PolarisVectorStore(copy_index(built_handbook, tmp_path), embed_model=embed, config=config())
     yield s
     s.close()
 
