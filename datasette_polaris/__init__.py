@@ -15,7 +15,9 @@ Hooks (all here; the work is in the modules they name):
     menu_links          "Polaris search" when a visible database is a Polaris index
     table_actions       links from the chunks and documents tables to the explorer
     database_actions    a link from a Polaris database's page to the explorer
-    startup             warm the models when the plugin config asks for it
+    startup             serve a Polaris file in a read-only folder immutable (as `-i`
+                        would; SQLite cannot create its -shm there), and warm the models
+                        when the plugin config asks for it
     handle_exception    a damaged Polaris file: a page that says so and what to do (503),
                         on Datasette's own pages too, instead of a bare 500
 
@@ -180,6 +182,7 @@ def handle_exception(datasette: Any, request: Any, exception: Exception) -> Any:
 
 @hookimpl
 def startup(datasette: Any) -> None:
+    engines.serve_read_only_folders(datasette)
     config = datasette.plugin_config(PLUGIN_NAME) or {}
     if not config.get("warm"):
         return

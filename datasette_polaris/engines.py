@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from llama_index_polaris.engine.config import load_config
-from llama_index_polaris.engine.db.connect import INSTALL_HINT
+from llama_index_polaris.engine.db.connect import INSTALL_HINT, read_immutably, reader_uri
 from llama_index_polaris.engine.errors import DatabaseError
 from llama_index_polaris.engine.index import PolarisIndex
 
@@ -84,6 +84,38 @@ def load_sqlite_vec(conn: Any) -> bool:
                 exc, INSTALL_HINT,
             )
         return False
+
+
+def serve_read_only_folders(datasette: Any) -> list[str]:
+    """Serve a Polaris file that SQLite can only read as immutable here (its folder read-only
+    and no ``-shm`` beside it: ``read_immutably``) the way `datasette -i` would: Datasette's
+    own ``mode=ro`` connections would fail on every page with "attempt to write a readonly
+    database". Nobody can write such a file, so there is nothing an immutable reader misses."""
+    names = []
+    for name, db in datasette.databases.items():
+        if not db.is_mutable or db.is_memory or not db.path:
+            continue
+        try:
+            if read_immutably(db.path) and _has_polaris_tables(db.path):
+                db.is_mutable = False
+                names.append(name)
+        except (DatabaseError, OSError):  # a WAL only a -shm can read: Datasette's error page says so
+            continue
+    return names
+
+
+def _has_polaris_tables(path: str) -> bool:
+    from datasette.utils import sqlite3
+
+    try:
+        conn = sqlite3.connect(reader_uri(path), uri=True)
+        try:
+            names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return False
+    return POLARIS_TABLES <= names
 
 
 def warm(paths: list[str]) -> None:

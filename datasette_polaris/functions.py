@@ -42,7 +42,7 @@ def register(conn: Any, database: str, datasette: Any) -> None:
     def embed(text: Any) -> bytes:
         if not isinstance(text, str):
             raise InputError(f"polaris_embed(text) needs text, got {_type(text)}.")
-        return to_blob(_index(path, database).embedder.embed_query(check_query(text, "polaris_embed(text)")))
+        return to_blob(_index(path, database).embed_query(check_query(text, "polaris_embed(text)")))
 
     def search(query: Any, k: Any = None, options: Any = None) -> str:
         if not isinstance(query, str):

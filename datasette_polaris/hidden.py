@@ -25,6 +25,9 @@ from typing import Any
 
 from datasette.utils import sqlite3
 
+from llama_index_polaris.engine.db.connect import reader_uri
+from llama_index_polaris.engine.errors import DatabaseError
+
 VEC0_TABLES = (
     "SELECT name FROM sqlite_master WHERE type = 'table' AND rootpage = 0"
     " AND sql LIKE 'CREATE VIRTUAL TABLE%USING vec0%'"
@@ -57,10 +60,10 @@ def _stat(path: str) -> tuple[int, int, int] | None:
 
 @functools.lru_cache(maxsize=128)
 def _vec0_tables(path: str, mutable: bool, signature: Any) -> tuple[str, ...]:
-    uri = Path(path).resolve().as_uri() + ("?mode=ro" if mutable else "?immutable=1")
     try:
+        uri = reader_uri(path) if mutable else Path(path).resolve().as_uri() + "?immutable=1"
         conn = sqlite3.connect(uri, uri=True)
-    except sqlite3.Error:
+    except (sqlite3.Error, DatabaseError):  # a WAL this folder cannot read: hide nothing
         return ()
     try:
         vec0 = [r[0] for r in conn.execute(VEC0_TABLES)]

@@ -198,8 +198,11 @@ def snippet(text: str, query: str, color: bool = False, width: int = 220) -> str
 def cmd_status(args: argparse.Namespace) -> int:
     """polaris status : what the index holds and the effective config."""
     cfg = _config(args)
-    from .engine.index import PolarisIndex
+    from .engine.index import PolarisIndex, upgrade_schema
 
+    upgraded = upgrade_schema(cfg.db_path)  # the one reading command that upgrades an older file
+    if upgraded:
+        print(f"polaris: upgraded {cfg.db_path} from schema v{upgraded[0]} to v{upgraded[1]}", file=sys.stderr)
     with PolarisIndex(cfg.db_path, config=cfg, readonly=True) as index:
         status = index.status(check=args.check, changes=True)
     status["config"] = {k: {"value": v, "source": s} for k, v, s in describe(cfg)}
@@ -212,6 +215,22 @@ def cmd_status(args: argparse.Namespace) -> int:
             f"{status['db_path']} is damaged ({'; '.join(status['integrity'][:3])}). Rebuild it: move it"
             " aside and run `polaris index` on your folders again (the documents themselves are on disk)."
         )
+    if args.check and status["vectors"] and status["vectors"]["skipped"]:
+        raise PolarisError(
+            f"{status['db_path']} holds {status['vectors']['skipped']} rows that vector search skips (listed above;"
+            " written around Polaris, which refuses such vectors). Search still answers without them. To restore a"
+            " file's chunks: `polaris remove PATH` then `polaris index PATH` (it embeds them again); a LlamaIndex"
+            " node: add it again with its embedding."
+        )
+    return 0
+
+
+def cmd_backup(args: argparse.Namespace) -> int:
+    """polaris backup DEST : a consistent one-file copy of the index, safe while it is in use."""
+    with _open(args, readonly=True) as index:
+        target = index.backup(args.dest)
+        counts = index.store.counts()
+    print(f"{target}: {counts['documents']} documents, {counts['chunks']} chunks")
     return 0
 
 
@@ -237,6 +256,14 @@ def _status_text(s: dict[str, Any]) -> str:
     lines += _changes_lines(s["changes"])
     check = "; ".join(s["integrity"][:5]) if "integrity" in s else "not checked (`polaris status --check` reads every page)"
     lines.append(f"integrity  {check}")
+    vectors = s.get("vectors")
+    if vectors is not None:
+        lines.append(f"vectors    {vectors['skipped']} rows skipped by vector search" if vectors["skipped"]
+                     else "vectors    ok (every chunk has a valid vector in chunks_vec)")
+        lines += [f"  {_bad_vector_line(row)}" for row in vectors["rows"]]
+        if vectors["skipped"] > len(vectors["rows"]):
+            lines.append(f"  ... and {vectors['skipped'] - len(vectors['rows'])} more (--json lists the first"
+                         f" {len(vectors['rows'])})")
     lines.append("config (value, from)")
     lines += [f"  {k:<26} {c['value']!r:<42} {c['source']}" for k, c in s["config"].items()]
     return "\n".join(lines)
@@ -256,6 +283,12 @@ def _changes_lines(changes: dict[str, Any]) -> list[str]:
         if c["root_exists"]:
             lines.append(f"            update: polaris index {c['root']} --collection {name}")
     return lines
+
+
+def _bad_vector_line(row: dict[str, Any]) -> str:
+    from .engine.vectors import BadVector
+
+    return BadVector(**row).line()
 
 
 def cmd_models(args: argparse.Namespace) -> int:
@@ -339,9 +372,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("status", help="what the index holds, and the effective config")
     p.add_argument("--json", action="store_true")
-    p.add_argument("--check", action="store_true", help="also read every page (PRAGMA quick_check)")
+    p.add_argument("--check", action="store_true", help="also read every page (PRAGMA quick_check) and every stored vector")
     _common(p)
     p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("backup", help="copy the index to a new file, safely while it is in use",
+                       epilog="Copying polaris.db alone can miss the last runs (they may still be in"
+                              " polaris.db-wal); this writes one complete, checked file.")
+    p.add_argument("dest", metavar="DEST", help="a new file, or a folder to put it in")
+    _common(p)
+    p.set_defaults(func=cmd_backup)
 
     p = sub.add_parser("remove", help="remove a collection, or the files under PATHs, from the index")
     p.add_argument("paths", nargs="*", metavar="PATH", help="files or folders (they may no longer exist)")

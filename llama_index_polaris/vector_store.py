@@ -73,7 +73,7 @@ from llama_index.core.vector_stores.utils import metadata_dict_to_node
 
 from .engine.config import PolarisConfig, load_config
 from .engine.embed import get_model_spec
-from .engine.errors import InputError, ModelError, ModelMismatchError
+from .engine.errors import InputError, ModelError, ModelMismatchError, VectorError
 from .engine.recipe import STRUCTURAL_KEYS
 from .engine.search.filters import Condition, Filter, FilterGroup
 from .engine.search.pipeline import Hit
@@ -81,6 +81,7 @@ from .engine.search.vector import MAX_K
 from .engine.index import PolarisIndex
 from .engine.proof import check_vector
 from .engine.store import UNKNOWN_MODEL, DEFAULT_COLLECTION, ChunkRecord, DocumentRecord, ModelBinding, Store, text_hash
+from .engine.vectors import check as check_vectors, check_query
 
 DEFAULT_MODES = ("hybrid", "vector")  # what LlamaIndex's DEFAULT query mode runs (the store's default_mode)
 
@@ -221,7 +222,7 @@ class PolarisVectorStore(BasePydanticVectorStore):
             db_path=path, model_id=model_name(embed_model) if embed_model is not None else model_id,
             collection=collection, default_mode=default_mode,
         )
-        self._index = PolarisIndex(path, config=cfg)
+        self._index = PolarisIndex(path, config=cfg, readonly=None)  # read-only where it cannot write
         self._embed_model = embed_model
         if binding_of(embed_model) is not None:  # a PolarisEmbedding: checked, or proven on a file naming none
             self._index.use_embedder(embed_model.embedder)
@@ -256,7 +257,10 @@ class PolarisVectorStore(BasePydanticVectorStore):
 
     # -- writes -------------------------------------------------------------------
     def add(self, nodes: Sequence[BaseNode], **add_kwargs: Any) -> List[str]:
-        """Upsert ``nodes`` by node id, grouped into documents by ``ref_doc_id``, in this collection."""
+        """Upsert ``nodes`` by node id, grouped into documents by ``ref_doc_id``, in this collection,
+        in one transaction: every node is written or none. A node id given for two documents, or
+        stored under another document, is refused (``NodeIdError``), as is an embedding with NaN
+        or infinite values, all zeros or the wrong size (``VectorError``)."""
         collection = self._writable()
         if not nodes:
             return []
@@ -264,14 +268,17 @@ class PolarisVectorStore(BasePydanticVectorStore):
         groups: Dict[str, List[int]] = defaultdict(list)
         for i, node in enumerate(nodes):
             groups[node.ref_doc_id or node.node_id].append(i)
-        for doc_id, members in groups.items():
-            first = nodes[members[0]].metadata
-            doc = DocumentRecord(
-                doc_id, path=_str_or_none(first.get("file_path")), name=_str_or_none(first.get("file_name")),
-                collection=collection,
-            )
-            chunks = [_chunk(nodes[i], pos) for pos, i in enumerate(members)]
-            self.client.upsert_chunks(doc, chunks, None if vectors is None else vectors[members])
+        with self.client.run():  # one write run: polaris.db holds all of it at the end
+            writes = []
+            for doc_id, members in groups.items():
+                first = nodes[members[0]].metadata
+                doc = DocumentRecord(
+                    doc_id, path=_str_or_none(first.get("file_path")), name=_str_or_none(first.get("file_name")),
+                    collection=collection,
+                )
+                chunks = [_chunk(nodes[i], pos) for pos, i in enumerate(members)]
+                writes.append((doc, chunks, None if vectors is None else vectors[members]))
+            self.client.upsert_nodes(writes)
         return [n.node_id for n in nodes]
 
     def _vectors(self, nodes: Sequence[BaseNode]) -> Optional[np.ndarray]:
@@ -284,8 +291,9 @@ class PolarisVectorStore(BasePydanticVectorStore):
             raise InputError(f"node {missing!r} has no embedding while others do; embed all nodes or none.")
         dims = {len(n.embedding) for n in nodes}
         if len(dims) != 1:
-            raise InputError(f"the nodes' embeddings have different sizes: {sorted(dims)}.")
-        vectors = np.asarray([n.embedding for n in nodes], dtype=np.float32)
+            raise VectorError(f"the nodes' embeddings have different sizes: {sorted(dims)}.")
+        # finite, not all zeros (the dim is checked against the file's by _bind, then by the store)
+        vectors = check_vectors([n.embedding for n in nodes], [f"node {n.node_id!r}" for n in nodes])
         self._bind(vectors.shape[1])
         # whoever embedded them (the store's embed_model names a model, it made none of these vectors)
         self._check_vector(nodes[0].get_content(metadata_mode=MetadataMode.EMBED), vectors[0], query=False)
@@ -356,8 +364,12 @@ class PolarisVectorStore(BasePydanticVectorStore):
         check_vector(self.client, embedder, text, vector, query=query)
 
     def check_query_vector(self, query: str, vector: Any) -> None:
-        """Refuse a query vector that the recorded Polaris model would not make for ``query``."""
-        self._check_vector(query, np.asarray(vector, dtype=np.float32), query=True)
+        """Refuse a query vector that is not a valid vector of the file's size (``engine.vectors``),
+        or that the recorded Polaris model would not make for ``query``."""
+        recorded = self.client.model
+        checked = check_query(vector, recorded.dim if recorded else None,
+                              recorded.model_id if recorded else None, self.client.path)
+        self._check_vector(query, checked, query=True)
 
     def delete(self, ref_doc_id: str, **delete_kwargs: Any) -> None:
         """Remove the document ``ref_doc_id`` of this collection with all its nodes."""

@@ -73,3 +73,31 @@ def run_python() -> Callable[..., subprocess.CompletedProcess]:
         )
 
     return _run
+
+
+@pytest.fixture
+def settings_embed_model():
+    """``settings_embed_model(model)`` sets LlamaIndex's ``Settings.embed_model`` for one test;
+    what was there is put back after it."""
+    from llama_index.core import Settings
+
+    saved = Settings._embed_model
+    yield lambda model: setattr(Settings, "_embed_model", model)
+    Settings._embed_model = saved
+
+
+@pytest.fixture(scope="module")
+def built_handbook(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """examples/handbook indexed once per module by `polaris index`'s engine on the bundled
+    model; tests copy it (``copy_index``) rather than write to it."""
+    import shutil
+
+    from llama_index_polaris.engine.config import load_config
+    from llama_index_polaris.engine.index import PolarisIndex
+
+    root = tmp_path_factory.mktemp("built")
+    handbook = shutil.copytree(REPO / "examples" / "handbook", root / "handbook")
+    with PolarisIndex(root / "polaris.db", config=load_config(use_user_config=False, model_id="all-minilm-l6-v2")) as index:
+        index.index_paths([handbook])
+    return root / "polaris.db"
+

@@ -69,3 +69,13 @@ def kill_mid_transaction(tmp_path: Path, writer: str, db_path: Path, n: int = 20
             proc.wait()
     assert proc.returncode == -signal.SIGKILL
     return line
+
+
+def copy_index(src: Path, dest_dir: Path) -> Path:
+    """``src`` and its WAL copied into ``dest_dir`` as polaris.db."""
+    import shutil
+
+    for suffix in ("", "-wal"):
+        if Path(f"{src}{suffix}").exists():
+            shutil.copy(f"{src}{suffix}", dest_dir / f"polaris.db{suffix}")
+    return dest_dir / "polaris.db"

@@ -138,7 +138,7 @@ def test_recall_against_exact_search_on_real_vectors(tmp_path: Path, real) -> No
         got.append(recall(found, exact))
         exact_all = dict(exact_knn(store.conn, q, n))
         assert [d for _, d in found] == pytest.approx([exact_all[i] for i, _ in found], abs=1e-5)  # exact distances
-        rand.append(recall(ann.rescore(*ann.stored_vectors(store.conn, rng.choice(ids, fetch, replace=False)), q, k), exact))
+        rand.append(recall(ann.rescore(*ann.stored_vectors(store.conn, rng.choice(ids, fetch, replace=False), len(q)), q, k), exact))
     assert np.mean(got) >= 0.95, np.mean(got)
     assert np.mean(rand) < 0.2  # the same number of candidates drawn at random finds few of them
     # the engine's own over-fetch on this small index covers the whole scope: exact

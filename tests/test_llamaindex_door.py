@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from llama_index.core import Settings, SimpleDirectoryReader, StorageContext, VectorStoreIndex
+from llama_index.core import SimpleDirectoryReader, StorageContext, VectorStoreIndex
 from llama_index.core.embeddings import MockEmbedding
 from llama_index.core.ingestion import IngestionPipeline
 from llama_index.core.llms import MockLLM
@@ -31,18 +31,6 @@ MODEL = "all-minilm-l6-v2"
 @pytest.fixture(scope="module")
 def embed() -> PolarisEmbedding:
     return PolarisEmbedding(model_id=MODEL, config=load_config(use_user_config=False))
-
-
-@pytest.fixture
-def settings_embed_model():
-    """Set ``Settings.embed_model`` for one test and put back what was there."""
-    saved = Settings._embed_model
-
-    def _set(model) -> None:
-        Settings._embed_model = model
-
-    yield _set
-    Settings._embed_model = saved
 
 
 @pytest.fixture

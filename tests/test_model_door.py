@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from datasette.app import Datasette
-from llama_index.core import Settings, SimpleDirectoryReader, StorageContext, VectorStoreIndex
+from llama_index.core import SimpleDirectoryReader, StorageContext, VectorStoreIndex
 from llama_index.core.embeddings import MockEmbedding
 from llama_index.core.ingestion import IngestionPipeline
 from llama_index.core.llms import MockLLM
@@ -40,14 +40,6 @@ DOORS = ("retriever", "as_retriever", "cli", "datasette")
 @pytest.fixture(scope="module")
 def embed() -> PolarisEmbedding:
     return PolarisEmbedding(model_id=MODEL, config=load_config(use_user_config=False))
-
-
-@pytest.fixture
-def settings_embed_model():
-    """Set ``Settings.embed_model`` for one test and put back what was there."""
-    saved = Settings._embed_model
-    yield lambda model: setattr(Settings, "_embed_model", model)
-    Settings._embed_model = saved
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from llama_index_polaris.engine.db import sqlite_module
-from llama_index_polaris.engine.errors import ConfigError, DatabaseError, InputError, ModelMismatchError
+from llama_index_polaris.engine.errors import ConfigError, DatabaseError, InputError, ModelMismatchError, NodeIdError
 from llama_index_polaris.engine.store import (
     ChunkRecord,
     DocumentRecord,
@@ -176,7 +176,7 @@ def test_a_failed_upsert_leaves_the_previous_version(make_store: Callable[..., S
 def test_a_wrong_dim_vector_is_an_input_error(make_store: Callable[..., Store]) -> None:
     store = make_store(dim=4, docs={"doc-a": 2})
     vectors = [unit_vectors(1, 4)[0], unit_vectors(1, 8)[0]]
-    with pytest.raises(InputError, match="a vector has 8 dims; this index holds 4"):
+    with pytest.raises(InputError, match="has 8 dims, but this index holds 4-dim vectors"):
         store.upsert_document(DocumentRecord("doc-a"), make_chunks("doc-a", 2, word="new"), vectors)
     with pytest.raises(InputError, match="2 chunks but 1 vectors"):
         store.upsert_document(DocumentRecord("doc-a"), make_chunks("doc-a", 2, word="new"), unit_vectors(1, 4))
@@ -192,11 +192,19 @@ def test_duplicate_node_ids_are_an_input_error(make_store: Callable[..., Store])
     assert store.get_document("d") is None
 
 
-def test_a_node_id_moves_between_documents(make_store: Callable[..., Store]) -> None:
+def test_a_node_id_stored_in_another_document_is_refused_and_nothing_is_written(
+        make_store: Callable[..., Store]) -> None:
+    """A node id names one node of one document: writing it under another would take it from
+    the first silently (which could be left a completed document with no chunks)."""
     store = make_store(docs={"doc-a": 2, "doc-b": 1})
+    before = [(c.node_id, c.document_id, c.text) for c in store.get_chunks()]
     moved = ChunkRecord("doc-a:1", "moved text", ordinal=0)
-    store.upsert_document(DocumentRecord("doc-b"), [moved], unit_vectors(1, 4, seed=5))
-    assert [c.node_id for c in store.get_chunks(document_id="doc-a")] == ["doc-a:0"]
+    for write in (store.upsert_document, store.upsert_chunks):
+        with pytest.raises(NodeIdError, match="node 'doc-a:1' is stored in document 'doc-a'.*'doc-b'.*delete it"):
+            write(DocumentRecord("doc-b"), [moved], unit_vectors(1, 4, seed=5))
+        assert [(c.node_id, c.document_id, c.text) for c in store.get_chunks()] == before
+    store.delete_nodes(["doc-a:1"])  # what the message says: delete it there first, then it moves
+    store.upsert_chunks(DocumentRecord("doc-b"), [moved], unit_vectors(1, 4, seed=5))
     (got,) = store.get_chunks(node_ids=["doc-a:1"])
     assert (got.document_id, got.text) == ("doc-b", "moved text")
     assert_in_step(store)

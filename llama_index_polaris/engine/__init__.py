@@ -12,7 +12,9 @@ from .errors import (
     ModelDownloadError,
     ModelError,
     ModelMismatchError,
+    NodeIdError,
     PolarisError,
+    VectorError,
 )
 
 __all__ = [
@@ -23,7 +25,9 @@ __all__ = [
     "ModelDownloadError",
     "ModelError",
     "ModelMismatchError",
+    "NodeIdError",
     "PolarisConfig",
     "PolarisError",
+    "VectorError",
     "load_config",
 ]

@@ -8,7 +8,9 @@
      ├── ModelError             an embedding model is unknown, missing or corrupt
      │    └── ModelDownloadError  a model could not be fetched (offline, checksum)
      └── InputError             a document, query or filter that cannot be used
-          └── ScopeError        a search scoped to a collection or document the index lacks
+          ├── ScopeError        a search scoped to a collection or document the index lacks
+          ├── VectorError       a vector with NaN or infinite values, no length, or the wrong size
+          └── NodeIdError       a node id given for two documents, or stored in another one
 """
 
 from __future__ import annotations
@@ -56,3 +58,13 @@ class ScopeError(InputError):
     def __init__(self, reasons: dict[str, str]) -> None:
         super().__init__(" ".join(reasons.values()))
         self.reasons = dict(reasons)
+
+
+class VectorError(InputError):
+    """A vector that cannot be stored or searched with (``engine.vectors``): NaN or infinite
+    values, a length of zero (no direction to compare), or not the index's size."""
+
+
+class NodeIdError(InputError):
+    """A node id given twice in one write, or already stored under another document: a node
+    id names one node of one document, so writing it would silently take it from the other."""

@@ -12,6 +12,27 @@ from .errors import DatabaseError, InputError
 from .store import UNKNOWN_MODEL, ModelBinding, Store
 
 
+def upgrade_schema(path: str | Path) -> tuple[int, int] | None:
+    """Apply this Polaris's pending migrations to the index at ``path``: (from, to) versions, or
+    None when it is current, not a Polaris index, or cannot be written here (a read-only
+    open of it then says so and what to do)."""
+    from . import db
+    from .store import _read_only_reason
+
+    target = Path(path)
+    if not target.exists() or _read_only_reason(str(target)) is not None:
+        return None
+    conn = db.connect(target, readonly=True)
+    try:
+        version = db.schema_version(conn)
+    finally:
+        conn.close()
+    if version == 0 or version >= db.SCHEMA_VERSION:
+        return None
+    Store(target).close()  # a writer's open migrates
+    return version, db.SCHEMA_VERSION
+
+
 def model_choice(config: PolarisConfig, recorded: ModelBinding | None) -> tuple[str, int | None]:
     """The model to use: the database's unless the config names one explicitly (or the file
     does not name its model: then the config's, which must prove itself, see proof.py)."""
@@ -25,6 +46,7 @@ class PolarisIndex:
     """A polaris.db opened with a validated config; the embedder loads on first use.
 
     ``fast_start`` is for processes that run one query and exit (`polaris search`).
+    ``readonly=None`` writes where this process can, else reads (``Store``).
     """
 
     def __init__(
@@ -32,7 +54,7 @@ class PolarisIndex:
         db_path: str | Path | None = None,
         *,
         config: PolarisConfig | None = None,
-        readonly: bool = False,
+        readonly: bool | None = False,
         fast_start: bool = False,
     ) -> None:
         self.config = config or load_config()
@@ -107,6 +129,15 @@ class PolarisIndex:
         else:
             self.store.check_model(binding(embedder))
 
+    def embed_query(self, query: str) -> Any:
+        """``query`` embedded by this index's model, refused (``vectors.check_query``) unless it is a
+        valid vector of the file's size: what a door that hands out query vectors returns."""
+        from .vectors import check_query
+
+        vector = self.embedder.embed_query(query)
+        model = self.store.model
+        return check_query(vector, model.dim if model else None, model.model_id if model else None, str(self.path))
+
     def searcher(self, embed_query: Callable[[str], Any] | None = None) -> Any:
         """A Searcher over this index; queries are embedded by ``embed_query``, else its embedder."""
         from .search.pipeline import Searcher
@@ -147,7 +178,9 @@ class PolarisIndex:
     def status(self, check: bool = False, changes: bool = False) -> dict[str, Any]:
         """What the index holds: model, counts, collections and their roots, the chunk budget.
 
-        ``check`` also reads every page (``PRAGMA quick_check``) into ``integrity``;
+        ``check`` also reads every page (``PRAGMA quick_check``) into ``integrity``, and every
+        stored vector into ``vectors``: how many rows vector search skips (``skipped``) and the
+        first of them, each named (chunk id, node id, document, table, problem; ``vectors.scan``).
         ``changes`` compares every collection's files on disk with the index
         (``freshness``): ``changes`` per collection, and ``stale`` when any differ.
         """
@@ -165,11 +198,21 @@ class PolarisIndex:
         }
         if check:
             out["integrity"] = store.quick_check()
+            out["vectors"] = self._vector_check() if model is not None and out["integrity"] == ["ok"] else None
         if changes:
             found = self.freshness.collections()
             out["changes"] = {name: c.summary() for name, c in found.items()}
             out["stale"] = any(c.stale for c in found.values())
         return out
+
+    def _vector_check(self) -> dict[str, Any]:
+        from .db.schema import has_table
+        from .vectors import report
+
+        with self.store.read() as conn:
+            if not has_table(conn, "chunks_vec"):
+                return {"skipped": 0, "rows": []}
+            return report(conn, self.store.model.dim)
 
     @property
     def freshness(self) -> Any:
@@ -248,12 +291,16 @@ class PolarisIndex:
             source = f"max_chunk_tokens ({self.config.sources.get('max_chunk_tokens', 'default')})"
         return {"tokens": tokens, "model_window": window, "source": source}
 
+    def backup(self, dest: str | Path) -> Path:
+        """A checked, consistent one-file copy of the index at ``dest`` (``Store.backup``)."""
+        return self.store.backup(dest)
+
     def remove(self, collection: str, paths: Sequence[str | Path] | None = None) -> int:
         """Remove ``collection`` (its documents and root), or only its files under ``paths``."""
         from .lock import index_lock
         from .sources import covers
 
-        with index_lock(self.store.path):
+        with index_lock(self.store.path), self.store.run():
             if not paths:
                 return self.store.remove_collection(collection)
             root = self.store.collection_root(collection)

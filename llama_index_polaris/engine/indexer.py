@@ -4,7 +4,8 @@ A document whose content hash is unchanged is skipped; a changed one is re-chunk
 and only chunks whose embedded text is new are embedded (vectors are reused by
 content hash); a file that disappeared is removed. Each document is committed in
 its own transaction and moves through pending, processing, completed or failed, so
-an interrupted run leaves every finished document readable and resumes next time.
+an interrupted run leaves every finished document readable and resumes next time. A run
+is one ``Store.run``: at its end polaris.db alone holds it (the WAL folded in).
 
 A file is found again by its collection and its path under the collection's root
 (``sources.plan_root``), never by the path typed. A file that can no longer be read
@@ -30,12 +31,13 @@ import numpy as np
 
 from .config import PolarisConfig
 from .db.schema import file_document_id
-from .errors import InputError
+from .errors import InputError, NodeIdError
 from .lock import index_lock
 from .recipe import DEFAULT_CONTEXT, Recipe, make_recipe, node_id
 from .sources import RootPlan, SourceFile, covers, plan_root, read_source, walk
 from .store import ChunkRecord, DocumentRecord, ModelBinding, Store, text_hash
 from .text import nfc
+from .vectors import problem, valid_rows
 
 if TYPE_CHECKING:
     from .chunk import ChunkedDocument
@@ -103,6 +105,7 @@ class _Prepared:
     chunks: list[ChunkRecord]
     inputs: list[str]  # the text embedded for each chunk
     is_new: bool
+    old: DocumentRecord | None = None  # the document as stored before this run
 
 
 def content_hash(data: bytes) -> str:
@@ -164,7 +167,7 @@ class Indexer:
         Paths are taken relative to the collection's root (set by its first run, widened
         by a run over a parent folder, moved when the old root is gone from disk).
         """
-        with index_lock(self.store.path, self.on_wait):
+        with index_lock(self.store.path, self.on_wait), self.store.run():
             plan = plan_root(self.store.collection_root(self.collection), paths, self.collection)
             report = IndexReport()
             self._set_root(plan, report)
@@ -207,7 +210,7 @@ class Indexer:
 
         One indexing run per database at a time: a second one waits (``on_wait`` says so).
         """
-        with index_lock(self.store.path, self.on_wait):
+        with index_lock(self.store.path, self.on_wait), self.store.run():
             return self._index(docs, total)
 
     def _index(self, docs: Iterable[SourceDocument], total: int | None, report: IndexReport | None = None) -> IndexReport:
@@ -253,7 +256,7 @@ class Indexer:
         else:
             self.store.set_status(doc.id, "processing")
         chunks, inputs = self._chunks(doc, text, report)
-        return _Prepared(doc, chunks, inputs, old is None)
+        return _Prepared(doc, chunks, inputs, old is None, old)
 
     def _unchanged(self, old: DocumentRecord, digest: str) -> bool:
         return (
@@ -308,10 +311,32 @@ class Indexer:
         with self.store.batch():  # one update of the BM25 posting lists for the batch
             for p in pending:
                 vecs = np.array([vectors[c.text_hash] for c in p.chunks]) if p.chunks else None
-                self.store.upsert_document(self._document_record(p.doc, "completed"), p.chunks, vecs)
+                reason = self._bad_vector(p, vecs)
+                try:
+                    if reason is None:
+                        self.store.upsert_document(self._document_record(p.doc, "completed"), p.chunks, vecs)
+                except NodeIdError as exc:
+                    reason = str(exc)
+                if reason is not None:  # nothing of it written: its last indexed version stays
+                    self._fail(p.doc, p.old, reason, report)
+                    continue
                 report.added += p.is_new
                 report.updated += not p.is_new
                 report.chunks += len(p.chunks)
+
+    def _bad_vector(self, p: _Prepared, vecs: np.ndarray | None) -> str | None:
+        """Why the model's vectors for ``p`` cannot be stored (``vectors.problem``), or None."""
+        if vecs is None:
+            return None
+        bad = np.flatnonzero(~valid_rows(vecs))
+        if not len(bad):
+            return None
+        chunk = p.chunks[int(bad[0])]
+        return (
+            f"{self.embedder.model_id} returned an embedding that {problem(vecs[bad[0]])} for chunk"
+            f" {chunk.ordinal + 1} ({chunk.heading_path or 'no heading'}), so the file was not stored. The model"
+            " file may be damaged (`polaris models` says where it is) or this text upsets it; try another model_id."
+        )
 
     def _vectors(self, by_hash: dict[str, str], report: IndexReport) -> dict[str, np.ndarray]:
         """Vectors for each embedded text (by hash): stored ones reused, the rest embedded."""

@@ -31,6 +31,7 @@ import numpy as np
 
 from .errors import ModelMismatchError
 from .store import UNKNOWN_MODEL, ChunkRecord, ModelBinding, Store, text_hash, unknown_model_message
+from .vectors import problem
 
 SAMPLE = 4  # chunks re-embedded to prove a file's model
 LOOKED_AT = 32  # chunks read to find SAMPLE whose embedded text can be rebuilt
@@ -105,18 +106,21 @@ def prove(store: Store, embedder: Any) -> ModelBinding:
     if recorded.dim != wanted.dim:
         raise ModelMismatchError(unknown_model_message(recorded, wanted, store.path))
     looked_at = store.vector_sample(LOOKED_AT)
-    usable = [(c, t) for c in looked_at if (t := embedded_text(c)) is not None]
+    # a stored value that is not a valid vector (vectors.problem) proves nothing either way: skipped
+    usable = [(c, t) for c in looked_at if c.embedding is not None and problem(c.embedding, recorded.dim) is None
+              and (t := embedded_text(c)) is not None]
     if not usable:
         raise ModelMismatchError(
             f"{store.path} holds {recorded.dim}-dim vectors from a model it does not name, and none of the"
             f" {len(looked_at)} chunks looked at keeps the text that was embedded for it (a rendering whose sha256"
-            f" is the chunk's text_hash), so {wanted.model_id} cannot show that it made them. Re-index into a new"
-            f" file with {wanted.model_id} named (polaris index, or PolarisVectorStore(embed_model=...))."
+            f" is the chunk's text_hash) and a valid vector, so {wanted.model_id} cannot show that it made"
+            f" them. Re-index into a new file with {wanted.model_id} named (polaris index, or"
+            " PolarisVectorStore(embed_model=...))."
         )
     sample = [usable[int(i)] for i in np.unique(np.linspace(0, len(usable) - 1, min(SAMPLE, len(usable))).round())]
     mine = embedder.embed_documents([t for _, t in sample])
     figures = [(c.node_id, cosine(m, c.embedding)) for (c, _), m in zip(sample, mine)]
-    if min(f for _, f in figures) < PROOF_COSINE:
+    if not min(f for _, f in figures) >= PROOF_COSINE:  # NaN is no match
         cosines = ", ".join(f"{f:.3f}" for _, f in figures)
         chunks = ", ".join(_short(node_id) for node_id, _ in figures)
         raise ModelMismatchError(
@@ -142,7 +146,7 @@ def check_vector(store: Store, embedder: Any, text: str, vector: Any, *, query: 
     """
     mine = embedder.embed_query(text) if query else embedder.embed_documents([text])[0]
     similarity = cosine(mine, vector)
-    if similarity < MATCH_COSINE:
+    if not similarity >= MATCH_COSINE:  # NaN (a vector with NaN values) is no match
         what = "the query embedding does" if query else "these nodes' embeddings do"
         raise ModelMismatchError(
             f"{what} not come from {embedder.model_id}, which {store.path} was built with"

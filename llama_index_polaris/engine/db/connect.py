@@ -1,4 +1,12 @@
-"""Open polaris.db with sqlite-vec and FTS5, whichever sqlite3 module can load them."""
+"""Open polaris.db with sqlite-vec and FTS5, whichever sqlite3 module can load them.
+
+Where the file lives decides how it is opened (#24). A reader needs ``-shm`` and ``-wal``
+beside the file, or to create them: in a folder it cannot write, a file whose WAL is
+empty (every Polaris write run ends by folding it in, ``checkpoint``) is read as
+``immutable=1`` instead. A writer is refused up front, with the reason, when the folder,
+the file or its ``-wal``/``-shm`` cannot be written (``write_problem``); a ``-shm`` left
+read-only by a reader of a read-only file is given the file's permissions back first.
+"""
 
 from __future__ import annotations
 
@@ -8,10 +16,10 @@ import time
 import urllib.parse
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..errors import DatabaseError, ExtensionError
-from .schema import refuse_foreign_tables, schema_version
+from .schema import SECURE_FTS_SQLITE, refuse_foreign_tables, schema_version
 
 BUSY_TIMEOUT_MS = 10_000
 MMAP_BYTES = 1 << 36  # memory-mapped reads up to 64 GiB of file (#17: 1,000 random chunk rows 4.5x faster)
@@ -36,13 +44,18 @@ def sqlite_module() -> ModuleType:
     """The DB-API module to use: stdlib sqlite3 if it loads extensions, else pysqlite3."""
     import sqlite3
 
-    if os.environ.get("POLARIS_FORCE_PYSQLITE3") != "1" and _can_load(sqlite3):
+    stdlib = os.environ.get("POLARIS_FORCE_PYSQLITE3") != "1" and _can_load(sqlite3)
+    if stdlib and sqlite3.sqlite_version_info >= SECURE_FTS_SQLITE:
         return sqlite3
-    try:
+    try:  # an older stdlib SQLite only when there is no newer one: it cannot erase removed text
         from pysqlite3 import dbapi2
     except ImportError:
+        if stdlib:
+            return sqlite3
         raise ExtensionError(INSTALL_HINT) from None
     if not _can_load(dbapi2):
+        if stdlib:
+            return sqlite3
         raise ExtensionError(INSTALL_HINT)
     return dbapi2
 
@@ -84,9 +97,12 @@ def connect(path: str | os.PathLike[str], *, readonly: bool = False) -> Any:
         raise DatabaseError(f"{target}: no such index. Build one with `polaris index PATH`.")
     if not readonly and not target.parent.exists():
         raise DatabaseError(f"{target}: directory {target.parent} does not exist.")
-    # quote the path: '?', '#' and '%' in a directory name would otherwise end the URI path
-    path_part = urllib.parse.quote(target.resolve().as_posix(), safe="/")
-    uri = f"file:{path_part}?mode={'ro' if readonly else 'rwc'}"
+    if not readonly:
+        restore_side_files(target)
+        problem = write_problem(target)
+        if problem:
+            raise DatabaseError(problem)
+    uri = reader_uri(target) if readonly else f"{file_uri(target)}?mode=rwc"
     try:
         conn = sqlite.connect(
             uri, uri=True, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False
@@ -105,6 +121,121 @@ def connect(path: str | os.PathLike[str], *, readonly: bool = False) -> Any:
     return conn
 
 
+def file_uri(target: Path) -> str:
+    """``file:`` and the absolute path, quoted: '?', '#' and '%' in a folder name would otherwise end it."""
+    return "file:" + urllib.parse.quote(target.resolve().as_posix(), safe="/")
+
+
+SIDE_FILES = ("-wal", "-shm")
+
+
+def _side(target: Path, suffix: str) -> Path:
+    return target.with_name(target.name + suffix)
+
+
+def _writable(path: Path) -> bool:
+    return os.access(path, os.W_OK)
+
+
+def reader_uri(path: str | os.PathLike[str]) -> str:
+    """The URI a reader opens ``path`` with: ``mode=ro``, or ``mode=ro&immutable=1`` when SQLite
+    could not create the ``-shm`` it needs (a read-only folder) and the WAL holds nothing.
+
+    An immutable reader does not see later writes; in a folder nobody can write there are none.
+    """
+    target = Path(path)
+    base = f"{file_uri(target)}?mode=ro"
+    return base + "&immutable=1" if read_immutably(target) else base
+
+
+def read_immutably(path: str | os.PathLike[str]) -> bool:
+    """True when a reader of ``path`` must open it ``immutable=1``: SQLite would have to create
+    its ``-shm`` in a folder it cannot write. A DatabaseError when the WAL holds changes that
+    only a ``-shm`` can read."""
+    target = Path(path)
+    shm, wal = _side(target, "-shm"), _side(target, "-wal")
+    if shm.exists() or _writable(target.absolute().parent):
+        return False
+    if wal.exists() and wal.stat().st_size > 0:
+        raise DatabaseError(
+            f"{target}: the folder {target.absolute().parent} is read-only and {wal.name} holds changes not yet in"
+            f" {target.name}, which SQLite can only read through a {shm.name} it cannot create here. Open it"
+            f" once where it can be written (any Polaris write folds the WAL into the file), or copy"
+            f" {target.name} and {wal.name} together to a writable folder."
+        )
+    return True
+
+
+def write_problem(target: Path) -> str | None:
+    """Why this process cannot write the index at ``target`` (None: it can), in a sentence that
+    says what to do. Reading works in each of these cases."""
+    folder = target.absolute().parent
+    if target.exists() and not _writable(target):
+        return (f"{target} is read-only (its permissions); make it writable with `chmod u+w {target}`."
+                " Reading (search, status) works as it is.")
+    if not _writable(folder):
+        return (
+            f"{target}: the folder {folder} is read-only, and SQLite writes {target.name}-wal and"
+            f" {target.name}-shm beside the index. Make the folder writable, or copy the index to one"
+            f" that is (`polaris backup COPY.db`) and write there. Reading (search, status) works here."
+        )
+    for suffix in SIDE_FILES:
+        side = _side(target, suffix)
+        if side.exists() and not _writable(side):
+            return (
+                f"{side} is read-only, so {target} cannot be written although it is writable itself"
+                f" (a reader left it so while {target.name} was read-only); make it writable with"
+                f" `chmod u+w {side}`."
+            )
+    return None
+
+
+def restore_side_files(target: Path) -> None:
+    """Give ``-wal`` and ``-shm`` back the permissions of the file they belong to, when it is
+    writable and we own them: SQLite creates them with the file's mode, so a reader of a
+    read-only file leaves a read-only ``-shm`` that would block every later write."""
+    try:
+        st = target.stat()
+    except OSError:
+        return
+    if not _writable(target) or not hasattr(os, "geteuid"):  # Windows: SQLite does not copy modes there
+        return
+    for suffix in SIDE_FILES:
+        side = _side(target, suffix)
+        try:
+            side_st = side.stat()
+            if not _writable(side) and side_st.st_uid == os.geteuid():
+                side.chmod((side_st.st_mode & ~0o777) | (st.st_mode & 0o777))
+        except OSError:
+            continue  # gone meanwhile, or not ours: write_problem says so
+
+
+class Checkpoint(NamedTuple):
+    """What ``PRAGMA wal_checkpoint`` did: ``complete`` when the WAL is now empty."""
+
+    complete: bool
+    wal_frames: int
+    copied_frames: int
+
+
+def checkpoint(conn: Any) -> Checkpoint:
+    """Fold the WAL into the database file (#24), so that the file alone holds every commit
+    (a copy of ``polaris.db`` without its ``-wal`` loses nothing) and the WAL keeps no old
+    pages of what was removed.
+
+    ``wal_checkpoint(TRUNCATE)`` with no busy wait: when no reader holds an older snapshot it
+    copies every frame and empties the WAL; when one does (or another writer is busy), SQLite
+    copies what it can without waiting, as PASSIVE does, and the next run's checkpoint (or
+    the last connection closing) folds in the rest.
+    """
+    conn.execute("PRAGMA busy_timeout = 0")
+    try:
+        busy, log, copied = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+    finally:
+        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    return Checkpoint(busy == 0, log, copied)
+
+
 def _refuse_foreign_file(conn: Any, target: Path) -> None:
     """Someone else's database (tables at version 0) is refused, read in one snapshot: another
     process creating this index commits its first tables and version 1 together."""
@@ -121,6 +252,11 @@ def _check_is_database(conn: Any, target: Path, sqlite: ModuleType) -> None:
     try:
         conn.execute("PRAGMA schema_version").fetchone()
     except sqlite.DatabaseError as exc:
+        if "readonly" in str(exc) or "unable to open" in str(exc):  # permissions, not damage
+            raise DatabaseError(
+                f"{target}: SQLite cannot open it ({exc}): it needs to read {target.name} and to create or"
+                f" open {target.name}-wal and {target.name}-shm in {target.parent}; check their permissions."
+            ) from exc
         raise DatabaseError(f"{target}: cannot be read as an SQLite database ({exc}).") from exc
 
 
@@ -155,7 +291,8 @@ def damage_message(exc: BaseException, path: str | os.PathLike[str]) -> str | No
 
 
 def configure(conn: Any, *, readonly: bool = False) -> None:
-    """Per-connection pragmas: WAL, busy timeout, foreign keys, memory-mapped reads.
+    """Per-connection pragmas: WAL, busy timeout, foreign keys, memory-mapped reads; for a
+    writer also ``secure_delete``.
 
     Without mmap every page a query touches is a read() into SQLite's small page cache:
     re-scoring 1,000 approximate candidates from chunks.embedding at 100k chunks took
@@ -166,6 +303,8 @@ def configure(conn: Any, *, readonly: bool = False) -> None:
     conn.execute(f"PRAGMA mmap_size = {MMAP_BYTES}")
     conn.execute("PRAGMA foreign_keys = ON")
     if not readonly:
+        # A deleted row, freed page or FTS5 segment is overwritten with zeros, not left readable (#24).
+        conn.execute("PRAGMA secure_delete = ON")
         mode = _switch_to_wal(conn)
         if mode.lower() != "wal":
             raise DatabaseError(f"cannot switch to WAL mode (got {mode}); is the file on a network share?")

@@ -19,6 +19,7 @@ from typing import Any, Callable
 from ..errors import DatabaseError
 
 META_TABLE = "polaris_meta"
+SECURE_FTS_SQLITE = (3, 42, 0)  # the first SQLite with FTS5 'secure-delete'
 DEFAULT_COLLECTION = "default"  # where a document goes when no collection is named
 
 CORE_SQL = """
@@ -209,7 +210,56 @@ def _migration_1(conn: Any, fts_tokenizer: str) -> None:
 def _migration_2(conn: Any, fts_tokenizer: str) -> None:
     """Full-text index over chunk text and heading path (backfilled from chunks)."""
     _script(conn, fts_sql(fts_tokenizer))
+    secure_fts(conn)
     set_meta(conn, fts_tokenizer=fts_tokenizer)
+
+
+def sqlite_version(conn: Any) -> tuple[int, ...]:
+    """The version of the SQLite library behind ``conn``."""
+    return tuple(int(x) for x in conn.execute("SELECT sqlite_version()").fetchone()[0].split("."))
+
+
+def secure_fts(conn: Any) -> bool:
+    """Turn on FTS5 ``secure-delete`` for chunks_fts (#24): a deleted or edited chunk's words
+    leave the index at once instead of staying in its segments until they are merged. It
+    needs SQLite 3.42+ to read the table afterwards (FTS5 format 5). False on an older
+    SQLite: the Store then merges the index after a run that removed text (``purge_fts``)."""
+    if sqlite_version(conn) < SECURE_FTS_SQLITE:
+        return False
+    conn.execute("INSERT INTO chunks_fts (chunks_fts, rank) VALUES ('secure-delete', 1)")
+    return True
+
+
+def fts_is_secure(conn: Any) -> bool:
+    """True when chunks_fts erases what is deleted from it (``secure_fts``)."""
+    row = conn.execute("SELECT v FROM chunks_fts_config WHERE k = 'secure-delete'").fetchone()
+    return bool(row and row[0])
+
+
+def purge_fts(conn: Any) -> None:
+    """Merge chunks_fts into one segment, which drops the entries of deleted rows that a
+    non-secure delete leaves behind (a rewrite of the whole full-text index; inside the
+    caller's transaction).
+
+    FTS5's 'optimize' leaves an index that is one segment already as it is, delete markers
+    and the words they cancel included; a row added and deleted first (row -1, no chunk's
+    id; its counts cancel out) gives it a second segment, so the merge happens."""
+    conn.execute("INSERT INTO chunks_fts (rowid, text, heading_path) VALUES (-1, 'polaris', '')")
+    conn.execute("INSERT INTO chunks_fts (chunks_fts, rowid, text, heading_path) VALUES ('delete', -1, 'polaris', '')")
+    conn.execute("INSERT INTO chunks_fts (chunks_fts) VALUES ('optimize')")
+
+
+def _migration_erase(conn: Any, fts_tokenizer: str) -> None:
+    """What was removed is gone from the file (#24): chunks_fts in secure-delete mode from now
+    on, the entries of rows deleted before merged out, and terms that no chunk holds any
+    more dropped from the posting lists."""
+    secure_fts(conn)
+    purge_fts(conn)
+    if has_table(conn, "chunks_bm25_terms"):
+        from ..search import postings
+
+        postings.flush(conn, postings.Tokenizer(postings.fts_tokenizer(conn)))  # old text noted by a raw write
+        conn.execute("DELETE FROM chunks_bm25_terms WHERE term NOT IN (SELECT term FROM chunks_bm25)")
 
 
 STATUSES = ("pending", "processing", "completed", "stale", "failed")
@@ -342,6 +392,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(5, "full-text index declared so that Datasette detects it", _migration_fts_for_datasette),
     Migration(6, "sign-bit vector index", _migration_sign_bits),
     Migration(7, "BM25 posting lists of common terms", _migration_postings),
+    Migration(8, "removed text erased: FTS5 secure-delete, old entries merged out", _migration_erase),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].number
 
@@ -486,6 +537,7 @@ def rebuild_fts(conn: Any, tokenizer: str) -> None:
         conn.execute(f"DROP TRIGGER IF EXISTS {name}")
     conn.execute("DROP TABLE IF EXISTS chunks_fts")
     _script(conn, fts_sql(tokenizer))
+    secure_fts(conn)
     set_meta(conn, fts_tokenizer=tokenizer)
     if has_table(conn, "chunks_bm25"):  # counted with the old tokenizer's terms
         from ..search.postings import rebuild

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from ..db.schema import BITS_TABLE, has_table
+from ..vectors import decode_rows
 from .scope import Scope
 
 OVERFETCH = 30  # candidates re-scored per result asked for (recall@10 0.996 at 100k: docs/benchmarks.md)
@@ -159,16 +160,14 @@ def read_bits(conn: Any) -> SignBits:
     return blocks_to_bits(conn.execute(BLOCKS_SQL + " ORDER BY c.chunk_id").fetchall())
 
 
-def stored_vectors(conn: Any, ids: np.ndarray | list[int]) -> tuple[np.ndarray, np.ndarray]:
-    """The float32 vectors of chunks ``ids`` from chunks.embedding: (ids found, matrix)."""
+def stored_vectors(conn: Any, ids: np.ndarray | list[int], dim: int) -> tuple[np.ndarray, np.ndarray]:
+    """The float32 vectors of chunks ``ids`` from chunks.embedding: (ids found, matrix). A stored
+    value that is not a valid vector of ``dim`` (``vectors.decode_rows``) is skipped."""
     rows = conn.execute(
         "SELECT id, embedding FROM chunks WHERE id IN (SELECT value FROM json_each(?)) AND embedding IS NOT NULL",
         (json.dumps([int(i) for i in ids]),),
     ).fetchall()
-    if not rows:
-        return np.zeros(0, dtype=np.int64), np.zeros((0, 0), dtype=np.float32)
-    found = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
-    return found, np.frombuffer(b"".join(r[1] for r in rows), dtype="<f4").reshape(len(rows), -1)
+    return decode_rows([r[0] for r in rows], [r[1] for r in rows], dim)
 
 
 def scope_chunk_ids(conn: Any, scope: Scope) -> np.ndarray | None:
@@ -205,7 +204,7 @@ def search_bits(
         else:  # most rows: count them all (no copy of the bits) and keep the scope's
             distances = hamming(bits.bits, pack_signs(query)[0])[rows]
         pool = np.sort(ids[nearest_rows(distances, fetch)])  # read in file order
-    found, matrix = stored_vectors(conn, pool)
+    found, matrix = stored_vectors(conn, pool, len(query))
     return rescore(found, matrix, query, k)
 
 
@@ -220,7 +219,7 @@ def vec0_candidates(conn: Any, query: np.ndarray, fetch: int, allowed: np.ndarra
 
 
 def ann_knn(
-    conn: Any, query: np.ndarray, k: int, scope: Scope = Scope(), exact_below: int = EXACT_BELOW,
+    conn: Any, query: np.ndarray, k: int, scope: Scope = Scope(), exact_below: int | None = None,
     fetch: int | None = None, fetch_k: int | None = None,
 ) -> list[tuple[int, float]] | None:
     """The ``k`` nearest chunks in ``scope`` by the sign-bit index: (chunk id, cosine distance).
@@ -232,10 +231,11 @@ def ann_knn(
     """
     if not has_index(conn):
         return None
+    exact_below = EXACT_BELOW if exact_below is None else exact_below  # read now: a test may lower it
     allowed = scope_chunk_ids(conn, scope)
     sized_for = fetch_k or k
     if allowed is not None and len(allowed) <= (max(sized_for * OVERFETCH, MIN_FETCH) if fetch is None else fetch):
-        return rescore(*stored_vectors(conn, allowed), query, k)  # a small scope: all of it, exactly, no bits read
+        return rescore(*stored_vectors(conn, allowed, len(query)), query, k)  # a small scope: all of it, exactly, no bits read
     try:
         bits = read_bits(conn)
     except LayoutError:
@@ -243,7 +243,7 @@ def ann_knn(
         if n < exact_below:
             return None
         pool = vec0_candidates(conn, query, fetch_size(sized_for, n) if fetch is None else fetch, allowed)
-        return rescore(*stored_vectors(conn, pool), query, k)
+        return rescore(*stored_vectors(conn, pool, len(query)), query, k)
     if len(bits) < exact_below:
         return None
     rows = None

@@ -18,8 +18,9 @@ import numpy as np
 from ..config import PolarisConfig
 from ..db.schema import CHUNKS_WITH_DOCUMENTS, MERGED_METADATA
 from ..errors import InputError
-from ..store import Store, from_blob
+from ..store import Store
 from ..text import heuristic_tokens, nfc
+from ..vectors import check_query as check_query_vector, decode
 from .boost import boost_terms
 from .bm25 import bm25
 from .context import bounded, excerpt, stitch
@@ -339,30 +340,23 @@ class Searcher:
         return self.embed_query(query)
 
     def _check_vector(self, vector: Any) -> np.ndarray:
-        """The query vector as float32, refused clearly when its size is not the index's."""
-        try:
-            arr = np.asarray(vector, dtype=np.float32).reshape(-1)
-        except (TypeError, ValueError) as exc:
-            raise InputError(f"the query vector must be a list of numbers ({exc}).") from None
+        """The query vector as float32, refused clearly (``vectors.check_query``) when it is not a
+        valid vector of the index's size: NaN or infinite values, all zeros, another size."""
         model = self.store.model
-        if model is not None and arr.shape[0] != model.dim:
-            raise InputError(
-                f"the query vector has {arr.shape[0]} dims but {self.store.path} holds {model.dim}-dim"
-                f" vectors of {model.model_id}; embed the query with that model."
-            )
-        if not np.all(np.isfinite(arr)):
-            raise InputError("the query vector contains NaN or infinite values.")
-        return arr
+        return check_query_vector(vector, model.dim if model else None, model.model_id if model else None,
+                                  self.store.path)
 
     def _candidates(self, ids: list[int], with_vectors: bool) -> dict[int, Candidate]:
-        """Section, heading path (and stored vector) of each candidate: all that ranking needs."""
+        """Section, heading path (and stored vector, as a unit row for MMR) of each candidate: all
+        that ranking needs. A stored value that is not a valid vector is None (MMR: no similarity)."""
         if not ids:
             return {}
         column = "embedding" if with_vectors else "NULL"
         sql = (f"SELECT id, document_id, heading_path, {column} FROM chunks"
                " WHERE id IN (SELECT value FROM json_each(?))")
         rows = self.store.conn.execute(sql, (json.dumps(list(dict.fromkeys(ids))),)).fetchall()
-        return {r[0]: Candidate((r[1], r[2]), r[2], from_blob(r[3]) if r[3] is not None else None) for r in rows}
+        dim = self.store.model.dim if with_vectors and self.store.model else None
+        return {r[0]: Candidate((r[1], r[2]), r[2], _unit(decode(r[3], dim)) if with_vectors else None) for r in rows}
 
     def _rows(self, ids: list[int]) -> dict[int, _Row]:
         if not ids:
@@ -376,6 +370,11 @@ class Searcher:
         for r in self.store.conn.execute(sql, (json.dumps(ids),)).fetchall():
             out[r[0]] = _Row(r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], json.loads(r[9]), r[10], r[11], r[12])
         return out
+
+
+def _unit(vector: np.ndarray | None) -> np.ndarray | None:
+    """``vector`` scaled to length 1 (MMR's dot product is then the cosine), None stays None."""
+    return None if vector is None else vector / np.float32(np.linalg.norm(vector))
 
 
 def _alpha_weights(alpha: Any) -> dict[str, float] | None:

@@ -188,6 +188,12 @@ def _edit_blocks(conn: Any, gone: dict[tuple[str, int], list[int]], come: dict[t
             deletes.append(key)
     conn.executemany("INSERT OR REPLACE INTO chunks_bm25 (term, block, rows, tf) VALUES (?, ?, ?, ?)", writes)
     conn.executemany("DELETE FROM chunks_bm25 WHERE term = ? AND block = ?", deletes)
+    # A term no chunk holds any more leaves the file with its last chunk (#24: removed words are
+    # gone); should it come back, it is counted again from FTS5 like any new term.
+    emptied = sorted({term for term, _ in deletes})
+    conn.execute("DELETE FROM chunks_bm25_terms WHERE term IN (SELECT value FROM json_each(?))"
+                 " AND NOT EXISTS (SELECT 1 FROM chunks_bm25 WHERE chunks_bm25.term = chunks_bm25_terms.term)",
+                 (json.dumps(emptied),))
 
 
 def vocab(conn: Any, kind: str) -> str:

@@ -1,5 +1,13 @@
 """Vector KNN (cosine distance), filtered inside the KNN query: exact over the vec0 table
-below ``EXACT_BELOW`` chunks, approximate from the sign-bit index above (``ann.py``)."""
+below ``EXACT_BELOW`` chunks, approximate from the sign-bit index above (``ann.py``).
+
+A stored row that is not a valid vector (``engine.vectors``: NaN, all zeros; written by raw
+SQL or another tool, since every Polaris door refuses them) has a NaN distance to every
+query. vec0 then answers NULL for it and, worse, its top-k selection compares NaN and
+loses real neighbours. The KNN statement keeps only rows whose distance is at least
+``MIN_DISTANCE`` (a vec0 distance constraint, applied before the top k are chosen), which
+no NaN is: such rows are skipped, and ``polaris status --check`` names them.
+"""
 
 from __future__ import annotations
 
@@ -7,26 +15,30 @@ from typing import Any
 
 import numpy as np
 
-from .ann import EXACT_BELOW, ann_knn
+from . import ann
+from .ann import ann_knn
 from .scope import Scope
 
 MAX_K = 4096  # sqlite-vec's limit on k
+MIN_DISTANCE = -1.0  # below every cosine distance (0..2, a little under 0 by rounding); NaN fails it
 
 
 def knn_sql(scope: Scope) -> tuple[str, list[Any]]:
     """The KNN statement for ``scope``; parameters follow (vector, k)."""
     where, args = scope.sql("rowid", "document_id")
-    sql = f"SELECT rowid, distance FROM chunks_vec WHERE embedding MATCH ? AND k = ?{where} ORDER BY distance"
+    sql = (f"SELECT rowid, distance FROM chunks_vec WHERE embedding MATCH ? AND k = ?"
+           f" AND distance >= {MIN_DISTANCE}{where} ORDER BY distance")
     return sql, args
 
 
 def knn(
-    conn: Any, query: np.ndarray, k: int, scope: Scope = Scope(), exact_below: int = EXACT_BELOW,
+    conn: Any, query: np.ndarray, k: int, scope: Scope = Scope(), exact_below: int | None = None,
     fetch_k: int | None = None,
 ) -> list[tuple[int, float]]:
     """The ``k`` nearest chunks to ``query``: (chunk id, cosine distance), nearest first.
 
-    Exact (vec0) when the index holds fewer than ``exact_below`` vectors or has no
+    Exact (vec0) when the index holds fewer than ``exact_below`` (default ``ann.EXACT_BELOW``,
+    read at each call) vectors or has no
     sign-bit index; otherwise sign-bit candidates re-scored exactly (``ann.ann_knn``;
     ``fetch_k``: size the candidates for that k).
     """
@@ -42,4 +54,5 @@ def exact_knn(conn: Any, query: np.ndarray, k: int, scope: Scope = Scope()) -> l
         return []
     sql, args = knn_sql(scope)
     blob = np.asarray(query, dtype="<f4").tobytes()
-    return [(int(r), float(d)) for r, d in conn.execute(sql, [blob, min(k, MAX_K), *args]).fetchall()]
+    rows = conn.execute(sql, [blob, min(k, MAX_K), *args]).fetchall()
+    return [(int(r), float(d)) for r, d in rows if d is not None]

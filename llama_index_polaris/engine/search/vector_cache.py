@@ -18,7 +18,8 @@ from typing import Any
 import numpy as np
 
 from ..db.schema import BITS_TABLE
-from .ann import BLOCKS_SQL, EXACT_BELOW, LayoutError, SignBits, blocks_to_bits, has_index, search_bits
+from . import ann
+from .ann import BLOCKS_SQL, LayoutError, SignBits, blocks_to_bits, has_index, search_bits
 from .scope import Scope
 from .store_cache import BATCH_ROWS, StoreCache
 
@@ -48,9 +49,11 @@ class VectorCache(StoreCache):
     """
 
     def __init__(
-        self, store: Any, min_chunks: int = max(MIN_CHUNKS, EXACT_BELOW), *, background: bool = False,
+        self, store: Any, min_chunks: int | None = None, *, background: bool = False,
         batch_rows: int = BATCH_ROWS,
     ) -> None:
+        if min_chunks is None:  # read now, so that a test can lower them
+            min_chunks = max(MIN_CHUNKS, ann.EXACT_BELOW)
         super().__init__(store, min_chunks, background=background, batch_rows=batch_rows)
         self.snapshot = EMPTY  # replaced whole, so a reader never mixes two loads
 
