@@ -169,7 +169,7 @@ class Indexer:
             self._index(docs, len(found.files), report)
             present = {f.relpath for f in found.files} - self._vanished
             scope = [Path(p).absolute() for p in paths]
-            report.removed += self._remove_missing(plan.root, scope, present)
+            report.removed += self._remove_missing(plan.root, scope, present, found.unlisted)
         return report
 
     def _set_root(self, plan: RootPlan, report: IndexReport) -> None:
@@ -187,11 +187,13 @@ class Indexer:
             read=lambda: read_source(f.path, f.relpath, limit),
         )
 
-    def _remove_missing(self, root: Path, scope: list[Path], present: set[str]) -> int:
-        """Remove the files of this collection under ``scope`` that this run did not find."""
+    def _remove_missing(self, root: Path, scope: list[Path], present: set[str], unlisted: list[Path]) -> int:
+        """Remove the files of this collection under ``scope`` that this run did not find (those
+        under a folder it could not list are kept: it did not look for them)."""
+        scope = [_resolve_parent(p) for p in scope]
         gone = [
             doc.id for path, doc in self.store.files(self.collection).items()
-            if path not in present and covers([_resolve_parent(p) for p in scope], root, path)
+            if path not in present and covers(scope, root, path) and not covers(unlisted, root, path)
         ]
         return self.store.delete_documents(gone) if gone else 0
 
