@@ -1,9 +1,11 @@
 """Chunker invariants, on generated Markdown (hypothesis) and on the venv's real docs.
 
 Invariants: chunks cover every non-whitespace character of the body in order; no chunk
-is over budget unless it is one unsplittable unit (one word, one line of code) and then
-it says so; no chunk starts or ends inside a word; every chunk's code fences are closed;
-every heading path agrees with an independent walk of the headings.
+is over budget unless it is one unsplittable unit and then it says so (with a real
+tokenizer: none is, whatever the input); no chunk starts or ends inside a word, except a
+chunk cut inside a word too long for the budget (``forced_cut``, as the last resort);
+every chunk's code fences are closed; every heading path agrees with an independent walk
+of the headings, and no heading contributes more than ``HEADING_CHARS`` to it.
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from markdown_it import MarkdownIt
 
-from llama_index_polaris.engine.chunk import ChunkSettings, TokenCounter, chunk_markdown, heuristic_tokens
+from llama_index_polaris.engine.chunk import (
+    HEADING_CHARS, ChunkSettings, TokenCounter, chunk_markdown, capped, heuristic_tokens,
+)
 from llama_index_polaris.engine.chunk.frontmatter import read_front_matter
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_chunk.py"
@@ -102,8 +106,9 @@ def check(source: str, cfg: ChunkSettings, *, title: str | None = None, check_fe
             assert prev.start <= c.start and prev.end < c.end
         assert not source[covered : c.start].strip(), f"uncovered text {source[covered:c.start]!r}"
         covered = max(covered, c.end)
-        assert not (word_char(source, c.start - 1) and word_char(source, c.start)), f"starts mid-word: {c}"
-        assert not (word_char(source, c.end - 1) and word_char(source, c.end)), f"ends mid-word: {c}"
+        for at, side in ((c.start, "starts"), (c.end, "ends")):
+            if word_char(source, at - 1) and word_char(source, at):
+                assert c.forced_cut and too_long_to_keep(source, at, count, cfg.max_tokens), f"{side} mid-word: {c}"
         tokens = count(c.text)
         exact = isinstance(cfg.count_tokens, TokenCounter)  # len/4 is not additive over pieces
         assert c.token_count == tokens or not exact, f"token_count {c.token_count}, the tokenizer says {tokens}: {c}"
@@ -115,12 +120,26 @@ def check(source: str, cfg: ChunkSettings, *, title: str | None = None, check_fe
     assert not source[covered:].strip()
     headings = expected_headings(source, body_start)
     preamble = (title,) if title else ((metadata["title"],) if isinstance(metadata.get("title"), str) else ())
+    headings = [Heading(h.start, h.level, capped(h.text)) for h in headings]
+    preamble = tuple(capped(t) for t in preamble)
     for c in chunks:
         inside = [h.start for h in headings if c.start <= h.start < c.end]
         allowed = {path_at(headings, p, preamble) for p in [c.start, *inside]}
         assert c.heading_path in allowed, (c, allowed)
+        assert all(len(name) <= HEADING_CHARS for name in c.heading_path), c.heading_path
     return chunks
 
+
+def too_long_to_keep(source: str, at: int, count, max_tokens: int) -> bool:
+    """Whether the run of non-space characters around ``at`` is one no budget-sized piece can
+    hold whole: a cut inside it is the last resort, not a shortcut."""
+    start, end = at, at
+    while start > 0 and not source[start - 1].isspace():
+        start -= 1
+    while end < len(source) and not source[end].isspace():
+        end += 1
+    run = source[start:end]
+    return count(run) > max_tokens // 4 or len(run) > 72  # a piece holds at least 72 characters (limit 1)
 
 def refenced(text: str, core: str) -> bool:
     """``text`` is ``core`` with an opening fence line before it and/or a closing one after."""

@@ -115,6 +115,41 @@ def plan_root(recorded: str | None, paths: Sequence[str | os.PathLike[str]], col
     )
 
 
+def root_of(location: str, relpath: str) -> Path | None:
+    """The folder ``relpath`` is relative to, for the file at the absolute ``location`` (None
+    when ``location`` does not end with ``relpath``)."""
+    place, rel = PurePosixPath(nfc(location)), PurePosixPath(nfc(relpath))
+    if not place.is_absolute() or rel.is_absolute() or ".." in rel.parts or not rel.parts:
+        return None
+    if place.parts[-len(rel.parts):] != rel.parts or len(place.parts) <= len(rel.parts):
+        return None
+    return Path(*place.parts[: -len(rel.parts)])
+
+
+def check_unrooted(root: Path, relpaths: Sequence[str], collection: str) -> None:
+    """Refuse ``root`` as the first root of a collection that already holds files keyed by paths
+    relative to a folder it never recorded (added through LlamaIndex without one), unless each
+    of them is under ``root``: a run over another folder would remove them as gone."""
+    missing = [p for p in relpaths if not _exists(root / PurePosixPath(p))]
+    if not missing:
+        return
+    shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+    raise InputError(
+        f"collection '{collection}' holds {len(relpaths)} documents with paths relative to a folder it does not"
+        f" record (added through LlamaIndex without a root), and {root} does not hold {len(missing)} of them"
+        f" ({shown}): it is not their folder, and indexing it would remove them. Index the folder they came"
+        f" from (the root_dir given to PolarisNodeParser), index {root} into a collection of its own"
+        f" (`--collection NAME`), or drop the old documents first (`polaris remove --collection {collection}`)."
+    )
+
+
+def _exists(path: Path) -> bool:
+    try:
+        return path.exists()
+    except OSError:
+        return False
+
+
 def covers(paths: Sequence[Path], root: Path, relpath: str) -> bool:
     """True when the file at ``relpath`` under ``root`` lies within one of ``paths`` (compared in NFC)."""
     target = _spelled(root / PurePosixPath(relpath))
