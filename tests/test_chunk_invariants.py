@@ -255,3 +255,56 @@ def test_invariants_on_site_packages_docs(minilm, capsys):
             f" {len(oversize)} oversize {oversize[:5]}; {skipped_fences} files with an unclosed fence"
         )
     assert len(sizes) > len(corpus)
+
+
+# --- whatever the input: within the budget, headings bounded (#24) ------------------------------
+
+RUN_CHARS = st.sampled_from(list("abcXYZ0189") + list("+/=.,;:-_()[]#%&") + list("数据索引检文档") + ["é", "ß"])
+run = st.lists(RUN_CHARS, min_size=50, max_size=2500).map("".join)  # no whitespace: nothing to cut at
+hostile = st.one_of(
+    run,  # a bare run: a URL, a base64 blob, CJK without punctuation
+    st.tuples(paragraph, run).map(" ".join),
+    run.map(lambda r: "```\n" + r + "\n```"),  # a code line
+    run.map(lambda r: "    " + r),  # indented code
+    run.map(lambda r: f"| a | b |\n|---|---|\n| {r} | x |"),  # a table row
+    run.map(lambda r: "## " + r),  # a heading
+)
+hostile_document = st.lists(st.one_of(block, hostile, hostile), min_size=1, max_size=6).map(lambda bs: "\n\n".join(bs) + "\n")
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(hostile_document, st.sampled_from([24, 60, 254]))
+def test_no_chunk_exceeds_the_budget_in_model_tokens_whatever_the_input(minilm, source, budget):
+    chunks = check(source, ChunkSettings(max_tokens=budget, overlap_chars=40, min_chars=20, count_tokens=minilm))
+    raw = minilm._tokenizer
+    for c in chunks:
+        assert len(raw.encode(c.text, add_special_tokens=False)) <= budget and not c.oversize, c
+
+
+@SLOW_OK
+@given(hostile_document, budgets)
+def test_no_chunk_exceeds_the_budget_whatever_the_input_without_a_tokenizer(source, cfg):
+    for c in check(source, cfg):
+        assert heuristic_tokens(c.text) <= cfg.max_tokens and not c.oversize, c
+
+
+long_heading = st.tuples(st.integers(1, 6), st.lists(st.one_of(WORDS, run), min_size=1, max_size=60)).map(
+    lambda lw: "#" * lw[0] + " " + " ".join(lw[1]))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(st.lists(st.one_of(long_heading, paragraph), min_size=1, max_size=12), st.one_of(st.none(), run))
+def test_a_headings_contribution_is_bounded(minilm, blocks, title):
+    from llama_index_polaris.engine.config import load_config
+    from llama_index_polaris.engine.recipe import make_recipe
+
+    source = "\n\n".join(blocks) + "\n"
+    recipe = make_recipe(load_config(use_user_config=False), 254, minilm)
+    doc = recipe.chunk(source, path="doc.md", title=title)
+    raw = minilm._tokenizer
+    for c in doc.chunks:
+        assert len(c.heading_path) <= 6 and all(len(name) <= HEADING_CHARS for name in c.heading_path)
+        assert len(c.heading_path_str) <= 6 * HEADING_CHARS + 15
+        embedded = recipe.embed_text(c)
+        assert len(embedded) <= len(c.text) + len("heading_path: \n\n") + 6 * HEADING_CHARS + 15
+        assert len(raw.encode(embedded, add_special_tokens=False)) <= 254

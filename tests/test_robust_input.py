@@ -148,9 +148,10 @@ def test_a_parser_rooted_in_a_subfolder_keys_files_relative_to_the_collections_r
 # --- 5. a heading's contribution is bounded ---------------------------------------------
 
 
-def test_a_long_heading_adds_a_bounded_heading_path_to_each_chunk(tmp_path, embed) -> None:
-    from llama_index_polaris.engine.config import HEADING_CHARS
+HEADING_CHARS = 200  # what the engine lets one heading put in a heading path (config.HEADING_CHARS)
 
+
+def test_a_long_heading_adds_a_bounded_heading_path_to_each_chunk(tmp_path, embed) -> None:
     docs = tmp_path / "docs"
     docs.mkdir()
     (docs / "h.md").write_text("# " + " ".join(f"w{i}" for i in range(2000)) + "\n\nThe body under it.\n")

@@ -36,7 +36,7 @@ from pathlib import Path, PurePosixPath
 from typing import Callable, Iterator, Sequence
 
 from .errors import InputError
-from .text import nfc, storable
+from .text import is_valid, nfc, storable
 
 EXTENSIONS = (".md", ".markdown", ".mdx", ".txt")
 # Byte order marks, longest first (UTF-32 LE begins with UTF-16 LE's), and the codec each names.
@@ -99,6 +99,11 @@ def common_folder(paths: Sequence[str | os.PathLike[str]]) -> Path:
 def plan_root(recorded: str | None, paths: Sequence[str | os.PathLike[str]], collection: str) -> RootPlan:
     """The collection root for a run over ``paths``, given the root ``recorded`` before it."""
     folder = common_folder(paths)
+    if not is_valid(str(folder)):
+        raise InputError(
+            f"{storable(str(folder))}: this folder's path is not valid UTF-8, and a collection's root is recorded as"
+            " text. Rename the folder (e.g. `convmv -f latin1 -t utf-8`) or index folders with valid names."
+        )
     if recorded is None:
         return RootPlan(folder, None, "new")
     old = Path(recorded)
