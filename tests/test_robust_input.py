@@ -159,10 +159,12 @@ def test_a_long_heading_adds_a_bounded_heading_path_to_each_chunk(tmp_path, embe
     proc = polaris("index", "docs", "--json", "-q", cwd=tmp_path)
     assert json.loads(proc.stdout)["added"] == 2
     db = tmp_path / "polaris.db"
-    assert db.stat().st_size < 3_000_000  # 9.7 MB before: 60 chunks each carried the 30 KB heading
+    assert db.stat().st_size < 2_500_000  # 3.1 MB before (2.0 MB now): 33 chunks each carried the 11 KB heading
     with PolarisIndex(db, config=config(), readonly=True) as index:
         chunks = index.store.get_chunks()
-        assert len(chunks) > 40 and all(len(c.heading_path) <= HEADING_CHARS for c in chunks)
+        assert len(chunks) > 20 and all(len(c.heading_path) <= HEADING_CHARS for c in chunks)
+        stored = index.store.conn.execute("SELECT sum(length(heading_path)) FROM chunks").fetchone()[0]
+        assert stored <= len(chunks) * HEADING_CHARS  # 360 KB before
         assert all(len(c.metadata["heading_path"]) <= HEADING_CHARS for c in chunks)
         fts = index.store.conn.execute("SELECT max(length(heading_path)) FROM chunks_fts").fetchone()[0]
         assert fts <= HEADING_CHARS
@@ -170,7 +172,7 @@ def test_a_long_heading_adds_a_bounded_heading_path_to_each_chunk(tmp_path, embe
         assert top_document(index, "deploys main branch checks") == "deploy.md"
     hit = json.loads(polaris("search", "w17", "-k", "1", "--json", cwd=tmp_path).stdout)[0]
     assert hit["heading_path"].startswith("w0 w1 w2") and hit["heading_path"].endswith("…")
-    assert len(polaris("search", "w17", "-k", "1", cwd=tmp_path).stdout) < 1_000  # 30 KB before
+    assert len(polaris("search", "w17", "-k", "1", cwd=tmp_path).stdout) < 1_000  # 11 KB before
     nodes = PolarisNodeParser(config=config(), embed_model=embed, root_dir=str(docs)).get_nodes_from_documents(
         SimpleDirectoryReader(str(docs)).load_data())
     assert sorted((n.metadata["file_path"], n.metadata["heading_path"], n.text) for n in nodes) == sorted(
