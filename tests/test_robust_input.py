@@ -269,6 +269,21 @@ def test_a_file_name_that_is_not_utf8_is_stored_escaped_through_every_door(tmp_p
     store.close()
 
 
+def test_a_name_spelled_like_another_files_escape_is_skipped_with_the_reason(tmp_path) -> None:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "bad\\xffname.md").write_text("# Literal\n\nA backslash in the name.\n")  # sorts first
+    with open(os.path.join(os.fsencode(docs), b"bad\xffname.md"), "wb") as fh:
+        fh.write(b"# Byte\n\nAn undecodable byte in the name.\n")
+    (docs / "deploy.md").write_text(ORDINARY)
+    with PolarisIndex(tmp_path / "polaris.db", config=config()) as index:
+        report = index.index_paths([docs])
+        assert report.added == 2 and paths_of(index) == ["bad\\xffname.md", "deploy.md"]
+        ((name, why),) = report.skipped
+        assert name == "bad\\xffname.md" and "is not valid UTF-8 and is stored as 'bad\\\\xffname.md'" in why
+        assert top_document(index, "backslash in the name") == "bad\\xffname.md"
+
+
 def test_ids_and_metadata_that_are_not_valid_unicode_are_stored_and_found(tmp_path, embed) -> None:
     bad = os.fsdecode(b"/srv/bad\xffname.md")
     doc = Document(text="# Broken\n\nThe quarterly report lives here.\n", id_=bad + "_part_0",

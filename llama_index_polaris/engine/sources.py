@@ -199,11 +199,14 @@ def _spelling_clash(file: Path, first: Path, root: Path) -> str | None:
     if first == file:
         return None
     this, other = file.relative_to(root).as_posix(), first.relative_to(root).as_posix()
-    if nfc(this) == storable(this) or nfc(other) == storable(other):
+    if storable(this) == this and storable(other) == other:
         return (f"its name {this!a} is {other!a} in another Unicode spelling (NFD/NFC), which is indexed:"
                 " one document per name; rename one of them")
-    return (f"its name is not valid UTF-8 and is stored as {nfc(this)!r}, the name of {other!a}, which is"
-            " indexed: one document per name; rename one of them")
+    if storable(this) != this:
+        return (f"its name {this!a} is not valid UTF-8 and is stored as {nfc(this)!r}, the name of another file,"
+                " which is indexed: one document per name; rename one of them")
+    return (f"its name is also how {other!a} (not valid UTF-8) is stored, and that file is indexed: one document"
+            " per name; rename one of them")
 
 
 def _skip_reason(file: Path, root: Path, follow_symlinks: bool) -> str | None:
