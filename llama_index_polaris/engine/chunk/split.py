@@ -159,8 +159,12 @@ def force(budget: Budget, start: int, end: int, section: int) -> list[Piece]:
     pos = start
     while pos < end:
         hi = min(end, pos + budget.window)
+        fits = lambda c: budget.exact(pos, c) <= budget.limit  # noqa: E731
         cuts = ends(pos, hi)
-        best = _farthest(cuts, lambda c: budget.exact(pos, c) <= budget.limit, guess)
+        best = _farthest(cuts, fits, guess)
+        if best < 0 and len(cuts) < hi - pos:  # the run's tokens do not tell (one [UNK] over a long run): characters
+            cuts = list(range(pos + 1, hi + 1))
+            best = _farthest(cuts, fits, budget.limit * CHARS_PER_TOKEN - 1)
         stop = cuts[max(best, 0)]
         pieces.append(Piece(pos, stop, section, forced=True))
         pos = stop
