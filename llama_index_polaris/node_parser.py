@@ -142,6 +142,8 @@ class PolarisNodeParser(NodeParser):
         path = node.metadata.get("file_path") or node.metadata.get("file_name")
         title = node.metadata.get("title") or (os.path.basename(path) if path else None)
         doc = recipe.chunk(text, path=path, title=title)
+        for warning in doc.warnings:  # what `polaris index` reports for the same file
+            logger.warning("PolarisNodeParser: %s: %s", path or node.node_id, warning)
         source = node.as_related_node_info()
         chunks = [self._text_node(node, doc, i, source, recipe) for i in range(len(doc.chunks))]
         if self.include_prev_next_rel:

@@ -151,8 +151,19 @@ def _int_or(value: Any, default: int) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else default
 
 
-def _chunk(node: BaseNode, position: int) -> ChunkRecord:
+def _located(node: BaseNode) -> tuple[Optional[str], Optional[str]]:
+    """A node's ``file_path`` and, when its source document names it, the file's absolute path
+    (a ``SimpleDirectoryReader`` document's ``file_path``, before ``PolarisNodeParser(root_dir=)``
+    made the node's relative): what ``PolarisIndex.place_files`` keys the document by."""
+    source = node.source_node
+    location = _str_or_none(source.metadata.get("file_path")) if source is not None and source.metadata else None
+    return _str_or_none(node.metadata.get("file_path")), location if location and Path(location).is_absolute() else None
+
+
+def _chunk(node: BaseNode, position: int, path: Optional[str] = None) -> ChunkRecord:
     meta = dict(node.metadata)
+    if path is not None and "file_path" in meta:
+        meta["file_path"] = path  # keyed as the document is (relative to the collection's root)
     heading = meta.get("heading_path")
     rest = {k: v for k, v in node.model_dump(mode="json").items() if k not in _COLUMN_FIELDS}
     return ChunkRecord(
@@ -269,14 +280,12 @@ class PolarisVectorStore(BasePydanticVectorStore):
         for i, node in enumerate(nodes):
             groups[node.ref_doc_id or node.node_id].append(i)
         with self.client.run():  # one write run: polaris.db holds all of it at the end
+            paths = self._index.place_files(collection, [_located(nodes[m[0]]) for m in groups.values()])
             writes = []
-            for doc_id, members in groups.items():
+            for (doc_id, members), path in zip(groups.items(), paths):
                 first = nodes[members[0]].metadata
-                doc = DocumentRecord(
-                    doc_id, path=_str_or_none(first.get("file_path")), name=_str_or_none(first.get("file_name")),
-                    collection=collection,
-                )
-                chunks = [_chunk(nodes[i], pos) for pos, i in enumerate(members)]
+                doc = DocumentRecord(doc_id, path=path, name=_str_or_none(first.get("file_name")), collection=collection)
+                chunks = [_chunk(nodes[i], pos, path) for pos, i in enumerate(members)]
                 writes.append((doc, chunks, None if vectors is None else vectors[members]))
             self.client.upsert_nodes(writes)
         return [n.node_id for n in nodes]

@@ -136,11 +136,15 @@ def test_ten_megabyte_paragraph_is_fast_and_cut_at_words():
     assert all(c.token_count <= 450 for c in chunks)
 
 
-def test_one_word_over_budget_is_reported_not_dropped():
+def test_one_word_over_budget_is_cut_inside_at_the_budget_and_reported():
     src = "Before the word.\n\n" + "x" * 500 + "\n\nAfter the word.\n"
-    chunks = chunk_markdown(src, SMALL).chunks
-    big = [c for c in chunks if c.oversize]
-    assert len(big) == 1 and big[0].text == "x" * 500 and big[0].token_count == 125
+    doc = chunk_markdown(src, SMALL)
+    pieces = [c for c in doc.chunks if c.forced_cut]
+    assert "".join(c.text for c in pieces) == "x" * 500  # nothing dropped, in order
+    assert [c.token_count for c in pieces] == [30, 30, 30, 30, 5] and not any(c.oversize for c in doc.chunks)
+    assert [c.text for c in doc.chunks if not c.forced_cut] == ["Before the word.", "After the word."]
+    assert doc.warnings == ("5 chunks cut inside a word or code line longer than the 30-token budget, with no space"
+                            " or line break to cut at (first at character 18); every piece is indexed",)
 
 
 def test_offsets_are_exact_with_crlf_and_bom():

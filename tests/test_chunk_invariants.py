@@ -1,9 +1,11 @@
 """Chunker invariants, on generated Markdown (hypothesis) and on the venv's real docs.
 
 Invariants: chunks cover every non-whitespace character of the body in order; no chunk
-is over budget unless it is one unsplittable unit (one word, one line of code) and then
-it says so; no chunk starts or ends inside a word; every chunk's code fences are closed;
-every heading path agrees with an independent walk of the headings.
+is over budget unless it is one unsplittable unit and then it says so (with a real
+tokenizer: none is, whatever the input); no chunk starts or ends inside a word, except a
+chunk cut inside a word too long for the budget (``forced_cut``, as the last resort);
+every chunk's code fences are closed; every heading path agrees with an independent walk
+of the headings, and no heading contributes more than ``HEADING_CHARS`` to it.
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from markdown_it import MarkdownIt
 
-from llama_index_polaris.engine.chunk import ChunkSettings, TokenCounter, chunk_markdown, heuristic_tokens
+from llama_index_polaris.engine.chunk import (
+    HEADING_CHARS, ChunkSettings, TokenCounter, chunk_markdown, capped, heuristic_tokens,
+)
 from llama_index_polaris.engine.chunk.frontmatter import read_front_matter
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_chunk.py"
@@ -102,8 +106,9 @@ def check(source: str, cfg: ChunkSettings, *, title: str | None = None, check_fe
             assert prev.start <= c.start and prev.end < c.end
         assert not source[covered : c.start].strip(), f"uncovered text {source[covered:c.start]!r}"
         covered = max(covered, c.end)
-        assert not (word_char(source, c.start - 1) and word_char(source, c.start)), f"starts mid-word: {c}"
-        assert not (word_char(source, c.end - 1) and word_char(source, c.end)), f"ends mid-word: {c}"
+        for at, side in ((c.start, "starts"), (c.end, "ends")):
+            if word_char(source, at - 1) and word_char(source, at):
+                assert c.forced_cut and too_long_to_keep(source, at, count, cfg.max_tokens), f"{side} mid-word: {c}"
         tokens = count(c.text)
         exact = isinstance(cfg.count_tokens, TokenCounter)  # len/4 is not additive over pieces
         assert c.token_count == tokens or not exact, f"token_count {c.token_count}, the tokenizer says {tokens}: {c}"
@@ -115,12 +120,26 @@ def check(source: str, cfg: ChunkSettings, *, title: str | None = None, check_fe
     assert not source[covered:].strip()
     headings = expected_headings(source, body_start)
     preamble = (title,) if title else ((metadata["title"],) if isinstance(metadata.get("title"), str) else ())
+    headings = [Heading(h.start, h.level, capped(h.text)) for h in headings]
+    preamble = tuple(capped(t) for t in preamble)
     for c in chunks:
         inside = [h.start for h in headings if c.start <= h.start < c.end]
         allowed = {path_at(headings, p, preamble) for p in [c.start, *inside]}
         assert c.heading_path in allowed, (c, allowed)
+        assert all(len(name) <= HEADING_CHARS for name in c.heading_path), c.heading_path
     return chunks
 
+
+def too_long_to_keep(source: str, at: int, count, max_tokens: int) -> bool:
+    """Whether the run of non-space characters around ``at`` is one no budget-sized piece can
+    hold whole: a cut inside it is the last resort, not a shortcut."""
+    start, end = at, at
+    while start > 0 and not source[start - 1].isspace():
+        start -= 1
+    while end < len(source) and not source[end].isspace():
+        end += 1
+    run = source[start:end]
+    return count(run) > max_tokens // 4 or len(run) > 72  # a piece holds at least 72 characters (limit 1)
 
 def refenced(text: str, core: str) -> bool:
     """``text`` is ``core`` with an opening fence line before it and/or a closing one after."""
@@ -236,3 +255,56 @@ def test_invariants_on_site_packages_docs(minilm, capsys):
             f" {len(oversize)} oversize {oversize[:5]}; {skipped_fences} files with an unclosed fence"
         )
     assert len(sizes) > len(corpus)
+
+
+# --- whatever the input: within the budget, headings bounded (#24) ------------------------------
+
+RUN_CHARS = st.sampled_from(list("abcXYZ0189") + list("+/=.,;:-_()[]#%&") + list("数据索引检文档") + ["é", "ß"])
+run = st.lists(RUN_CHARS, min_size=50, max_size=2500).map("".join)  # no whitespace: nothing to cut at
+hostile = st.one_of(
+    run,  # a bare run: a URL, a base64 blob, CJK without punctuation
+    st.tuples(paragraph, run).map(" ".join),
+    run.map(lambda r: "```\n" + r + "\n```"),  # a code line
+    run.map(lambda r: "    " + r),  # indented code
+    run.map(lambda r: f"| a | b |\n|---|---|\n| {r} | x |"),  # a table row
+    run.map(lambda r: "## " + r),  # a heading
+)
+hostile_document = st.lists(st.one_of(block, hostile, hostile), min_size=1, max_size=6).map(lambda bs: "\n\n".join(bs) + "\n")
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(hostile_document, st.sampled_from([24, 60, 254]))
+def test_no_chunk_exceeds_the_budget_in_model_tokens_whatever_the_input(minilm, source, budget):
+    chunks = check(source, ChunkSettings(max_tokens=budget, overlap_chars=40, min_chars=20, count_tokens=minilm))
+    raw = minilm._tokenizer
+    for c in chunks:
+        assert len(raw.encode(c.text, add_special_tokens=False)) <= budget and not c.oversize, c
+
+
+@SLOW_OK
+@given(hostile_document, budgets)
+def test_no_chunk_exceeds_the_budget_whatever_the_input_without_a_tokenizer(source, cfg):
+    for c in check(source, cfg):
+        assert heuristic_tokens(c.text) <= cfg.max_tokens and not c.oversize, c
+
+
+long_heading = st.tuples(st.integers(1, 6), st.lists(st.one_of(WORDS, run), min_size=1, max_size=60)).map(
+    lambda lw: "#" * lw[0] + " " + " ".join(lw[1]))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(st.lists(st.one_of(long_heading, paragraph), min_size=1, max_size=12), st.one_of(st.none(), run))
+def test_a_headings_contribution_is_bounded(minilm, blocks, title):
+    from llama_index_polaris.engine.config import load_config
+    from llama_index_polaris.engine.recipe import make_recipe
+
+    source = "\n\n".join(blocks) + "\n"
+    recipe = make_recipe(load_config(use_user_config=False), 254, minilm)
+    doc = recipe.chunk(source, path="doc.md", title=title)
+    raw = minilm._tokenizer
+    for c in doc.chunks:
+        assert len(c.heading_path) <= 6 and all(len(name) <= HEADING_CHARS for name in c.heading_path)
+        assert len(c.heading_path_str) <= 6 * HEADING_CHARS + 15
+        embedded = recipe.embed_text(c)
+        assert len(embedded) <= len(c.text) + len("heading_path: \n\n") + 6 * HEADING_CHARS + 15
+        assert len(raw.encode(embedded, add_special_tokens=False)) <= 254

@@ -97,7 +97,9 @@ def test_with_a_polaris_embedding_nothing_embedded_is_truncated():
     embed = PolarisEmbedding(model_id="all-minilm-l6-v2")
     embedder = embed.embedder
     raw = embedder._tokenizers_loaded().counter
-    long_heading = "# " + " ".join(["Configuration"] * 150) + "\n\n" + "Tokens rotate daily. " * 60
+    # six levels of headings, each cut to HEADING_CHARS in the path: the path does not fit beside a full chunk
+    long_heading = "\n".join("#" * i + " " + " ".join(["Configuration"] * 150) for i in range(1, 7))
+    long_heading += "\n\n" + "Tokens rotate daily. " * 60
     code = "# Code\n\n```python\n" + "x_value = compute(a, b, c)  # 12 tokens or so\n" * 80 + "```\n"
     docs = [Document(text=t, id_=f"d{i}") for i, t in enumerate([SOURCE, long_heading, code])]
     parser = PolarisNodeParser(config=load_config(use_user_config=False), embed_model=embed)

@@ -276,20 +276,23 @@ def test_every_by_id_path_uses_an_index(db_path: Path) -> None:
         "delete": lambda: store.delete("default-4"),
         "add (replace by node id)": lambda: store.add([node]),
     }
-    try:
-        for name, call in calls.items():
+    # the store's lock held throughout: the search starts a cache loader on this connection, and
+    # EXPLAIN run beside it (a trace callback needing the GIL inside SQLite's mutex) deadlocks
+    with store.client._lock:
+        try:
+            for name, call in calls.items():
+                traced.clear()
+                call()
+                plans = _plans(conn, traced)
+                assert plans, name
+                walks = [(sql, plan) for sql, plan in plans if WALKS.search(plan)]
+                assert not walks, (name, walks)
             traced.clear()
-            call()
-            plans = _plans(conn, traced)
-            assert plans, name
-            walks = [(sql, plan) for sql, plan in plans if WALKS.search(plan)]
-            assert not walks, (name, walks)
-        traced.clear()
-        store.search("text of doc", query_vector=embed("text of doc"), unit="section")
-        sections = [p for p in _plans(conn, traced) if "json_extract(k.value, '$[1]')" in p[0]]
-        assert sections and not any(WALKS.search(plan) for _, plan in sections), sections
-    finally:
-        conn.set_trace_callback(None)
+            store.search("text of doc", query_vector=embed("text of doc"), unit="section")
+            sections = [p for p in _plans(conn, traced) if "json_extract(k.value, '$[1]')" in p[0]]
+            assert sections and not any(WALKS.search(plan) for _, plan in sections), sections
+        finally:
+            conn.set_trace_callback(None)
     assert [n.node_id for n in store.get_nodes(node_ids=["default-1#2", "default-2#1"])] == ["default-1#2", "default-2#1"]
     assert store.get_nodes(node_ids=["default-3#0", "other-1#0"]) == []  # deleted; another collection's
     assert {d.id for d in store.client.documents("default")} == {f"default-{d}" for d in (0, 1, 2, 3, 5)}

@@ -111,6 +111,7 @@ REMOVED = {
     ),
 }
 CHARS_PER_TOKEN = 4
+HEADING_CHARS = 200  # at most this much of one heading (or a title) enters a chunk's heading path
 
 
 class _ConfigMethods:

@@ -296,7 +296,8 @@ class PolarisIndex:
         return self.store.backup(dest)
 
     def remove(self, collection: str, paths: Sequence[str | Path] | None = None) -> int:
-        """Remove ``collection`` (its documents and root), or only its files under ``paths``."""
+        """Remove ``collection`` (its documents and root), or only its files under ``paths``: those
+        keyed relative to its root, and those a door stored by their absolute path."""
         from .lock import index_lock
         from .sources import covers
 
@@ -304,11 +305,44 @@ class PolarisIndex:
             if not paths:
                 return self.store.remove_collection(collection)
             root = self.store.collection_root(collection)
-            if root is None:
-                raise InputError(f"collection '{collection}' has no folder to remove paths from.")
             scope = [Path(p).absolute() for p in paths]
-            gone = [d.id for rel, d in self.store.files(collection).items() if covers(scope, Path(root), rel)]
+            located = [d for d in self.store.documents(collection) if d.path and Path(d.path).is_absolute()]
+            gone = [d.id for d in located if covers(scope, Path("/"), d.path or "")]
+            if root is not None:
+                gone += [d.id for rel, d in self.store.files(collection).items() if covers(scope, Path(root), rel)]
+            elif self.store.files(collection):
+                raise InputError(
+                    f"collection '{collection}' records no folder its files' paths are relative to (they came in"
+                    " through LlamaIndex without a root), so PATHs cannot name them. Remove the collection"
+                    f" (`polaris remove --collection {collection}`) or its documents by id (PolarisVectorStore"
+                    ".delete(ref_doc_id)); give PolarisNodeParser root_dir= to record the folder next time."
+                )
+            elif not located:
+                raise InputError(f"collection '{collection}' has no folder to remove paths from.")
             return self.store.delete_documents(gone) if gone else 0
+
+    def place_files(self, collection: str, files: Sequence[tuple[str | None, str | None]]) -> list[str | None]:
+        """The path each document a door brings is stored by, as ``(file_path, location)`` pairs:
+        ``file_path`` as the door gives it, ``location`` the file's absolute path when known.
+
+        A relative ``file_path`` whose location ends with it says where its root is (what
+        ``PolarisNodeParser(root_dir=...)`` makes of a ``SimpleDirectoryReader`` document): the
+        collection records that root as `polaris index` would (``sources.plan_root``: a first
+        root is recorded, a parent folder widens it, another folder is refused). A file under
+        the collection's root is then keyed by its path relative to the root; any other keeps
+        its ``file_path``.
+        """
+        from .sources import plan_root, root_of
+
+        roots = {r for rel, loc in files if rel and loc and (r := root_of(loc, rel)) is not None}
+        recorded = self.store.collection_root(collection)
+        if roots and all(r.is_dir() for r in roots):
+            plan = plan_root(recorded, sorted(roots), collection)
+            if plan.change:
+                renames = {p: plan.rename(p) for p in self.store.files(collection)} if plan.change == "widened" else {}
+                self.store.set_collection_root(collection, str(plan.root), renames)
+            recorded = str(plan.root)
+        return [_under(recorded, loc or rel) or rel for rel, loc in files]
 
     def indexer(self, collection: str = "default", progress: Any = None, on_wait: Any = None) -> Any:
         """An Indexer writing into this index."""
@@ -323,3 +357,13 @@ class PolarisIndex:
     ) -> Any:
         """Index the files under ``paths`` incrementally (one run per file at a time)."""
         return self.indexer(collection, progress, on_wait).index_paths(paths)
+
+
+def _under(root: str | None, location: str | None) -> str | None:
+    """``location``'s path relative to ``root`` (posix, NFC) when it is an absolute path under it."""
+    from .text import nfc
+
+    if root is None or location is None or not Path(location).is_absolute():
+        return None
+    place = Path(location).parent.resolve() / Path(location).name
+    return nfc(place.relative_to(root).as_posix()) if place.is_relative_to(root) else None

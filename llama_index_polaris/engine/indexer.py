@@ -34,7 +34,7 @@ from .db.schema import file_document_id
 from .errors import InputError, NodeIdError
 from .lock import index_lock
 from .recipe import DEFAULT_CONTEXT, Recipe, make_recipe, node_id
-from .sources import RootPlan, SourceFile, covers, plan_root, read_source, walk
+from .sources import RootPlan, SourceFile, check_unrooted, covers, plan_root, read_source, walk
 from .store import ChunkRecord, DocumentRecord, ModelBinding, Store, text_hash
 from .text import nfc
 from .vectors import problem, valid_rows
@@ -59,6 +59,7 @@ class SourceDocument:
     metadata: dict[str, Any] = field(default_factory=dict)
     content_hash: str | None = None
     read: Callable[[], str] | None = None
+    location: str | None = None  # a file's absolute path (finds a document a door stored by it)
 
 
 @dataclass
@@ -83,9 +84,10 @@ class IndexReport:
     def summary(self) -> str:
         """One line for people."""
         skipped = f", {len(self.skipped)} skipped" if self.skipped else ""
+        warned = f", {len({p for p, _ in self.warnings})} with warnings" if self.warnings else ""
         return (
             f"{self.added} added, {self.updated} updated, {self.unchanged} unchanged, {self.removed} removed,"
-            f" {len(self.failed)} failed{skipped}; {self.chunks_embedded} chunks embedded, {self.chunks_reused}"
+            f" {len(self.failed)} failed{skipped}{warned}; {self.chunks_embedded} chunks embedded, {self.chunks_reused}"
             f" reused in {self.seconds:.1f}s"
         )
 
@@ -169,6 +171,8 @@ class Indexer:
         """
         with index_lock(self.store.path, self.on_wait), self.store.run():
             plan = plan_root(self.store.collection_root(self.collection), paths, self.collection)
+            if plan.change == "new":  # documents already here came through a door that recorded no root
+                check_unrooted(plan.root, list(self.store.files(self.collection)), self.collection)
             report = IndexReport()
             self._set_root(plan, report)
             found = walk(paths, plan.root, self.config.follow_symlinks)
@@ -178,7 +182,7 @@ class Indexer:
             self._index(docs, len(found.files), report)
             present = {f.relpath for f in found.files} - self._vanished
             scope = [Path(p).absolute() for p in paths]
-            report.removed += self._remove_missing(plan.root, scope, present)
+            report.removed += self._remove_missing(plan.root, scope, present, found.unlisted)
         return report
 
     def _set_root(self, plan: RootPlan, report: IndexReport) -> None:
@@ -193,14 +197,16 @@ class Indexer:
         limit = self.config.max_file_mb * 1e6
         return SourceDocument(
             id=None, path=f.relpath, name=f.path.name, metadata={"file_path": f.relpath},
-            read=lambda: read_source(f.path, f.relpath, limit),
+            read=lambda: read_source(f.path, f.relpath, limit), location=nfc(str(f.path)),
         )
 
-    def _remove_missing(self, root: Path, scope: list[Path], present: set[str]) -> int:
-        """Remove the files of this collection under ``scope`` that this run did not find."""
+    def _remove_missing(self, root: Path, scope: list[Path], present: set[str], unlisted: list[Path]) -> int:
+        """Remove the files of this collection under ``scope`` that this run did not find (those
+        under a folder it could not list are kept: it did not look for them)."""
+        scope = [_resolve_parent(p) for p in scope]
         gone = [
             doc.id for path, doc in self.store.files(self.collection).items()
-            if path not in present and covers([_resolve_parent(p) for p in scope], root, path)
+            if path not in present and covers(scope, root, path) and not covers(unlisted, root, path)
         ]
         return self.store.delete_documents(gone) if gone else 0
 
@@ -220,9 +226,10 @@ class Indexer:
         self.store.bind_model(self.binding, **self.chunker_settings)
         by_id = {d.id: d for d in self.store.documents()}
         files = self.store.files(self.collection)
+        located = {d.path: d for d in self.store.documents(self.collection) if d.path and Path(d.path).is_absolute()}
         pending: list[_Prepared] = []
         for i, doc in enumerate(docs, start=1):
-            old = by_id.get(doc.id) if doc.id is not None else files.get(doc.path or "")
+            old = by_id.get(doc.id) if doc.id is not None else files.get(doc.path or "") or located.get(doc.location)
             if doc.id is None:  # a file: its stored key, else the key a new file gets
                 doc.id = old.id if old is not None else file_document_id(self.collection, doc.path or "")
             item = self._prepare(doc, old, report)

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
-from .config import PolarisConfig
+from .config import HEADING_CHARS, PolarisConfig
 from .errors import ConfigError
 from .ids import node_id_for
 from .text import nfc
@@ -71,7 +71,7 @@ class Recipe:
     def key(self) -> dict[str, Any]:
         """What polaris_meta records: a change in any of these re-chunks every document."""
         return {"max_tokens": self.max_tokens, "overlap_chars": self.overlap_chars, "min_chars": self.min_chars,
-                "heading_context": self.context}
+                "heading_context": self.context, "heading_chars": HEADING_CHARS, "long_words": "cut"}
 
     @property
     def settings(self) -> "ChunkSettings":

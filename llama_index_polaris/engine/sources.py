@@ -7,7 +7,8 @@ a parent folder widens it (files are re-keyed, nothing is re-embedded); a root t
 gone from disk has moved. Anything else is refused, with what to type instead.
 
 Only regular files are read, at most ``limit`` bytes, without blocking (a FIFO named
-``x.md`` is skipped, not waited on). Hidden directories and whatever a ``.gitignore`` on
+``x.md`` is skipped, not waited on). A file is UTF-8 (a BOM dropped), or UTF-16 or UTF-32
+when a BOM says so. Hidden directories and whatever a ``.gitignore`` on
 the way down excludes are skipped. Symlinked directories are not followed (no loops);
 a symlinked file is read when its target lies inside the root, or anywhere when
 ``follow_symlinks`` is on; otherwise it is reported as skipped.
@@ -15,21 +16,32 @@ a symlinked file is read when its target lies inside the root, or anywhere when
 A relative path is text, kept in NFC (``text.nfc``) whatever spelling the file system
 gives: a macOS file name in NFD and the same name typed in NFC are one document. Two files
 whose names differ only in that spelling (possible on Linux) would be one document: the
-second one found is skipped, and the run says so.
+second one found is skipped, and the run says so. A name that is not valid UTF-8 is
+stored with its undecodable bytes written out (``bad\\xffname.md``, ``text.storable``).
+
+A walk never stops at a folder it cannot list (unreadable, or a path longer than the
+system allows): the folder is reported as skipped and listed in ``Walk.unlisted``, and the
+documents already indexed under it stay (a run removes only what it looked for and did
+not find).
 """
 
 from __future__ import annotations
 
+import codecs
+import errno
 import os
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 from .errors import InputError
-from .text import nfc
+from .text import is_valid, nfc, storable
 
 EXTENSIONS = (".md", ".markdown", ".mdx", ".txt")
+# Byte order marks, longest first (UTF-32 LE begins with UTF-16 LE's), and the codec each names.
+BOMS = ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"), (codecs.BOM_UTF8, "utf-8-sig"),
+        (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16"))
 
 
 @dataclass(frozen=True)
@@ -61,6 +73,7 @@ class Walk:
 
     files: list[SourceFile] = field(default_factory=list)
     skipped: list[tuple[str, str]] = field(default_factory=list)
+    unlisted: list[Path] = field(default_factory=list)  # folders that could not be listed
 
 
 def _resolved(paths: Sequence[str | os.PathLike[str]]) -> list[Path]:
@@ -68,9 +81,12 @@ def _resolved(paths: Sequence[str | os.PathLike[str]]) -> list[Path]:
     out = []
     for p in paths:
         path = Path(p).absolute()
-        if not path.exists():
-            raise InputError(f"{p}: no such file or directory.")
-        out.append(path.parent.resolve() / path.name if path.is_symlink() and not path.is_dir() else path.resolve())
+        try:
+            if not path.exists():
+                raise InputError(f"{p}: no such file or directory.")
+            out.append(path.parent.resolve() / path.name if path.is_symlink() and not path.is_dir() else path.resolve())
+        except OSError as exc:  # a path longer than the system allows, a loop of symlinks
+            raise InputError(f"{p}: cannot be used ({exc.strerror or exc}).") from exc
     return out
 
 
@@ -83,6 +99,11 @@ def common_folder(paths: Sequence[str | os.PathLike[str]]) -> Path:
 def plan_root(recorded: str | None, paths: Sequence[str | os.PathLike[str]], collection: str) -> RootPlan:
     """The collection root for a run over ``paths``, given the root ``recorded`` before it."""
     folder = common_folder(paths)
+    if not is_valid(str(folder)):
+        raise InputError(
+            f"{storable(str(folder))}: this folder's path is not valid UTF-8, and a collection's root is recorded as"
+            " text. Rename the folder (e.g. `convmv -f latin1 -t utf-8`) or index folders with valid names."
+        )
     if recorded is None:
         return RootPlan(folder, None, "new")
     old = Path(recorded)
@@ -97,6 +118,41 @@ def plan_root(recorded: str | None, paths: Sequence[str | os.PathLike[str]], col
         f" of its own (`--collection NAME`), or name both folders in one run (`polaris index {old} {folder}`)"
         " to widen the root to their common folder."
     )
+
+
+def root_of(location: str, relpath: str) -> Path | None:
+    """The folder ``relpath`` is relative to, for the file at the absolute ``location`` (None
+    when ``location`` does not end with ``relpath``)."""
+    place, rel = PurePosixPath(nfc(location)), PurePosixPath(nfc(relpath))
+    if not place.is_absolute() or rel.is_absolute() or ".." in rel.parts or not rel.parts:
+        return None
+    if place.parts[-len(rel.parts):] != rel.parts or len(place.parts) <= len(rel.parts):
+        return None
+    return Path(*place.parts[: -len(rel.parts)])
+
+
+def check_unrooted(root: Path, relpaths: Sequence[str], collection: str) -> None:
+    """Refuse ``root`` as the first root of a collection that already holds files keyed by paths
+    relative to a folder it never recorded (added through LlamaIndex without one), unless each
+    of them is under ``root``: a run over another folder would remove them as gone."""
+    missing = [p for p in relpaths if not _exists(root / PurePosixPath(p))]
+    if not missing:
+        return
+    shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+    raise InputError(
+        f"collection '{collection}' holds {len(relpaths)} documents with paths relative to a folder it does not"
+        f" record (added through LlamaIndex without a root), and {root} does not hold {len(missing)} of them"
+        f" ({shown}): it is not their folder, and indexing it would remove them. Index the folder they came"
+        f" from (the root_dir given to PolarisNodeParser), index {root} into a collection of its own"
+        f" (`--collection NAME`), or drop the old documents first (`polaris remove --collection {collection}`)."
+    )
+
+
+def _exists(path: Path) -> bool:
+    try:
+        return path.exists()
+    except OSError:
+        return False
 
 
 def covers(paths: Sequence[Path], root: Path, relpath: str) -> bool:
@@ -115,9 +171,13 @@ def walk(paths: Sequence[str | os.PathLike[str]], root: Path, follow_symlinks: b
     found = Walk()
     seen: set[Path] = set()
     names: dict[str, Path] = {}  # relative path (NFC) -> the file that has it
+    def unlisted(folder: Path, reason: str) -> None:
+        found.unlisted.append(folder)
+        found.skipped.append((nfc(folder.relative_to(root).as_posix()) + "/", reason))
+
     for path in _resolved(paths):
         if path.is_dir():
-            candidates: Iterator[Path] = _walk_dir(path, _ignore_spec(path, None))
+            candidates: Iterator[Path] = _walk_dir(path, None, unlisted)
         else:
             candidates = iter([path])
         for file in candidates:
@@ -139,20 +199,26 @@ def _spelling_clash(file: Path, first: Path, root: Path) -> str | None:
     if first == file:
         return None
     this, other = file.relative_to(root).as_posix(), first.relative_to(root).as_posix()
-    return (f"its name {this!a} is {other!a} in another Unicode spelling (NFD/NFC), which is indexed:"
-            " one document per name; rename one of them")
+    if storable(this) == this and storable(other) == other:
+        return (f"its name {this!a} is {other!a} in another Unicode spelling (NFD/NFC), which is indexed:"
+                " one document per name; rename one of them")
+    if storable(this) != this:
+        return (f"its name {this!a} is not valid UTF-8 and is stored as {nfc(this)!r}, the name of another file,"
+                " which is indexed: one document per name; rename one of them")
+    return (f"its name is also how {other!a} (not valid UTF-8) is stored, and that file is indexed: one document"
+            " per name; rename one of them")
 
 
 def _skip_reason(file: Path, root: Path, follow_symlinks: bool) -> str | None:
     """Why ``file`` is not read, or None to read it."""
-    if file.is_symlink():
-        target = Path(os.path.realpath(file))
-        if not follow_symlinks and not target.is_relative_to(root):
-            return f"symlink to {target}, outside the root {root}; set follow_symlinks = true to index it"
     try:
+        if file.is_symlink():
+            target = Path(os.path.realpath(file))
+            if not follow_symlinks and not target.is_relative_to(root):
+                return f"symlink to {storable(str(target))}, outside the root {root}; set follow_symlinks = true to index it"
         mode = os.stat(file).st_mode
     except OSError as exc:
-        return f"cannot be read ({exc.strerror or exc})"
+        return f"cannot be read ({_why(exc)})"
     if not stat.S_ISREG(mode):
         return f"not a regular file ({_kind(mode)})"
     return None
@@ -188,21 +254,51 @@ def read_source(path: Path, name: str, limit_bytes: float) -> str:
 
 
 def decode_source(data: bytes, *, name: str = "input") -> str:
-    """UTF-8 text of a file's bytes (BOM dropped); binary or invalid UTF-8 raises ``InputError``."""
-    if b"\x00" in data[:8192]:
-        raise InputError(f"{name}: looks like a binary file (NUL bytes); Polaris indexes UTF-8 text.")
+    """The text of a file's bytes: UTF-8, or UTF-16/UTF-32 when a byte order mark says so (the
+    BOM dropped); binary or invalid text raises ``InputError`` saying which and what to do."""
+    codec = next((c for bom, c in BOMS if data.startswith(bom)), None)
+    if codec is None and b"\x00" in data[:8192]:
+        raise InputError(f"{name}: {_nul_kind(data[:8192])}; Polaris indexes UTF-8 text (or UTF-16/32 with a BOM).")
+    codec = codec or "utf-8"
     try:
-        return data.decode("utf-8-sig")
+        text = data.decode(codec)
     except UnicodeDecodeError as exc:
+        label = {"utf-8-sig": "UTF-8"}.get(codec, codec.upper())
         raise InputError(
-            f"{name}: not valid UTF-8 (byte 0x{data[exc.start]:02x} at offset {exc.start}). "
-            "Convert it (e.g. `iconv -f latin1 -t utf-8`) or exclude it from the index."
+            f"{name}: not valid {label} (byte 0x{data[exc.start]:02x} at offset {exc.start}). "
+            "Convert it to UTF-8 (e.g. `iconv -f latin1 -t utf-8`) or exclude it from the index."
         ) from exc
+    if codec != "utf-8" and "\x00" in text[:8192]:
+        raise InputError(f"{name}: decoded as {codec.upper()} (its BOM) it holds NUL characters: a binary file.")
+    return text
+
+
+def _nul_kind(head: bytes) -> str:
+    """What a file's first bytes with NULs in them look like: UTF-16 without a BOM, or binary."""
+    for order, zeros, chars in (("le", head[1::2], head[0::2]), ("be", head[0::2], head[1::2])):
+        if len(head) >= 4 and zeros.count(0) >= 0.9 * len(zeros) and chars.count(0) <= 0.1 * len(chars):
+            return (f"looks like UTF-16 ({order.upper()}) without a byte order mark; convert it"
+                    f" (`iconv -f utf-16{order} -t utf-8`) or save it with a BOM")
+    return "looks like a binary file (NUL bytes)"
+
+
+def _why(exc: OSError) -> str:
+    """An OSError in words, with what to do about a path longer than the system allows."""
+    if exc.errno == errno.ENAMETOOLONG:
+        return f"{exc.strerror}: its path is longer than this system allows; move it to a shallower folder"
+    return exc.strerror or str(exc)
 
 
 def _ignore_spec(directory: Path, parent: object | None) -> object | None:
+    """The .gitignore rules in force in ``directory`` (OSError: the folder cannot be read)."""
     gitignore = directory / ".gitignore"
-    if not gitignore.is_file():
+    try:
+        is_file = gitignore.is_file()
+    except OSError as exc:
+        if exc.errno != errno.ENAMETOOLONG:
+            raise
+        is_file = False  # no such path can exist; if the folder's own is too long, listing it fails
+    if not is_file:
         return parent
     import pathspec
 
@@ -223,17 +319,25 @@ def _ignored(path: Path, is_dir: bool, spec: object | None) -> bool:
     return False
 
 
-def _walk_dir(directory: Path, spec: object | None) -> Iterator[Path]:
+def _walk_dir(directory: Path, parent: object | None, unlisted: Callable[[Path, str], None]) -> Iterator[Path]:
+    """The indexable files under ``directory``; a folder that cannot be listed goes to ``unlisted``."""
     try:
+        spec = _ignore_spec(directory, parent)
         entries = sorted(os.scandir(directory), key=lambda e: e.name)
-    except OSError:
+    except OSError as exc:
+        unlisted(directory, f"folder cannot be listed ({_why(exc)}); its files are not indexed, and those"
+                            " indexed before stay")
         return
     for entry in entries:
         if entry.name.startswith("."):
             continue
         path = Path(entry.path)
-        if entry.is_dir(follow_symlinks=False):
+        try:
+            is_dir = entry.is_dir(follow_symlinks=False)
+        except OSError:
+            is_dir = False  # reported by the file's own checks (``_skip_reason``)
+        if is_dir:
             if not _ignored(path, True, spec):
-                yield from _walk_dir(path, _ignore_spec(path, spec))
+                yield from _walk_dir(path, spec, unlisted)
         elif path.suffix.lower() in EXTENSIONS and not _ignored(path, False, spec):
             yield path

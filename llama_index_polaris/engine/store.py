@@ -43,7 +43,7 @@ from .ids import node_id_for
 from .search import postings
 from .search.filters import Filter, filter_sql
 from .search.names import collections_named
-from .text import nfc
+from .text import is_valid, nfc, storable, storable_value
 
 UNKNOWN_MODEL = "unknown"  # the binding of vectors that came in without a model Polaris could name (see proof.py)
 DEFAULT_FTS_TOKENIZER = SETTINGS_BY_NAME["fts_tokenizer"].default
@@ -626,14 +626,14 @@ class Store:
             self.conn.execute(
                 "UPDATE documents SET status = ?, error = ?, updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')"
                 " WHERE id = ?",
-                (status, error, document_id),
+                (status, None if error is None else storable(error), storable(document_id)),
             )
 
     def delete_documents(self, document_ids: Iterable[str]) -> int:
         """Remove documents with their chunks, vectors and FTS rows, in one transaction."""
         with self._write():
             cur = self.conn.execute(
-                "DELETE FROM documents WHERE id IN (SELECT value FROM json_each(?))", (json.dumps(list(document_ids)),)
+                "DELETE FROM documents WHERE id IN (SELECT value FROM json_each(?))", (_keys(document_ids),)
             )
             return cur.rowcount
 
@@ -641,16 +641,17 @@ class Store:
         """Remove a document (of ``collection``, when given) with its chunks, vectors and FTS rows."""
         with self._write():
             if collection is None:
-                cur = self.conn.execute("DELETE FROM documents WHERE id = ?", (document_id,))
+                cur = self.conn.execute("DELETE FROM documents WHERE id = ?", (storable(document_id),))
             else:
-                cur = self.conn.execute("DELETE FROM documents WHERE id = ? AND collection = ?", (document_id, nfc(collection)))
+                cur = self.conn.execute("DELETE FROM documents WHERE id = ? AND collection = ?",
+                                        (storable(document_id), nfc(collection)))
             return cur.rowcount > 0
 
     def delete_nodes(self, node_ids: Iterable[str]) -> int:
         """Remove chunks by node id; returns how many were removed."""
         with self._write():
             cur = self.conn.execute(
-                "DELETE FROM chunks WHERE node_id IN (SELECT value FROM json_each(?))", (json.dumps(list(node_ids)),)
+                "DELETE FROM chunks WHERE node_id IN (SELECT value FROM json_each(?))", (_keys(node_ids),)
             )
             return cur.rowcount
 
@@ -737,7 +738,7 @@ class Store:
     # -- reads --------------------------------------------------------------------
     def get_document(self, document_id: str) -> DocumentRecord | None:
         """One document by id."""
-        rows = self._documents("WHERE id = ?", (document_id,))
+        rows = self._documents("WHERE id = ?", (storable(document_id),))
         return rows[0] if rows else None
 
     def documents(self, collection: str | None = None) -> list[DocumentRecord]:
@@ -885,13 +886,13 @@ def _chunk_where(
         args.append(nfc(collection))
     if node_ids is not None:
         parts.append("c.node_id IN (SELECT value FROM json_each(?))")
-        args.append(json.dumps(list(node_ids)))
+        args.append(_keys(node_ids))
     if ids is not None:
         parts.append("c.id IN (SELECT value FROM json_each(?))")
         args.append(json.dumps([int(i) for i in ids]))
     if document_id is not None:
         parts.append("c.document_id = ?")
-        args.append(document_id)
+        args.append(storable(document_id))
     if filters is not None:
         sql, params = filter_sql(filters, f"({MERGED_METADATA})")
         parts.append(f"({sql})")
@@ -899,18 +900,38 @@ def _chunk_where(
     return ("WHERE " + " AND ".join(parts) if parts else ""), tuple(args)
 
 
+def _keys(ids: Iterable[str]) -> str:
+    """Ids as a JSON array for ``json_each``, each ``storable`` as it was stored."""
+    return json.dumps([storable(i) for i in ids])
+
+
 def normal_document(doc: DocumentRecord) -> DocumentRecord:
-    """``doc`` with its path, name and collection in NFC (the spelling stored and compared)."""
+    """``doc`` with its path, name and collection in NFC (the spelling stored and compared), and
+    its id, error and metadata ``storable`` (a lone surrogate written out, ``text.storable``)."""
     path, name = (None if v is None else nfc(v) for v in (doc.path, doc.name))
-    return dataclasses.replace(doc, path=path, name=name, collection=nfc(doc.collection))
+    error = None if doc.error is None else storable(doc.error)
+    return dataclasses.replace(doc, id=storable(doc.id), path=path, name=name, collection=nfc(doc.collection),
+                               error=error, metadata=_storable_metadata(doc.metadata))
 
 
 def normal_chunk(chunk: ChunkRecord) -> ChunkRecord:
-    """``chunk`` with its text and heading path in NFC (its offsets and text hash as given)."""
-    text, heading_path = nfc(chunk.text), nfc(chunk.heading_path)
-    if text is chunk.text and heading_path is chunk.heading_path:
+    """``chunk`` with its text and heading path in NFC (its offsets and text hash as given), and
+    its node id, metadata and node JSON ``storable``."""
+    text, heading_path, node_id = nfc(chunk.text), nfc(chunk.heading_path), storable(chunk.node_id)
+    metadata, node = _storable_metadata(chunk.metadata), chunk.node
+    if node is not None and not is_valid(node):
+        node = json.dumps(storable_value(json.loads(node)), ensure_ascii=False)
+    same = (text, heading_path, node_id, metadata, node)
+    if all(a is b for a, b in zip(same, (chunk.text, chunk.heading_path, chunk.node_id, chunk.metadata, chunk.node))):
         return chunk
-    return dataclasses.replace(chunk, text=text, heading_path=heading_path)
+    return dataclasses.replace(chunk, text=text, heading_path=heading_path, node_id=node_id, metadata=metadata, node=node)
+
+
+def _storable_metadata(metadata: dict[str, Any]) -> dict[str, Any]:
+    """``metadata`` unchanged, or with its strings ``storable`` when one holds a lone surrogate."""
+    if "\\ud" not in json.dumps(metadata, default=str):  # ASCII JSON writes a surrogate as an escape
+        return metadata
+    return storable_value(json.loads(json.dumps(metadata, default=str)))
 
 
 def _check_unique(doc: DocumentRecord, chunks: Sequence[ChunkRecord]) -> None:

@@ -10,11 +10,20 @@ is stored (a document's text before it is hashed and chunked, so chunk offsets r
 the NFC text; chunk text and heading paths written by any door; document paths, names and
 collection names) and to everything that is compared with it (queries, their words,
 document and collection names in a scope, the text an embedder reads).
+
+Always valid Unicode (#24). A file name that is not valid UTF-8 reaches Python with its
+undecodable bytes as lone surrogates (``surrogateescape``: byte 0xff is U+DCFF), and so can
+text a caller built; SQLite refuses to store them. ``storable`` writes each one out as
+text, a byte as ``\\xff`` and any other lone surrogate as ``\\ud800``, and ``nfc`` applies it
+first: ``bad\\xffname.md`` is how such a file is stored, shown, found by a scope and
+removed, whichever door it came through. The escape is not reversible (a file literally
+named ``bad\\xffname.md`` would have the same name: the walk keeps the first and says so).
 """
 
 from __future__ import annotations
 
 import unicodedata
+from typing import Any
 
 from .config import CHARS_PER_TOKEN
 
@@ -22,10 +31,44 @@ NORMAL_FORM = "NFC"
 
 
 def nfc(text: str) -> str:
-    """``text`` in the normal form Polaris stores and compares (NFC); unchanged when it already is."""
+    """``text`` in the form Polaris stores and compares: ``storable``, in NFC; unchanged when it already is."""
+    text = storable(text)
     if unicodedata.is_normalized(NORMAL_FORM, text):
         return text
     return unicodedata.normalize(NORMAL_FORM, text)
+
+
+def storable(text: str) -> str:
+    """``text`` with each lone surrogate written out (``\\xff`` for an undecoded byte of a file
+    name, ``\\udNNN`` otherwise): valid Unicode, which SQLite stores; unchanged when it is."""
+    if text.isascii() or is_valid(text):
+        return text
+    return "".join(_escaped(c) if "\ud800" <= c <= "\udfff" else c for c in text)
+
+
+def is_valid(text: str) -> bool:
+    """Whether ``text`` is valid Unicode (no lone surrogate): what UTF-8 can encode."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _escaped(surrogate: str) -> str:
+    code = ord(surrogate)
+    return f"\\x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"\\u{code:04x}"
+
+
+def storable_value(value: Any) -> Any:
+    """``value`` (JSON-like: dicts, lists, strings) with every string and key ``storable``."""
+    if isinstance(value, str):
+        return storable(value)
+    if isinstance(value, dict):
+        return {storable_value(k): storable_value(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [storable_value(v) for v in value]
+    return value
 
 
 def spellings(text: str) -> list[str]:

@@ -18,9 +18,9 @@ from typing import Callable
 from ..sources import decode_source
 from ..hookspecs import hookimpl
 from ..text import heuristic_tokens
-from .assemble import chunk_sections
+from .assemble import chunk_sections, cut_warnings
 from .frontmatter import read_front_matter
-from .markdown import heading_text, markdown_sections
+from .markdown import HEADING_CHARS, capped, heading_text, markdown_sections
 from .plain import chunk_text
 from .spans import ChunkedDocument, ChunkSettings, ChunkSpan
 from .tokens import TokenCounter
@@ -29,6 +29,7 @@ __all__ = [
     "ChunkSettings",
     "ChunkSpan",
     "ChunkedDocument",
+    "HEADING_CHARS",
     "TokenCounter",
     "chunk_document",
     "chunk_markdown",
@@ -46,11 +47,13 @@ FALLBACK = "*"
 def chunk_markdown(text: str, settings: ChunkSettings = ChunkSettings(), *, title: str | None = None) -> ChunkedDocument:
     """Chunk Markdown; ``title`` (or the front matter's) heads the text before the first heading."""
     metadata, body_start, warning = read_front_matter(text)
-    matter_title = metadata.get("title") if isinstance(metadata.get("title"), str) else None
+    matter_title = capped(metadata["title"]) if isinstance(metadata.get("title"), str) else None
+    title = capped(title) if title else title
     preamble = title or matter_title
     sections, h1 = markdown_sections(text, body_start, (preamble,) if preamble else ())
     chunks = chunk_sections(text, sections, settings)
-    return ChunkedDocument(chunks, metadata, h1 or matter_title or title, (warning,) if warning else ())
+    warnings = ((warning,) if warning else ()) + cut_warnings(text, chunks, settings.max_tokens)
+    return ChunkedDocument(chunks, metadata, h1 or matter_title or title, warnings)
 
 
 def chunk_document(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from bisect import bisect_left
 
 from ..text import heuristic_tokens
@@ -9,6 +10,9 @@ from .blocks import Section, fence_ranges
 from .spans import ChunkSettings, ChunkSpan
 from .split import SENTENCES, WORDS, Budget, Piece, split_section
 from .tokens import measure_for
+
+# Han, kana and their compatibility forms: text in these scripts is cut between characters
+_CJK = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002fa1f]")
 
 
 def chunk_sections(source: str, sections: list[Section], settings: ChunkSettings) -> list[ChunkSpan]:
@@ -37,6 +41,8 @@ def merge_small(budget: Budget, pieces: list[Piece], min_chars: int) -> list[Pie
     """Pieces under ``min_chars`` joined to the previous piece (the next for the first) when that fits."""
 
     def small(p: Piece) -> bool:
+        if p.forced:  # a piece of a word stays as it was cut
+            return False
         start, end = trim(budget.source, p.start, p.end)
         return end - start + len(p.prefix) + len(p.suffix) < min_chars
 
@@ -47,7 +53,7 @@ def _absorb(budget: Budget, pieces: list[Piece], small, backward: bool) -> list[
     """One pass: each small piece joins its neighbour (previous, or next when ``backward``)."""
     out: list[Piece] = []
     for p in reversed(pieces) if backward else pieces:
-        target = out[-1] if out and small(p) else None
+        target = out[-1] if out and small(p) and not out[-1].forced else None
         pair = (p, target) if backward else (target, p)
         joined = _fitting_join(budget, *pair, target.section) if target else None
         if joined:
@@ -64,7 +70,7 @@ def overlap_start(budget: Budget, pieces: list[Piece], i: int, fences: list[tupl
     """
     p = pieces[i]
     prev = pieces[i - 1] if i else None
-    if not prev or not chars or p.prefix or prev.suffix or prev.section != p.section:
+    if not prev or not chars or p.prefix or prev.suffix or prev.section != p.section or p.forced or prev.forced:
         return p.start
     lo = max(prev.start, p.start - chars, _end_of_fence_before(fences, p.start))
     extra = budget.count(p.suffix) if p.suffix else 0
@@ -100,7 +106,7 @@ def _fitting_join(budget: Budget, first: Piece, second: Piece, section: int) -> 
 
 def _tokens(budget: Budget, p: Piece) -> int:
     extra = sum(budget.count(s) for s in (p.prefix, p.suffix) if s)
-    return budget.measure(p.start, p.end) + extra
+    return (budget.exact(p.start, p.end) if p.forced else budget.measure(p.start, p.end)) + extra
 
 
 def _has_text(source: str, p: Piece) -> bool:
@@ -110,6 +116,32 @@ def _has_text(source: str, p: Piece) -> bool:
 
 def _span(budget: Budget, section: Section, p: Piece, start: int) -> ChunkSpan:
     start, end = trim(budget.source, start, p.end)
-    tokens = _tokens(budget, Piece(start, end, p.section, p.prefix, p.suffix))
+    tokens = _tokens(budget, Piece(start, end, p.section, p.prefix, p.suffix, p.forced))
     text = p.prefix + budget.source[start:end] + p.suffix
-    return ChunkSpan(text, start, end, section.heading_path, section.heading_level, tokens, tokens > budget.limit)
+    return ChunkSpan(text, start, end, section.heading_path, section.heading_level, tokens, tokens > budget.limit,
+                     p.forced)
+
+
+def cut_warnings(source: str, chunks: list[ChunkSpan], limit: int) -> tuple[str, ...]:
+    """What a reader should know of ``chunks``: pieces cut inside a word, pieces over budget.
+
+    A cut between two CJK characters is not one (that script has no spaces to cut at)."""
+    inside = [c for c in chunks if c.forced_cut and (_inside_word(source, c.start) or _inside_word(source, c.end))]
+    over = [c for c in chunks if c.oversize]
+    out = []
+    if inside:
+        out.append(f"{len(inside)} chunk{'s' if len(inside) > 1 else ''} cut inside a word or code line longer"
+                   f" than the {limit}-token budget, with no space or line break to cut at (first at character"
+                   f" {inside[0].start}); every piece is indexed")
+    if over:
+        out.append(f"{len(over)} chunk{'s' if len(over) > 1 else ''} over the {limit}-token budget, each what"
+                   f" could not be cut further (first at character {over[0].start})")
+    return tuple(out)
+
+
+def _inside_word(source: str, i: int) -> bool:
+    """Whether position ``i`` falls between two characters of one word (CJK characters aside)."""
+    if not 0 < i < len(source):
+        return False
+    a, b = source[i - 1], source[i]
+    return not (a.isspace() or b.isspace() or _CJK.match(a) or _CJK.match(b))

@@ -18,6 +18,7 @@ class Fence:
     close_line: str
     body_start: int
     body_end: int
+    bare_open_line: str = "```"  # the opening line up to its fence marker (no info string)
 
 
 @dataclass(frozen=True)

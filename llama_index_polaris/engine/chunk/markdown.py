@@ -4,6 +4,11 @@ Only block rules run for the document (inline parsing is the slow half of markdo
 and chunking does not need it); heading text alone goes through the inline parser so
 that its markup can be stripped. ``token.map`` line ranges are turned into exact
 character offsets of the original text.
+
+A heading's name is bounded (``HEADING_CHARS``): it is repeated in the heading path of
+every chunk of its section and the sections under it (column, metadata, FTS heading
+column, the embedded line, every door's output), so an unbounded one grows the index with
+the square of its length. The heading line itself stays whole in the chunk text.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from typing import Callable
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
+from ..config import HEADING_CHARS
 from .blocks import Block, Fence, Section
 
 _BLOCK_PARSER = MarkdownIt("commonmark").enable("table").disable("inline")
@@ -23,6 +29,7 @@ _NEWLINE = re.compile(r"\r\n|\r|\n")
 _ATTRIBUTES = re.compile(r"\s*\{:?\s*[#.][^{}]*\}\s*$")
 _MARKUP = re.compile(r"[`*_\[\]<>{}&!\\~]")
 _Node = tuple[int, list]  # (token index, child nodes)
+_HEADING_SOURCE = 16 * HEADING_CHARS  # characters of a heading line read for its name
 Offset = Callable[[int], int]
 
 
@@ -45,12 +52,24 @@ def markdown_sections(
 
 
 def heading_text(source: str) -> str:
-    """A heading's text without inline markup, links or a trailing ``{ #anchor }`` tag."""
+    """A heading's text without inline markup, links or a trailing ``{ #anchor }`` tag, at most
+    ``HEADING_CHARS`` long (``capped``)."""
+    source = source[:_HEADING_SOURCE]
     if not _MARKUP.search(source):
-        return " ".join(source.split())
+        return capped(" ".join(source.split()))
     children = _INLINE_PARSER.parseInline(source)[0].children or []
     plain = "".join(_plain(token) for token in children)
-    return " ".join(_ATTRIBUTES.sub("", plain).split())
+    return capped(" ".join(_ATTRIBUTES.sub("", plain).split()))
+
+
+def capped(name: str, limit: int = HEADING_CHARS) -> str:
+    """``name`` as it enters a heading path: whole when it has at most ``limit`` characters,
+    else cut to ``limit`` (at a space in its second half if there is one) and ended with "…"."""
+    if len(name) <= limit:
+        return name
+    cut = name[: limit - 1]
+    space = cut.rfind(" ")
+    return (cut[:space] if space >= limit // 2 else cut).rstrip() + "…"
 
 
 def _plain(token: Token) -> str:
@@ -104,11 +123,12 @@ def _fence(token: Token, offset: Offset, text: str) -> Fence:
     open_line = text[offset(first) : offset(first + 1)].rstrip("\r\n")
     last_line = text[offset(last - 1) : offset(last)].rstrip("\r\n")
     closed = last - 1 > first and _closes(last_line, token.markup)
-    if closed:
-        return Fence(open_line, last_line, offset(first + 1), offset(last - 1))
     prefix = open_line[: max(open_line.find(token.markup), 0)]
+    bare = prefix + token.markup
+    if closed:
+        return Fence(open_line, last_line, offset(first + 1), offset(last - 1), bare)
     close_line = "".join(c if c in " \t>" else " " for c in prefix) + token.markup
-    return Fence(open_line, close_line, offset(first + 1), offset(last))
+    return Fence(open_line, close_line, offset(first + 1), offset(last), bare)
 
 
 def _closes(line: str, markup: str) -> bool:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from .assemble import chunk_sections
+from .assemble import chunk_sections, cut_warnings
 from .blocks import Block, Section
 from .spans import ChunkedDocument, ChunkSettings
 
@@ -18,4 +18,5 @@ def chunk_text(text: str, settings: ChunkSettings = ChunkSettings(), *, title: s
     starts = [0] + [m.end() for m in _PARAGRAPH_BREAK.finditer(text) if m.end() < len(text)]
     blocks = tuple(Block(s, e) for s, e in zip(starts, starts[1:] + [len(text)]))
     section = Section(0, len(text), (), 0, blocks)
-    return ChunkedDocument(chunk_sections(text, [section], settings), {}, title)
+    chunks = chunk_sections(text, [section], settings)
+    return ChunkedDocument(chunks, {}, title, cut_warnings(text, chunks, settings.max_tokens))

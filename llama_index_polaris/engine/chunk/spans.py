@@ -18,7 +18,8 @@ class ChunkSpan:
     heading_path: tuple[str, ...]
     heading_level: int
     token_count: int
-    oversize: bool = False
+    oversize: bool = False  # over budget: one token (or character) that alone is
+    forced_cut: bool = False  # cut inside a word or line that no boundary could cut within the budget
 
     @property
     def heading_path_str(self) -> str:

@@ -2,16 +2,24 @@
 
 Blocks are packed greedily; a block too big on its own is cut by its children (list
 items, table rows), a fenced code block between lines (each piece re-fenced), a
-paragraph between sentences and, only for a sentence over budget, between words. What
-cannot be cut further (one word, one line of code) becomes its own piece.
+paragraph between sentences and, only for a sentence over budget, between words; a line
+of code over budget between its words. What no boundary can cut (one word over budget: a
+long URL, a base64 blob, a table row or code line without spaces, CJK text without
+punctuation) is cut by ``force`` as the last resort: at the tokenizer's token boundaries
+(any character without a tokenizer), into pieces of at most the budget and
+``Budget.window`` characters, each counted exactly. Such a piece is ``forced``: it is
+neither joined to a neighbour nor overlapped (the word-based measure is exact only at
+whitespace), and the chunker reports it.
 """
 
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 from dataclasses import dataclass, replace
 from typing import Callable, Iterator
 
+from ..config import CHARS_PER_TOKEN
 from .blocks import Block, Section
 from .tokens import Measure
 
@@ -19,6 +27,8 @@ _SENTENCE = re.compile(r"[.!?][\"'’”)\]*_]*\s+|[。！？]\s*|\n[ \t\r]*\n\s
 _WORD = re.compile(r"\s+")
 _LINE = re.compile(r"\r\n|\r|\n")
 Finder = Callable[[str, int, int], Iterator[int]]
+FENCE_LINE_CHARS = 200  # a longer opening line re-opens a fence's pieces as its bare marker
+_FORCE_BLOCK = 32  # windows of a run encoded at once for its token boundaries
 
 
 @dataclass(frozen=True)
@@ -39,6 +49,13 @@ class Budget:
         """Whether ``source[start:end]`` is within the limit."""
         return self.measure(start, end) <= self.limit
 
+    def exact(self, start: int, end: int) -> int:
+        """Tokens in ``source[start:end]`` counted whole, wherever it is cut (not from the measure,
+        which is exact only at whitespace)."""
+        text = self.source[start:end]
+        exact = getattr(self.count, "count_exact", None)
+        return exact(text) if exact is not None else self.count(text)
+
 
 @dataclass(frozen=True)
 class Piece:
@@ -49,6 +66,7 @@ class Piece:
     section: int
     prefix: str = ""
     suffix: str = ""
+    forced: bool = False  # cut inside a word or code line by ``force`` (counted exactly)
 
 
 def _regex_finder(pattern: re.Pattern) -> Finder:
@@ -86,7 +104,7 @@ def pack(budget: Budget, blocks: tuple[Block, ...], section: int, lead: int | No
             pieces += [Piece(*acc, section)] if acc and not carry else []
             pieces += split_block(budget, block, section, acc[0] if carry else None)
             last = pieces[-1] if pieces else None
-            acc = (pieces.pop().start, last.end) if last and not (last.prefix or last.suffix) else None
+            acc = (pieces.pop().start, last.end) if last and not (last.prefix or last.suffix or last.forced) else None
     return pieces + ([Piece(*acc, section)] if acc else [])
 
 
@@ -96,13 +114,19 @@ def split_block(budget: Budget, block: Block, section: int, lead: int | None) ->
         return pack(budget, block.children, section, lead)
     if block.fence is not None:
         return _split_fence(budget, block, section, lead)
-    finders = [LINES] if block.kind == "lines" else [SENTENCES, WORDS]
+    finders = [LINES, WORDS] if block.kind == "lines" else [SENTENCES, WORDS]
     start = block.start if lead is None else lead
     return cut(budget, start, block.end, finders, section, block.start)
 
 
-def cut(budget: Budget, start: int, end: int, finders: list[Finder], section: int, floor: int) -> list[Piece]:
-    """``[start, end)`` cut at the first finder's boundaries (none before ``floor``), longest pieces first."""
+Resort = Callable[[Budget, int, int, int], list[Piece]]
+
+
+def cut(
+    budget: Budget, start: int, end: int, finders: list[Finder], section: int, floor: int, resort: Resort | None = None
+) -> list[Piece]:
+    """``[start, end)`` cut at the first finder's boundaries (none before ``floor``), longest pieces
+    first; a unit the last finder cannot cut goes to ``resort`` (default ``force``)."""
     pieces: list[Piece] = []
     pos = start
     # Invariant: ``pieces`` cover ``[start, pos)`` without gaps and each fits the budget, or
@@ -118,9 +142,71 @@ def cut(budget: Budget, start: int, end: int, finders: list[Finder], section: in
             continue
         unit_end = cuts[0] if cuts else end
         rest = finders[1:]
-        pieces += cut(budget, pos, unit_end, rest, section, pos) if rest else [Piece(pos, unit_end, section)]
+        if rest:
+            pieces += cut(budget, pos, unit_end, rest, section, pos, resort)
+        else:
+            pieces += (resort or force)(budget, pos, unit_end, section)
         pos = unit_end
     return pieces
+
+
+def force(budget: Budget, start: int, end: int, section: int) -> list[Piece]:
+    """``[start, end)``, which no boundary cuts within the budget, in ``forced`` pieces of at most
+    the budget and ``budget.window`` characters, cut at token boundaries (characters without
+    a tokenizer's offsets). A piece over budget is one token (or character) that alone is."""
+    pieces: list[Piece] = []
+    ends, guess = _token_ends(budget, start, end)
+    pos = start
+    while pos < end:
+        hi = min(end, pos + budget.window)
+        fits = lambda c: budget.exact(pos, c) <= budget.limit  # noqa: E731
+        cuts = ends(pos, hi)
+        best = _farthest(cuts, fits, guess)
+        if best < 0 and len(cuts) < hi - pos:  # the run's tokens do not tell (one [UNK] over a long run): characters
+            cuts = list(range(pos + 1, hi + 1))
+            best = _farthest(cuts, fits, budget.limit * CHARS_PER_TOKEN - 1)
+        stop = cuts[max(best, 0)]
+        pieces.append(Piece(pos, stop, section, forced=True))
+        pos = stop
+    return pieces
+
+
+def _token_ends(budget: Budget, start: int, end: int) -> tuple[Callable[[int, int], list[int]], int]:
+    """``(lo, hi) -> the positions in (lo, hi] a forced piece may end at`` over ``[start, end)``,
+    and the index among them likely to hold the budget. Token ends come from encoding the run
+    in blocks of ``_FORCE_BLOCK`` windows (a block's end is a cut too); without a tokenizer,
+    every character is one."""
+    token_ends = getattr(budget.count, "token_ends", None)
+    if token_ends is None:
+        return (lambda lo, hi: list(range(lo + 1, hi + 1))), budget.limit * CHARS_PER_TOKEN - 1
+    known: list[int] = []
+    covered = start
+
+    def between(lo: int, hi: int) -> list[int]:
+        nonlocal covered
+        while covered < hi:
+            block_end = min(end, covered + _FORCE_BLOCK * budget.window)
+            known.extend(covered + e for e in token_ends(budget.source[covered:block_end]) if 0 < e < block_end - covered)
+            known.append(block_end)
+            covered = block_end
+        cuts = known[bisect_right(known, lo) : bisect_right(known, hi)]
+        return cuts if cuts and cuts[-1] == hi else cuts + [hi]
+
+    return between, budget.limit - 1
+
+
+def _farthest(cuts: list[int], fits: Callable[[int], bool], guess: int) -> int:
+    """The index of the farthest cut that fits (-1: none), probing ``guess`` and the next first
+    (two calls when the guess is right), then bisecting."""
+    lo, hi, best = 0, len(cuts) - 1, -1
+    probes = [min(guess, hi), min(guess, hi) + 1]
+    while lo <= hi:
+        mid = probes.pop(0) if probes and lo <= probes[0] <= hi else (lo + hi) // 2
+        if fits(cuts[mid]):
+            best, lo = mid, mid + 1
+        else:
+            hi = mid - 1
+    return best
 
 
 def _candidates(budget: Budget, find: Finder, pos: int, floor: int, end: int) -> list[int]:
@@ -147,22 +233,43 @@ def _last_fitting(budget: Budget, pos: int, cuts: list[int]) -> int:
 
 def _split_fence(budget: Budget, block: Block, section: int, lead: int | None) -> list[Piece]:
     fence = block.fence
-    opener, closer = fence.open_line + "\n", "\n" + fence.close_line
+    opener, closer = _opener(budget, fence), "\n" + fence.close_line
     room = replace(budget, limit=max(1, budget.limit - budget.count(opener) - budget.count(closer)))
 
     body = budget.source[fence.body_start : fence.body_end]
     first, last = fence.body_start + len(body) - len(body.lstrip()), fence.body_start + len(body.rstrip())
 
-    def inside(source: str, lo: int, hi: int) -> Iterator[int]:
-        return (c for c in LINES(source, lo, hi) if first < c < last)  # every piece keeps some code
+    def within(find: Finder) -> Finder:
+        return lambda source, lo, hi: (c for c in find(source, lo, hi) if first < c < last)  # every piece keeps some code
+
+    def resort(room: Budget, lo: int, hi: int, section: int) -> list[Piece]:
+        """Text before the code (carried text, the opening line) and after it (the closing line)
+        whole; only the code itself is cut inside."""
+        core = (max(lo, first), min(hi, last))
+        if core[0] >= core[1]:
+            return [Piece(lo, hi, section)]
+        outside = [Piece(lo, core[0], section)] if lo < core[0] else []
+        return outside + force(room, *core, section) + ([Piece(core[1], hi, section)] if core[1] < hi else [])
 
     start = block.start if lead is None else lead
-    pieces = cut(room, start, block.end, [inside], section, block.start)
+    pieces = cut(room, start, block.end, [within(LINES), within(WORDS)], section, block.start, resort)
+    # A piece that does not start at the fence's own opening line gets one, and one that does
+    # not end at its closing line gets one (a line cut inside, too, stays a closed fence).
     return [
         replace(
             p,
-            prefix=opener if p.start >= fence.body_start else "",
-            suffix=closer if fence.body_start < p.end < fence.body_end else "",
+            prefix=opener if p.start > block.start else "",
+            suffix=closer if block.start < p.end < fence.body_end else "",
         )
         for p in pieces
     ]
+
+
+def _opener(budget: Budget, fence) -> str:
+    """The line that re-opens a fence's pieces: its own, or only its fence marker (the info
+    string dropped) when the line is longer than ``FENCE_LINE_CHARS`` or would take more
+    than a quarter of the budget (it is repeated in every piece)."""
+    line = fence.open_line + "\n"
+    if len(fence.open_line) <= FENCE_LINE_CHARS and budget.count(line) <= budget.limit // 4:
+        return line
+    return fence.bare_open_line + "\n"

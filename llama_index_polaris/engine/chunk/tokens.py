@@ -73,6 +73,15 @@ class TokenCounter:
             return sum(self.word_counts(text.split()))
         return len(self._tokenizer.encode(clean_text(text), add_special_tokens=False))
 
+    def count_exact(self, text: str) -> int:
+        """The count of ``text`` encoded whole, bypassing the word cache (for one-off pieces of a
+        word that had to be cut inside, which would only fill the cache)."""
+        return len(self._tokenizer.encode(clean_text(text), add_special_tokens=False))
+
+    def token_ends(self, text: str) -> list[int]:
+        """The end offset in ``text`` of each of its tokens (one encode, no thread pool)."""
+        return [end for _, end in self._tokenizer.encode(clean_text(text), add_special_tokens=False).offsets]
+
     def splits_at_spaces(self, text: str) -> bool:
         """Whether ``text``'s count is the sum of its whitespace-separated words' counts."""
         return self.word_local and not _UNSPLIT_SPACE.search(text)
