@@ -607,6 +607,7 @@ async def _serve_http(app: PolarisMCP, host: str, port: int, say: Callable[[str]
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
+        sock.listen(128)  # connectable before the address is announced: a client may call at once
     except OSError as exc:
         sock.close()
         raise PolarisError(f"cannot listen on {host}:{port} ({exc.strerror or exc}).") from exc
