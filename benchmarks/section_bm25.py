@@ -43,7 +43,7 @@ from llama_index_polaris.engine.db.connect import sqlite_module  # noqa: E402
 from llama_index_polaris.engine.search import bm25 as bm25_mod  # noqa: E402
 from llama_index_polaris.engine.search import pipeline  # noqa: E402
 from llama_index_polaris.engine.search.context import stitch  # noqa: E402
-from llama_index_polaris.engine.search.postings import fts_tokenizer  # noqa: E402
+from llama_index_polaris.engine.db.postings import fts_tokenizer  # noqa: E402
 from llama_index_polaris.engine.search.rank import Candidate, rank  # noqa: E402
 from llama_index_polaris.engine.search.scope import resolve_scope  # noqa: E402
 

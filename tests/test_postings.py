@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from llama_index_polaris.engine.search import postings
+from llama_index_polaris.engine.db import postings as lists
 from llama_index_polaris.engine.search.bm25 import bm25
 from llama_index_polaris.engine.search.scope import Scope
 from llama_index_polaris.engine.store import ChunkRecord, DocumentRecord, ModelBinding, Store
@@ -25,8 +26,8 @@ SMALL_BLOCK = 16  # chunk ids per row (4,096 in the engine): many blocks on a sm
 
 @pytest.fixture(autouse=True)
 def small_lists(monkeypatch):
-    monkeypatch.setattr(postings, "COMMON_DF", COMMON)
-    monkeypatch.setattr(postings, "BLOCK", SMALL_BLOCK)
+    monkeypatch.setattr(lists, "COMMON_DF", COMMON)
+    monkeypatch.setattr(lists, "BLOCK", SMALL_BLOCK)
 
 
 def chunks_for(rng: random.Random, d: int, n: int, tag: str = "") -> list[ChunkRecord]:
@@ -52,7 +53,7 @@ def assert_current(conn, every_common_term: bool = False) -> None:
     assert postings.usable(conn)
     conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.t_row USING fts5vocab(main, chunks_fts, row)")
     conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.t_inst USING fts5vocab(main, chunks_fts, instance)")
-    stop = postings.Tokenizer(postings.fts_tokenizer(conn)).stop_terms
+    stop = lists.Tokenizer(lists.fts_tokenizer(conn)).stop_terms
     kept = {r[0] for r in conn.execute("SELECT term FROM chunks_bm25_terms")}
     common = {t for t, df in conn.execute("SELECT term, doc FROM temp.t_row") if df >= COMMON and t not in stop}
     assert not kept & stop
@@ -66,10 +67,10 @@ def assert_current(conn, every_common_term: bool = False) -> None:
         assert list(zip(ids.tolist(), tf.tolist())) == expected, term
     lengths = {}
     for block, blob in conn.execute("SELECT block, lengths FROM chunks_bm25_lengths"):
-        for offset, n in enumerate(postings._decode_lengths(blob).tolist()):
+        for offset, n in enumerate(lists._decode_lengths(blob).tolist()):
             if n:
                 lengths[block * SMALL_BLOCK + offset] = n
-    docsize = {i: sum(postings.varints(sz)) for i, sz in conn.execute("SELECT id, sz FROM chunks_fts_docsize")}
+    docsize = {i: sum(lists.varints(sz)) for i, sz in conn.execute("SELECT id, sz FROM chunks_fts_docsize")}
     assert lengths == {i: n for i, n in docsize.items() if n}
 
 
@@ -87,7 +88,7 @@ def store(tmp_path):
 def test_the_file_keeps_lists_for_common_terms_only(store):
     assert_current(store.conn)
     with store._write():
-        postings.rebuild(store.conn)
+        lists.rebuild(store.conn)
     assert_current(store.conn, every_common_term=True)
     kept = {r[0] for r in store.conn.execute("SELECT term FROM chunks_bm25_terms")}
     assert {"session", "token", "index"} <= kept  # stemmed, as FTS5 stores them
@@ -97,7 +98,7 @@ def test_the_file_keeps_lists_for_common_terms_only(store):
 
 
 def test_stop_terms_are_whole_stop_words_only():
-    stop = postings.Tokenizer("porter unicode61 remove_diacritics 2").stop_terms
+    stop = lists.Tokenizer("porter unicode61 remove_diacritics 2").stop_terms
     assert {"the", "what", "doe"} <= stop  # "does", stemmed
     assert "t" not in stop  # from "don't": but "T cell" searches "t"
 
@@ -222,16 +223,17 @@ CRASH_WRITER = r"""
 import sys
 import numpy as np
 from llama_index_polaris.engine.search import postings
+from llama_index_polaris.engine.db import postings as lists
 from llama_index_polaris.engine.store import ChunkRecord, DocumentRecord, Store
-postings.COMMON_DF, postings.BLOCK = 15, 16
+lists.COMMON_DF, lists.BLOCK = 15, 16
 store = Store(sys.argv[1])
-real_flush = postings.flush
+real_flush = lists.flush
 def flush(conn, tokenizer):
     real_flush(conn, tokenizer)  # the lists are written: die before COMMIT
     print("in-transaction", flush=True)
     import time
     time.sleep(60)
-postings.flush = flush
+lists.flush = flush
 chunks = [ChunkRecord(f"new:{i}", f"session token quartz {i}", ordinal=i) for i in range(40)]
 store.upsert_document(DocumentRecord("doc0"), chunks, np.ones((40, 4), dtype="<f4"))
 print("committed", flush=True)

@@ -70,7 +70,7 @@ def test_the_posting_lists_answer_and_rank_as_fts5(project: Path, monkeypatch: p
         assert from_lists is not None
         assert [i for i, _ in from_lists] == [i for i, _ in bm25(conn, QUERY, 20)]
         with_lists = [(h.chunk_id, h.score) for h in index.search(QUERY, top_k=4)]
-        monkeypatch.setattr(pipeline.postings, "bm25", lambda *a, **kw: None)  # FTS5 alone
+        monkeypatch.setattr(postings, "bm25", lambda *a, **kw: None)  # FTS5 alone
         fts5_alone = [(h.chunk_id, h.score) for h in index.search(QUERY, top_k=4)]
         assert [c for c, _ in fts5_alone] == [c for c, _ in with_lists]
         assert [s for _, s in fts5_alone] == pytest.approx([s for _, s in with_lists])

@@ -35,6 +35,7 @@ from llama_index_polaris.engine.db.schema import transaction
 from llama_index_polaris.engine.index import PolarisIndex
 from llama_index_polaris.engine.recipe import make_recipe
 from llama_index_polaris.engine.search import postings
+from llama_index_polaris.engine.db import postings as lists
 from llama_index_polaris.engine.search.bm25 import bm25
 from llama_index_polaris.engine.search.bm25_cache import Bm25Cache
 from llama_index_polaris.engine.search.pipeline import Searcher
@@ -91,7 +92,7 @@ def test_nfd_and_nfc_spellings_find_the_same_chunks_with_every_bm25_scorer(docs,
     documents holding its words, the same list from FTS5, the posting lists and the cache."""
     holding = {f"d{i}" for i, words in enumerate(docs) if set(words) & set(query)}
     with tempfile.TemporaryDirectory() as tmp, pytest.MonkeyPatch.context() as mp:
-        mp.setattr(postings, "COMMON_DF", 1)  # every term gets a posting list in the file
+        mp.setattr(lists, "COMMON_DF", 1)  # every term gets a posting list in the file
         store = _bm25_store(Path(tmp) / "p.db", docs, forms)
         try:
             conn, tokenizer = store.conn, store.tokenizer()
@@ -132,7 +133,7 @@ def test_random_words_in_either_spelling_find_the_same_chunks(docs, forms, pick)
     source = pick.draw(st.integers(0, len(docs) - 1))
     word = pick.draw(st.sampled_from(docs[source]))
     with tempfile.TemporaryDirectory() as tmp, pytest.MonkeyPatch.context() as mp:
-        mp.setattr(postings, "COMMON_DF", 1)
+        mp.setattr(lists, "COMMON_DF", 1)
         store = _bm25_store(Path(tmp) / "p.db", docs, forms)
         try:
             conn, tokenizer = store.conn, store.tokenizer()

@@ -31,6 +31,7 @@ from typing import Any, Callable, Sequence
 
 from .errors import InputError, ScopeError
 from .search.context import bounded, stitch
+from .dialect import execute
 from .search.names import close_names, collections_named, did_you_mean, documents_named, no_document
 from .text import nfc
 
@@ -160,7 +161,7 @@ def find_document(conn: Any, name: str, collection: str | None = None) -> Docume
     ids, missing = documents_named(conn, [name])
     if missing:
         raise ScopeError({"document": no_document(conn, missing)})
-    refs = [_ref(r) for r in conn.execute(
+    refs = [_ref(r) for r in execute(conn, 
         "SELECT id, path, collection, status, error FROM documents WHERE id IN (SELECT value FROM json_each(?))"
         " ORDER BY collection", (_json(ids),))]
     if stored is not None:
@@ -180,7 +181,7 @@ def load_document(conn: Any, name: str | None = None, collection: str | None = N
     """A document with its chunks: named by ``name`` (and ``collection``), or found by the node
     id of one of its chunks (which must then be in the document named, if one is)."""
     if node_id is not None:
-        row = conn.execute("SELECT document_id FROM chunks WHERE node_id = ?", (node_id,)).fetchone()
+        row = execute(conn, "SELECT document_id FROM chunks WHERE node_id = ?", (node_id,)).fetchone()
         if row is None:
             raise InputError(f"no chunk has node id {node_id!r}; node ids come from search hits"
                              " (node_id, section_chunks).")
@@ -192,7 +193,7 @@ def load_document(conn: Any, name: str | None = None, collection: str | None = N
         raise InputError("name a document (its path or id) or a node id.")
     else:
         ref = find_document(conn, name, collection)
-    rows = conn.execute(
+    rows = execute(conn, 
         "SELECT node_id, heading_path, text, start_char, end_char FROM chunks WHERE document_id = ? ORDER BY ordinal",
         (ref.id,),
     ).fetchall()
@@ -214,8 +215,8 @@ def list_documents(conn: Any, collection: str | None = None, prefix: str | None 
         where.append("substr(coalesce(d.path, d.id), 1, length(?)) = ?")
         args += [nfc(prefix), nfc(prefix)]
     condition = " AND ".join(where)
-    total = conn.execute(f"SELECT count(*) FROM documents d WHERE {condition}", args).fetchone()[0]
-    rows = conn.execute(
+    total = execute(conn, f"SELECT count(*) FROM documents d WHERE {condition}", args).fetchone()[0]
+    rows = execute(conn, 
         "SELECT d.id, d.path, d.collection, d.status, d.error, count(c.id), count(DISTINCT c.heading_path),"
         f" d.updated_at, d.content_hash FROM documents d LEFT JOIN chunks c ON c.document_id = d.id WHERE {condition}"
         " GROUP BY d.id ORDER BY d.collection, coalesce(d.path, d.id) LIMIT ? OFFSET ?",

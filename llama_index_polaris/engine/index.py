@@ -9,7 +9,8 @@ from typing import Any, Callable, Sequence
 
 from .config import PolarisConfig, load_config
 from .errors import DatabaseError, InputError
-from .store import UNKNOWN_MODEL, ModelBinding, Store
+from .storage import is_server_uri, open_store
+from .store import UNKNOWN_MODEL, ModelBinding
 
 
 def upgrade_schema(path: str | Path) -> tuple[int, int] | None:
@@ -19,6 +20,8 @@ def upgrade_schema(path: str | Path) -> tuple[int, int] | None:
     from . import db
     from .store import _read_only_reason
 
+    if is_server_uri(str(path)):
+        return None  # a server's schema is upgraded by every open (``postgres.schema.migrate``)
     target = Path(path)
     if not target.exists() or _read_only_reason(str(target)) is not None:
         return None
@@ -29,7 +32,7 @@ def upgrade_schema(path: str | Path) -> tuple[int, int] | None:
         conn.close()
     if version == 0 or version >= db.SCHEMA_VERSION:
         return None
-    Store(target).close()  # a writer's open migrates
+    open_store(target).close()  # a writer's open migrates
     return version, db.SCHEMA_VERSION
 
 
@@ -58,10 +61,12 @@ class PolarisIndex:
         fast_start: bool = False,
     ) -> None:
         self.config = config or load_config()
-        self.path = Path(db_path or self.config.db_path)
+        target = str(db_path or self.config.db_path)
+        self.path: Any = target if is_server_uri(target) else Path(target)  # a file, or a postgresql:// URI
         explicit = self.config.is_explicit("fts_tokenizer")
-        tokenizer = self.config.fts_tokenizer if explicit or not self.path.exists() else None
-        self.store = Store(self.path, readonly=readonly, fts_tokenizer=None if readonly else tokenizer)
+        new = isinstance(self.path, str) or not self.path.exists()  # a server keeps the tokenizer it was made with
+        tokenizer = self.config.fts_tokenizer if explicit or new else None
+        self.store = open_store(self.path, readonly=readonly, fts_tokenizer=None if readonly else tokenizer)
         self._embedder: Any = None
         self.fast_start = fast_start  # a one-shot process: no ONNX graph optimisation, no vector cache
         self._vector_cache: Any = None
@@ -165,7 +170,7 @@ class PolarisIndex:
     def _long_lived(self, attr: str, cache_type: type) -> Any:
         """The cache held in ``attr``, made on first use (loading in the background), unless one-shot."""
         with self._lock:
-            if getattr(self, attr) is None and not self.fast_start:
+            if getattr(self, attr) is None and not self.fast_start and self.store.kind == "sqlite":
                 setattr(self, attr, cache_type(self.store, background=True))
             return getattr(self, attr)
 
@@ -184,8 +189,6 @@ class PolarisIndex:
         ``changes`` compares every collection's files on disk with the index
         (``freshness``): ``changes`` per collection, and ``stale`` when any differ.
         """
-        from .db.schema import schema_version
-
         store = self.store
         model, counts, roots = store.model, store.counts(), store.collections()
         out: dict[str, Any] = {
@@ -193,7 +196,7 @@ class PolarisIndex:
             "embedding_dim": model.dim if model else None, "model_fingerprint": model.fingerprint if model else None,
             "documents": counts["documents"], "chunks": counts["chunks"], "collections": counts["collections"],
             "roots": roots, "root_exists": {n: bool(r) and Path(r).is_dir() for n, r in roots.items()},
-            "schema_version": schema_version(store.conn), "size_bytes": store.size_bytes(),
+            "schema_version": store.schema_version(), "size_bytes": store.size_bytes(),
             "chunk_budget": self._chunk_budget(),
         }
         if check:
@@ -206,13 +209,7 @@ class PolarisIndex:
         return out
 
     def _vector_check(self) -> dict[str, Any]:
-        from .db.schema import has_table
-        from .vectors import report
-
-        with self.store.read() as conn:
-            if not has_table(conn, "chunks_vec"):
-                return {"skipped": 0, "rows": []}
-            return report(conn, self.store.model.dim)
+        return self.store.vector_report()
 
     @property
     def freshness(self) -> Any:
@@ -298,10 +295,9 @@ class PolarisIndex:
     def remove(self, collection: str, paths: Sequence[str | Path] | None = None) -> int:
         """Remove ``collection`` (its documents and root), or only its files under ``paths``: those
         keyed relative to its root, and those a door stored by their absolute path."""
-        from .lock import index_lock
         from .sources import covers
 
-        with index_lock(self.store.path), self.store.run():
+        with self.store.writer_lock(), self.store.run():
             if not paths:
                 return self.store.remove_collection(collection)
             root = self.store.collection_root(collection)

@@ -169,7 +169,7 @@ class Indexer:
         Paths are taken relative to the collection's root (set by its first run, widened
         by a run over a parent folder, moved when the old root is gone from disk).
         """
-        with index_lock(self.store.path, self.on_wait), self.store.run():
+        with self.store.writer_lock(self.on_wait), self.store.run():
             plan = plan_root(self.store.collection_root(self.collection), paths, self.collection)
             if plan.change == "new":  # documents already here came through a door that recorded no root
                 check_unrooted(plan.root, list(self.store.files(self.collection)), self.collection)
@@ -216,7 +216,7 @@ class Indexer:
 
         One indexing run per database at a time: a second one waits (``on_wait`` says so).
         """
-        with index_lock(self.store.path, self.on_wait), self.store.run():
+        with self.store.writer_lock(self.on_wait), self.store.run():
             return self._index(docs, total)
 
     def _index(self, docs: Iterable[SourceDocument], total: int | None, report: IndexReport | None = None) -> IndexReport:

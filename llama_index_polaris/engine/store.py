@@ -38,130 +38,25 @@ from .db.schema import (
     fts_is_secure, get_meta, has_table, purge_fts, set_meta, sqlite_version, transaction,
 )
 from .config import SETTINGS_BY_NAME
+from .records import (  # noqa: F401  (the records are the contract's; names kept importable from here)
+    UNKNOWN_MODEL, ChunkRecord, DocumentRecord, ModelBinding, _check_unique, _check_unique_across, from_blob,
+    is_relative_path, mismatch_message, normal_document, normal_chunk, text_hash, to_blob, unknown_model_message,
+)
 from .errors import ConfigError, DatabaseError, InputError, ModelMismatchError, NodeIdError
 from .ids import node_id_for
-from .search import postings
+from .db import postings
+from .tokenize import Tokenizer
+from .search import bm25 as fts, postings as search_postings, vector as vector_search
 from .search.filters import Filter, filter_sql
+from .search.scope import Scope, resolve_scope
 from .search.names import collections_named
 from .text import is_valid, nfc, storable, storable_value
 
-UNKNOWN_MODEL = "unknown"  # the binding of vectors that came in without a model Polaris could name (see proof.py)
 DEFAULT_FTS_TOKENIZER = SETTINGS_BY_NAME["fts_tokenizer"].default
 
 
-def text_hash(text: str) -> str:
-    """The content hash that lets a chunk reuse a vector already computed."""
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
-
-
-def to_blob(vector: np.ndarray) -> bytes:
-    """A vector as the little-endian float32 blob stored in chunks.embedding."""
-    return np.asarray(vector, dtype="<f4").tobytes()
-
-
-def from_blob(blob: bytes) -> np.ndarray:
-    """The inverse of ``to_blob``."""
-    return np.frombuffer(blob, dtype="<f4")
-
-
-@dataclass
-class DocumentRecord:
-    """One document (a LlamaIndex ref_doc_id): where it came from and its state."""
-
-    id: str
-    path: str | None = None
-    name: str | None = None
-    collection: str = DEFAULT_COLLECTION
-    status: str = "completed"
-    error: str | None = None
-    content_hash: str | None = None
-    metadata: dict[str, Any] = field(default_factory=dict)
-    created_at: str | None = None
-    updated_at: str | None = None
-
-
-@dataclass
-class ChunkRecord:
-    """One chunk of a document, as stored; ``id`` and ``embedding`` are set when read."""
-
-    node_id: str
-    text: str
-    ordinal: int = 0
-    heading_path: str = ""
-    heading_level: int = 0
-    start_char: int | None = None
-    end_char: int | None = None
-    token_count: int | None = None
-    metadata: dict[str, Any] = field(default_factory=dict)
-    document_id: str | None = None
-    id: int | None = None
-    embedding: np.ndarray | None = None
-    text_hash: str = ""  # hash of the text that was embedded; defaults to the text's
-    node: str | None = None  # JSON of a LlamaIndex node's other fields (None for chunks `polaris index` made)
-
-    def __post_init__(self) -> None:
-        if not self.text_hash:
-            self.text_hash = text_hash(self.text)
-
-
-@dataclass(frozen=True)
-class ModelBinding:
-    """The model an index was built with; recorded on first write, checked on open."""
-
-    model_id: str
-    dim: int
-    fingerprint: str = ""
-    doc_prefix: str = ""
-    query_prefix: str = ""
-
-
-def mismatch_message(recorded: ModelBinding, wanted: ModelBinding, path: str) -> str | None:
-    """Why ``wanted`` cannot use an index built with ``recorded``, or None if it can."""
-    if recorded.model_id == UNKNOWN_MODEL:
-        same = (wanted.model_id, wanted.dim) == (UNKNOWN_MODEL, recorded.dim)  # more vectors naming no model
-        return None if same else unknown_model_message(recorded, wanted, path)
-    if (recorded.model_id, recorded.dim) != (wanted.model_id, wanted.dim):
-        what = f"{wanted.model_id} at {wanted.dim} dims"
-    elif recorded.fingerprint and wanted.fingerprint and recorded.fingerprint != wanted.fingerprint:
-        what = f"a different build of {wanted.model_id} (ONNX sha256 {wanted.fingerprint[:12]}...)"
-    else:
-        return None
-    built = f"ONNX sha256 {recorded.fingerprint[:12]}..." if recorded.fingerprint else "ONNX sha256 unknown"
-    return (
-        f"{path} was built with {recorded.model_id} at {recorded.dim} dims"
-        f" ({built}), but {what} was asked for;"
-        " vectors from two models cannot be compared. Re-index into a new file"
-        f" (delete {path} or pass --db NEW.db), or use model_id = \"{recorded.model_id}\""
-        f" with embedding_dim = {recorded.dim}."
-    )
-
-
-def unknown_model_message(recorded: ModelBinding, wanted: ModelBinding, path: str) -> str:
-    """Why ``wanted`` cannot simply be trusted with a file that does not name its model."""
-    if wanted.dim != recorded.dim:
-        return (
-            f"{path} holds {recorded.dim}-dim vectors from a model it does not name, but {wanted.model_id} makes"
-            f" {wanted.dim}-dim vectors, so it did not make them. Name the model that embedded them (model_id and"
-            " embedding_dim in polaris.toml; in LlamaIndex, embed_model=), or re-index into a new file (delete it or"
-            " pass --db NEW.db)."
-        )
-    if wanted.fingerprint:  # a Polaris model: it can prove itself (proof.py), but has not here
-        return (
-            f"{path} holds {recorded.dim}-dim vectors from a model it does not name, and {wanted.model_id} has"
-            " not been shown to have made them. Open the file with it through any Polaris door (PolarisIndex,"
-            " polaris search, PolarisEmbedding), which embeds a few chunks again and records the model when they"
-            " match, or re-index into a new file."
-        )
-    return (
-        f"{path} holds {recorded.dim}-dim vectors from a model it does not name, and {wanted.model_id} is not"
-        " a Polaris model, so nothing can show that it made them. Open the file once with the Polaris model that"
-        " embedded them (it re-embeds a few chunks and records itself), or write to a new file with"
-        f" {wanted.model_id} named from the start."
-    )
-
-
 class Store:
-    """Read and write polaris.db. Thread-safe; one writer at a time per file (SQLite's lock).
+    """The SQLite backend of the storage contract (``storage.py``): read and write polaris.db. Thread-safe; one writer at a time per file (SQLite's lock).
 
     ``fts_tokenizer``: None keeps the tokenizer the file was built with (a new file gets
     ``DEFAULT_FTS_TOKENIZER``); a different explicit value rebuilds ``chunks_fts``.
@@ -177,13 +72,14 @@ class Store:
         fts_tokenizer: str | None = None,
     ) -> None:
         self.path = str(path)
+        self.kind = "sqlite"
         self.readonly_reason: str | None = None
         if readonly is None:
             self.readonly_reason = _read_only_reason(self.path)
             readonly = self.readonly_reason is not None
         self.readonly = readonly
         self._lock = threading.RLock()
-        self._tokenizer: postings.Tokenizer | None = None
+        self._tokenizer: Tokenizer | None = None
         self._batched = 0
         self._proven: ModelBinding | None = None  # proven on a file this process cannot write (see record_proof)
         self._runs = 0
@@ -353,16 +249,84 @@ class Store:
             with self._write():
                 pass  # the flush runs before COMMIT
 
-    def tokenizer(self) -> postings.Tokenizer:
+    def tokenizer(self) -> Tokenizer:
         """The index's FTS5 tokenizer, on a private in-memory connection (made once per tokenizer)."""
         name = postings.fts_tokenizer(self.conn)
         if self._tokenizer is None or self._tokenizer.tokenizer != name:
-            self._tokenizer = postings.Tokenizer(name)
+            self._tokenizer = Tokenizer(name)
         return self._tokenizer
 
     def read(self) -> Any:
         """``with store.read() as conn:`` one consistent snapshot, the store's lock held."""
         return _LockedTransaction(self._lock, self.conn, transaction(self.conn, "BEGIN"))
+
+    def writer_lock(self, on_wait: Any = None) -> Any:
+        """``with store.writer_lock():`` one `polaris index` run at a time (a lock file beside the index)."""
+        from .lock import index_lock
+
+        return index_lock(self.path, on_wait)
+
+    def vector_report(self) -> dict[str, Any]:
+        """The rows vector search skips (``vectors.report``: bad stored vectors, vec0 rows that are
+        missing, invalid or different from their chunk's), for ``polaris status --check``."""
+        with self.read() as conn:
+            if not has_table(conn, "chunks_vec"):
+                return {"skipped": 0, "rows": []}
+            return vectors_module.report(conn, self.model.dim)
+
+    def schema_version(self) -> int:
+        """The number of the last migration applied to this file."""
+        with self._lock:
+            return db.schema_version(self.conn)
+
+    # -- search reads: the contract's read side (``storage.py``), inside ``read()`` -----------
+    def resolve_scope(self, **restrictions: Any) -> Scope:
+        """The scope of a query (``search.scope.resolve_scope``: documents, collections, filters,
+        node ids, within_collection)."""
+        return resolve_scope(self.conn, **restrictions)
+
+    def knn(self, query: np.ndarray, k: int, scope: Scope, fetch_k: int | None = None) -> list[tuple[int, float]]:
+        """The ``k`` nearest chunks in ``scope``: exact vec0 below ``ann.EXACT_BELOW``, sign bits above."""
+        return vector_search.knn(self.conn, query, k, scope, fetch_k=fetch_k)
+
+    def bm25(self, query: str, k: int, scope: Scope) -> list[tuple[int, float]]:
+        """FTS5's BM25 candidates in ``scope``, common words scored from the posting lists."""
+        hits = search_postings.bm25(self.conn, self.tokenizer(), query, k, scope)
+        return fts.bm25(self.conn, query, k, scope) if hits is None else hits
+
+    def chunk_texts(self, ids: Sequence[int]) -> dict[int, tuple[str, str]]:
+        """Each chunk's (heading path, text)."""
+        sql = "SELECT id, heading_path, text FROM chunks WHERE id IN (SELECT value FROM json_each(?))"
+        return {r[0]: (r[1] or "", r[2] or "") for r in self.conn.execute(sql, (json.dumps(list(ids)),))}
+
+    def candidates(self, ids: Sequence[int], with_vectors: bool) -> dict[int, tuple[str, str, np.ndarray | None]]:
+        """(document id, heading path, stored vector or None) of each chunk: what ranking needs."""
+        column = "embedding" if with_vectors else "NULL"
+        sql = f"SELECT id, document_id, heading_path, {column} FROM chunks WHERE id IN (SELECT value FROM json_each(?))"
+        rows = self.conn.execute(sql, (json.dumps(list(dict.fromkeys(ids))),)).fetchall()
+        dim = self.model.dim if with_vectors and self.model else None
+        return {r[0]: (r[1], r[2], vectors_module.decode(r[3], dim) if with_vectors else None) for r in rows}
+
+    def hit_rows(self, ids: Sequence[int]) -> dict[int, tuple]:
+        """What a hit shows of each chunk: (document id, document, collection, node id, heading path,
+        text, start, end, merged metadata, status, error, node JSON)."""
+        sql = (
+            "SELECT c.id, c.document_id, coalesce(d.path, d.id), d.collection, c.node_id, c.heading_path, c.text,"
+            f" c.start_char, c.end_char, {MERGED_METADATA}, d.status, d.error, c.node"
+            f" FROM {CHUNKS_WITH_DOCUMENTS} WHERE c.id IN (SELECT value FROM json_each(?))"
+        )
+        return {r[0]: (*r[1:9], json.loads(r[9]), *r[10:]) for r in self.conn.execute(sql, (json.dumps(list(ids)),))}
+
+    def section_rows(self, keys: Sequence[tuple[str, str]], with_text: bool) -> list[tuple]:
+        """Every chunk of the sections ``keys`` (document id, heading path), in document order:
+        (document id, heading path, node id, start, end, text or None, chunk id)."""
+        text = "c.text" if with_text else "NULL"
+        return self.conn.execute(
+            f"SELECT c.document_id, c.heading_path, c.node_id, c.start_char, c.end_char, {text}, c.id FROM chunks c"
+            " JOIN json_each(?) k ON c.document_id = json_extract(k.value, '$[0]') AND c.heading_path = json_extract(k.value, '$[1]')"
+            " ORDER BY c.document_id, c.ordinal",
+            (json.dumps([list(k) for k in keys]),),
+        ).fetchall()
 
     # -- model guard -------------------------------------------------------------
     @property
@@ -866,12 +830,6 @@ CHUNK_COLUMNS = _chunk_columns(MERGED_METADATA)  # metadata merged with the docu
 OWN_CHUNK_COLUMNS = _chunk_columns("c.metadata")  # the chunk's own metadata, as it was added
 
 
-def is_relative_path(path: str) -> bool:
-    """True for a clean relative POSIX path (what a file under a collection root is keyed by)."""
-    parts = path.split("/")
-    return not path.startswith("/") and ".." not in parts and "" not in parts
-
-
 def _chunk_where(
     node_ids: Any, ids: Any, document_id: Any, filters: Filter | None = None, collection: str | None = None
 ) -> tuple[str, tuple]:
@@ -903,58 +861,6 @@ def _chunk_where(
 def _keys(ids: Iterable[str]) -> str:
     """Ids as a JSON array for ``json_each``, each ``storable`` as it was stored."""
     return json.dumps([storable(i) for i in ids])
-
-
-def normal_document(doc: DocumentRecord) -> DocumentRecord:
-    """``doc`` with its path, name and collection in NFC (the spelling stored and compared), and
-    its id, error and metadata ``storable`` (a lone surrogate written out, ``text.storable``)."""
-    path, name = (None if v is None else nfc(v) for v in (doc.path, doc.name))
-    error = None if doc.error is None else storable(doc.error)
-    return dataclasses.replace(doc, id=storable(doc.id), path=path, name=name, collection=nfc(doc.collection),
-                               error=error, metadata=_storable_metadata(doc.metadata))
-
-
-def normal_chunk(chunk: ChunkRecord) -> ChunkRecord:
-    """``chunk`` with its text and heading path in NFC (its offsets and text hash as given), and
-    its node id, metadata and node JSON ``storable``."""
-    text, heading_path, node_id = nfc(chunk.text), nfc(chunk.heading_path), storable(chunk.node_id)
-    metadata, node = _storable_metadata(chunk.metadata), chunk.node
-    if node is not None and not is_valid(node):
-        node = json.dumps(storable_value(json.loads(node)), ensure_ascii=False)
-    same = (text, heading_path, node_id, metadata, node)
-    if all(a is b for a, b in zip(same, (chunk.text, chunk.heading_path, chunk.node_id, chunk.metadata, chunk.node))):
-        return chunk
-    return dataclasses.replace(chunk, text=text, heading_path=heading_path, node_id=node_id, metadata=metadata, node=node)
-
-
-def _storable_metadata(metadata: dict[str, Any]) -> dict[str, Any]:
-    """``metadata`` unchanged, or with its strings ``storable`` when one holds a lone surrogate."""
-    if "\\ud" not in json.dumps(metadata, default=str):  # ASCII JSON writes a surrogate as an escape
-        return metadata
-    return storable_value(json.loads(json.dumps(metadata, default=str)))
-
-
-def _check_unique(doc: DocumentRecord, chunks: Sequence[ChunkRecord]) -> None:
-    counts = Counter(c.node_id for c in chunks)
-    dupes = sorted(n for n, k in counts.items() if k > 1)
-    if dupes:
-        raise NodeIdError(
-            f"document {doc.id!r}: duplicate node ids {', '.join(dupes[:5])}; a node id names one node, so give"
-            " each node its own. Nothing was written."
-        )
-
-
-def _check_unique_across(groups: Sequence[tuple[DocumentRecord, Sequence[ChunkRecord]]]) -> None:
-    """Refuse a node id given under two documents of one write."""
-    owner: dict[str, str] = {}
-    for doc, chunks in groups:
-        for c in chunks:
-            first = owner.setdefault(c.node_id, doc.id)
-            if first != doc.id:
-                raise NodeIdError(
-                    f"node id {c.node_id!r} is given for two documents, {first!r} and {doc.id!r}, in one write;"
-                    " a node id names one node of one document. Give one of them another id. Nothing was written."
-                )
 
 
 def _chunk_row(document_id: str, c: ChunkRecord, blob: bytes | None) -> tuple:

@@ -17,10 +17,11 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..errors import DatabaseError
+from ..search.scope import CHUNKS_WITH_DOCUMENTS, MERGED_METADATA  # noqa: F401
+from ..records import CHUNK_OWN_KEYS, DEFAULT_COLLECTION, STATUSES, file_document_id  # noqa: F401
 
 META_TABLE = "polaris_meta"
 SECURE_FTS_SQLITE = (3, 42, 0)  # the first SQLite with FTS5 'secure-delete'
-DEFAULT_COLLECTION = "default"  # where a document goes when no collection is named
 
 CORE_SQL = """
 CREATE TABLE polaris_meta (
@@ -196,7 +197,7 @@ def _migration_postings(conn: Any, fts_tokenizer: str) -> None:
 
     A chunk noted dirty keeps the text its postings were counted from (``counted``), the
     first time it changes after a flush: INSERT OR IGNORE keeps that first note."""
-    from ..search.postings import rebuild
+    from .postings import rebuild
 
     _script(conn, POSTINGS_SQL)
     rebuild(conn)
@@ -256,13 +257,13 @@ def _migration_erase(conn: Any, fts_tokenizer: str) -> None:
     secure_fts(conn)
     purge_fts(conn)
     if has_table(conn, "chunks_bm25_terms"):
-        from ..search import postings
+        from . import postings
+        from ..tokenize import Tokenizer
 
-        postings.flush(conn, postings.Tokenizer(postings.fts_tokenizer(conn)))  # old text noted by a raw write
+        postings.flush(conn, Tokenizer(postings.fts_tokenizer(conn)))  # old text noted by a raw write
         conn.execute("DELETE FROM chunks_bm25_terms WHERE term NOT IN (SELECT term FROM chunks_bm25)")
 
 
-STATUSES = ("pending", "processing", "completed", "stale", "failed")
 
 DOCUMENTS_V3_SQL = f"""
 CREATE TABLE collections (
@@ -291,10 +292,7 @@ ALTER TABLE documents_v3 RENAME TO documents;
 CREATE INDEX documents_collection_status ON documents (collection, status);
 CREATE INDEX documents_collection_path ON documents (collection, path);
 """
-CHUNK_OWN_KEYS = ("heading_path", "heading_level", "chunk_index")
-# A chunk's metadata as readers see it: its document's (front matter, file_path), then its own.
-MERGED_METADATA = "CASE d.metadata WHEN '{}' THEN c.metadata ELSE json_patch(d.metadata, c.metadata) END"
-CHUNKS_WITH_DOCUMENTS = "chunks c JOIN documents d ON d.id = c.document_id"
+
 
 
 def _migration_3(conn: Any, fts_tokenizer: str) -> None:
@@ -354,11 +352,6 @@ def _rekey_0_1(conn: Any, collection: str, root: str, docs: list[tuple]) -> None
             conn.execute(
                 "UPDATE chunks SET document_id = ?, metadata = ? WHERE id = ?", (new_id, json.dumps(own), chunk_id)
             )
-
-
-def file_document_id(collection: str, path: str) -> str:
-    """The id a file gets when it is first indexed: ``collection:path``."""
-    return f"{collection}:{path}"
 
 
 @dataclass(frozen=True)
@@ -540,6 +533,6 @@ def rebuild_fts(conn: Any, tokenizer: str) -> None:
     secure_fts(conn)
     set_meta(conn, fts_tokenizer=tokenizer)
     if has_table(conn, "chunks_bm25"):  # counted with the old tokenizer's terms
-        from ..search.postings import rebuild
+        from .postings import rebuild
 
         rebuild(conn)

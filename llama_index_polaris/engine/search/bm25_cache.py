@@ -26,7 +26,9 @@ import numpy as np
 
 from ..db.connect import sqlite_module
 from .bm25 import HEADING_WEIGHT, TEXT_WEIGHT, bm25, bm25_sql, phrases_query, query_words
-from .postings import Tokenizer, fts_tokenizer, idf, phrase_scores, posting, top_hits, varints, vocab
+from ..db.postings import fts_tokenizer, varints, vocab
+from ..tokenize import Tokenizer
+from .postings import idf, phrase_scores, posting, top_hits
 from .scope import Scope
 from .store_cache import BATCH_ROWS, Changed, StoreCache
 from .vector_cache import MIN_CHUNKS, scope_rows

@@ -187,3 +187,112 @@ _OPS = {
     "text_match": _text_match, "text_match_insensitive": _text_match_insensitive, "is_empty": _is_empty,
 }
 assert set(_OPS) == set(OPERATORS)
+
+
+# -- the same filters over a jsonb column (the Postgres backend) ---------------------------
+# Each operator means what it means above: JSON types line up as SQLite's json_type sees
+# them (a boolean compares as 0/1 with numbers, as json_extract reads it), a missing key
+# or a JSON null satisfies only ``!=``, ``nin`` and ``is_empty``, and text compares
+# bytewise (COLLATE "C", SQLite's BINARY). The value under the key is read once, as
+# ``f.v``; parameters are ``?`` (``dialect.execute`` spells them for psycopg), so jsonb's
+# own ``?`` operator is never used.
+
+_V = "f.v"
+_NUM = ("(CASE jsonb_typeof({0}) WHEN 'number' THEN ({0} #>> '{{}}')::float8 WHEN 'boolean' THEN"
+        " (CASE WHEN {0} = 'true'::jsonb THEN 1.0 ELSE 0.0 END) END)")
+_TXT = "(CASE jsonb_typeof({0}) WHEN 'string' THEN ({0} #>> '{{}}') END)"
+_LOWER = "translate({0}, 'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz')"
+
+
+def filter_sql_pg(f: Filter, column: str = "metadata") -> tuple[str, list[Any]]:
+    """``filter_sql`` for a jsonb ``column``: a WHERE fragment that is true or false, never NULL."""
+    if isinstance(f, FilterGroup):
+        if f.condition not in CONDITIONS:
+            raise InputError(f"filter condition must be one of {', '.join(CONDITIONS)}, got {f.condition!r}.")
+        if not f.filters:
+            return "TRUE", []
+        parts, params = [], []
+        for child in f.filters:
+            sql, args = filter_sql_pg(child, column)
+            parts.append(f"({sql})")
+            params += args
+        joined = (" AND " if f.condition == "and" else " OR ").join(parts)
+        return (f"NOT ({joined})", params) if f.condition == "not" else (joined, params)
+    if isinstance(f, Condition):
+        _check_value(f)
+        _path(f.key)
+        sql, params = _PG_OPS[f.op](f.value)
+        return f"coalesce((SELECT {sql} FROM (SELECT {column} -> ?::text AS v) f), FALSE)", [*params, f.key]
+    raise InputError(f"a filter must be a Condition or FilterGroup, got {type(f).__name__}.")
+
+
+def _pg_compare(op: str) -> Any:
+    def build(v: Any) -> tuple[str, list[Any]]:
+        if isinstance(v, str):
+            return f'{_TXT.format(_V)} COLLATE "C" {op} ?::text COLLATE "C"', [v]
+        return f"{_NUM.format(_V)} {op} ?::float8", [float(v)]
+    return build
+
+
+def _pg_not(build: Any) -> Any:
+    def negated(v: Any) -> tuple[str, list[Any]]:
+        sql, params = build(v)
+        return f"NOT coalesce(({sql}), FALSE)", params
+    return negated
+
+
+def _pg_same(x: str, item: str) -> str:
+    """Two JSON scalars equal as SQLite compares them: strings as text, numbers and booleans by value."""
+    return (f"(CASE WHEN jsonb_typeof({x}) = 'string' AND jsonb_typeof({item}) = 'string' THEN {x} = {item}"
+            f" WHEN jsonb_typeof({x}) IN ('number', 'boolean') AND jsonb_typeof({item}) IN ('number', 'boolean')"
+            f" THEN {_NUM.format(x)} = {_NUM.format(item)} ELSE FALSE END)")
+
+
+def _pg_in(v: Any) -> tuple[str, list[Any]]:
+    return (f"jsonb_typeof({_V}) NOT IN ('array', 'object') AND EXISTS (SELECT 1 FROM"
+            f" jsonb_array_elements(?::jsonb) w(value) WHERE {_pg_same(_V, 'w.value')})", [json.dumps(list(v))])
+
+
+def _pg_member(item: str) -> str:
+    """The JSON scalar ``item`` in the list under the key, or a substring of the string there."""
+    return (f"(CASE jsonb_typeof({_V}) WHEN 'array' THEN EXISTS (SELECT 1 FROM jsonb_array_elements({_V}) e(value)"
+            f" WHERE jsonb_typeof(e.value) NOT IN ('array', 'object') AND {_pg_same('e.value', item)})"
+            f" WHEN 'string' THEN jsonb_typeof({item}) = 'string' AND strpos({_V} #>> '{{}}', {item} #>> '{{}}') > 0"
+            " ELSE FALSE END)")
+
+
+def _pg_contains(v: Any) -> tuple[str, list[Any]]:
+    return "(SELECT " + _pg_member("i.v") + " FROM (SELECT ?::jsonb AS v) i)", [json.dumps(v)]
+
+
+def _pg_any(v: Any) -> tuple[str, list[Any]]:
+    return (f"EXISTS (SELECT 1 FROM jsonb_array_elements(?::jsonb) w(value) WHERE {_pg_member('w.value')})",
+            [json.dumps(list(v))])
+
+
+def _pg_all(v: Any) -> tuple[str, list[Any]]:
+    return (f"jsonb_typeof({_V}) <> 'null' AND NOT EXISTS (SELECT 1 FROM jsonb_array_elements(?::jsonb) w(value)"
+            f" WHERE NOT {_pg_member('w.value')})", [json.dumps(list(v))])
+
+
+def _pg_text_match(insensitive: bool) -> Any:
+    def build(v: Any) -> tuple[str, list[Any]]:
+        text, needle = f"({_V} #>> '{{}}')", "?::text"
+        if insensitive:  # ASCII case only, as SQLite's lower()
+            text, needle = _LOWER.format(text), _LOWER.format(needle)
+        return f"jsonb_typeof({_V}) = 'string' AND strpos({text}, {needle}) > 0", [v]
+    return build
+
+
+def _pg_is_empty(v: Any) -> tuple[str, list[Any]]:
+    return (f"CASE coalesce(jsonb_typeof({_V}), 'null') WHEN 'null' THEN TRUE WHEN 'string' THEN"
+            f" ({_V} #>> '{{}}') = '' WHEN 'array' THEN jsonb_array_length({_V}) = 0 ELSE FALSE END", [])
+
+
+_PG_OPS = {
+    "==": _pg_compare("="), "!=": _pg_not(_pg_compare("=")), ">": _pg_compare(">"), "<": _pg_compare("<"),
+    ">=": _pg_compare(">="), "<=": _pg_compare("<="), "in": _pg_in, "nin": _pg_not(_pg_in), "any": _pg_any,
+    "all": _pg_all, "contains": _pg_contains, "text_match": _pg_text_match(False),
+    "text_match_insensitive": _pg_text_match(True), "is_empty": _pg_is_empty,
+}
+assert set(_PG_OPS) == set(OPERATORS)

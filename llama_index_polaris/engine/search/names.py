@@ -24,7 +24,8 @@ import difflib
 import json
 from typing import Any, Sequence
 
-from ..db.schema import DEFAULT_COLLECTION
+from ..dialect import execute, where as _where
+from ..records import DEFAULT_COLLECTION
 from ..errors import ScopeError
 from ..text import nfc, spellings
 
@@ -38,7 +39,7 @@ CLOSER = 0.1  # and at most this far below the best one (paths share their folde
 def collections_named(conn: Any, names: Sequence[str]) -> list[str]:
     """The stored names of the collections ``names`` (NFC aside), in order; a ScopeError names
     the ones the index does not have."""
-    stored = [r[0] for r in conn.execute("SELECT name FROM collections ORDER BY name")]
+    stored = [r[0] for r in execute(conn, "SELECT name FROM collections ORDER BY name")]
     by_form: dict[str, list[str]] = {}
     for name in stored:
         by_form.setdefault(nfc(name), []).append(name)
@@ -62,7 +63,7 @@ def documents_named(conn: Any, names: Sequence[str]) -> tuple[list[str], list[st
         for form in spellings(name):
             forms.setdefault(form, set()).add(name)
     keys = json.dumps(list(forms))
-    rows = conn.execute(
+    rows = execute(conn, 
         "SELECT id, path FROM documents WHERE id IN (SELECT value FROM json_each(?))"
         " OR path IN (SELECT value FROM json_each(?))", (keys, keys),
     ).fetchall()
@@ -89,11 +90,11 @@ def _no_collection(missing: Sequence[str], stored: Sequence[str], where: str) ->
 
 def no_document(conn: Any, missing: Sequence[str]) -> str:
     """The sentence for ``missing`` document names: how many documents there are, close matches."""
-    total = conn.execute("SELECT count(*) FROM documents").fetchone()[0]
+    total = execute(conn, "SELECT count(*) FROM documents").fetchone()[0]
     what, where = _quoted(missing, "document"), _where(conn)
     if not total:
         return f"no {what} in {where}: it holds no documents yet."
-    pool = [r[0] for r in conn.execute("SELECT coalesce(path, id) FROM documents")]
+    pool = [r[0] for r in execute(conn, "SELECT coalesce(path, id) FROM documents")]
     hint = _hint([m for name in missing for m in _close(name, pool)])
     return (f"no {what} in {where}, which holds {total:,} document{'s' if total != 1 else ''}"
             f" (a document is named by its id or its path under its collection's root).{hint}")
@@ -107,12 +108,6 @@ def close_names(name: str, pool: Sequence[str]) -> list[str]:
 def did_you_mean(matches: Sequence[str]) -> str:
     """`` Did you mean 'x' or 'y'?`` for ``matches`` ("" when there are none)."""
     return _hint(matches)
-
-
-def _where(conn: Any) -> str:
-    """The file behind ``conn`` (its main database), for messages."""
-    row = conn.execute("PRAGMA database_list").fetchone()
-    return row[2] if row and row[2] else "this index"
 
 
 def _quoted(names: Sequence[str], kind: str) -> str:

@@ -1,36 +1,31 @@
 """The query pipeline: embed once, KNN + BM25, then ``rank.rank`` (sections, RRF, heading
 boost, MMR, normalise).
 
-The Searcher only reads the database: the scope, the two candidate lists, what ranking
-needs of each candidate and the rows of the hits. Each hit carries the explanation
+The Searcher only reads, and only through the storage contract (``storage.py``): the
+scope, the two candidate lists, what ranking needs of each candidate and the rows of the
+hits. It imports neither backend: SQLite and Postgres rank through the same code. Each hit carries the explanation
 computed in the same pass that scored it, so the figures shown by ``polaris search
 --explain`` and the Datasette page cannot drift from the ranking.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Hashable, Mapping, Sequence
 
 import numpy as np
 
 from ..config import PolarisConfig
-from ..db.schema import CHUNKS_WITH_DOCUMENTS, MERGED_METADATA
 from ..errors import InputError
-from ..store import Store
+from ..storage import MAX_K, Storage
 from ..text import heuristic_tokens, nfc
-from ..vectors import check_query as check_query_vector, decode
+from ..vectors import check_query as check_query_vector
 from .boost import boost_terms
-from .bm25 import bm25
 from .context import bounded, excerpt, stitch
-from . import literal, postings
-from .bm25_cache import Bm25Cache
+from . import literal
 from .filters import Filter
 from .rank import UNITS, Candidate, Explanation, RankParams, Ranked, rank
-from .scope import Scope, resolve_scope
-from .vector import MAX_K, knn
-from .vector_cache import VectorCache
+from .scope import Scope
 
 MODES = ("hybrid", "vector", "bm25")
 MAX_QUERY_CHARS = 10_000
@@ -150,19 +145,19 @@ class Searcher:
 
     def __init__(
         self,
-        store: Store,
+        store: Storage,
         embed_query: Callable[[str], np.ndarray] | None,
         config: PolarisConfig,
-        vector_cache: VectorCache | None = None,
-        bm25_cache: Bm25Cache | None = None,
+        vector_cache: Any = None,
+        bm25_cache: Any = None,
         count_tokens: Callable[[str], int] | None = None,
     ) -> None:
         self.store = store
         self.embed_query = embed_query
         self.config = config
         self.count_tokens = count_tokens  # the model's tokens, for a section's budget (None: len / 4)
-        self.vector_cache = vector_cache  # exact KNN from RAM for long-lived processes
-        self.bm25_cache = bm25_cache  # FTS5's BM25 with common words scored from RAM, likewise
+        self.vector_cache = vector_cache  # a backend's KNN from RAM for long-lived processes (SQLite's sign bits)
+        self.bm25_cache = bm25_cache  # a backend's BM25 with common words scored from RAM, likewise
 
     def search(
         self,
@@ -213,9 +208,9 @@ class Searcher:
         k = clamp_top_k(top_k, self.config.top_k, max_top_k or self.max_top_k)
         if query_vector is not None:
             query_vector = self._check_vector(query_vector)
-        with self.store.read() as conn:  # a scope naming what the index lacks is refused, even for no query
-            scope = resolve_scope(conn, documents=documents, collections=collections, filters=filters,
-                                  node_ids=node_ids, within_collection=within_collection)
+        with self.store.read():  # a scope naming what the index lacks is refused, even for no query
+            scope = self.store.resolve_scope(documents=documents, collections=collections, filters=filters,
+                                             node_ids=node_ids, within_collection=within_collection)
         if scope.empty or (not query and query_vector is None):
             return []
         if _uses(mode, weights, "vector") and query_vector is None and self.store.model is not None:
@@ -285,14 +280,8 @@ class Searcher:
     def _add_sections(self, hits: list[Hit], context_tokens: int | None, query: str = "") -> None:
         """Each hit's section: its span, the node ids of all its chunks and, if asked, its text
         (cut to the budget with the chunk that matched kept in view: ``context.excerpt``)."""
-        keys = json.dumps([[h.document_id, h.heading_path] for h in hits])
-        text = "c.text" if context_tokens is not None else "NULL"
-        rows = self.store.conn.execute(
-            f"SELECT c.document_id, c.heading_path, c.node_id, c.start_char, c.end_char, {text}, c.id FROM chunks c"
-            " JOIN json_each(?) k ON c.document_id = json_extract(k.value, '$[0]') AND c.heading_path = json_extract(k.value, '$[1]')"
-            " ORDER BY c.document_id, c.ordinal",
-            (keys,),
-        ).fetchall()
+        keys = list(dict.fromkeys((h.document_id, h.heading_path) for h in hits))
+        rows = self.store.section_rows(keys, context_tokens is not None)
         sections: dict[tuple[str, str], list[tuple]] = {}
         for doc, heading, node_id, start, end, chunk_text, chunk_id in rows:
             sections.setdefault((doc, heading), []).append((node_id, start, end, chunk_text, chunk_id))
@@ -312,7 +301,7 @@ class Searcher:
     def _knn(self, qvec: np.ndarray, k: int, scope: Scope, fetch_k: int | None = None) -> list[tuple[int, float]]:
         if self.vector_cache is not None and self.vector_cache.refresh():
             return self.vector_cache.knn(qvec, k, scope, fetch_k=fetch_k)
-        return knn(self.store.conn, qvec, k, scope, fetch_k=fetch_k)
+        return self.store.knn(qvec, k, scope, fetch_k=fetch_k)
 
     def _bm25(self, query: str, k: int, scope: Scope) -> list[tuple[int, float]]:
         """The BM25 list; a lookup's is lifted from a deeper one (``LOOKUP_POOL``), so that
@@ -322,17 +311,15 @@ class Searcher:
         if self.bm25_cache is not None and self.bm25_cache.refresh():
             hits = self.bm25_cache.bm25(query, fetch, scope)
         else:
-            hits = postings.bm25(self.store.conn, self.store.tokenizer(), query, fetch, scope)
-            hits = bm25(self.store.conn, query, fetch, scope) if hits is None else hits
+            hits = self.store.bm25(query, fetch, scope)
         if lookup and hits:
             hits = literal.lift(hits, self._texts([h[0] for h in hits]), lookup)[:k]
         return hits
 
     def _texts(self, ids: list[int]) -> dict[int, str]:
         """Each chunk's own heading and text, where an identifier is looked for as written."""
-        sql = "SELECT id, heading_path, text FROM chunks WHERE id IN (SELECT value FROM json_each(?))"
-        return {r[0]: (r[1] or "").rsplit(" > ", 1)[-1] + "\n" + (r[2] or "")
-                for r in self.store.conn.execute(sql, (json.dumps(ids),))}
+        return {cid: heading.rsplit(" > ", 1)[-1] + "\n" + text
+                for cid, (heading, text) in self.store.chunk_texts(ids).items()}
 
     def _embed(self, query: str) -> np.ndarray:
         if self.embed_query is None:
@@ -351,25 +338,13 @@ class Searcher:
         that ranking needs. A stored value that is not a valid vector is None (MMR: no similarity)."""
         if not ids:
             return {}
-        column = "embedding" if with_vectors else "NULL"
-        sql = (f"SELECT id, document_id, heading_path, {column} FROM chunks"
-               " WHERE id IN (SELECT value FROM json_each(?))")
-        rows = self.store.conn.execute(sql, (json.dumps(list(dict.fromkeys(ids))),)).fetchall()
-        dim = self.store.model.dim if with_vectors and self.store.model else None
-        return {r[0]: Candidate((r[1], r[2]), r[2], _unit(decode(r[3], dim)) if with_vectors else None) for r in rows}
+        found = self.store.candidates(ids, with_vectors)
+        return {cid: Candidate((doc, heading), heading, _unit(vector)) for cid, (doc, heading, vector) in found.items()}
 
     def _rows(self, ids: list[int]) -> dict[int, _Row]:
         if not ids:
             return {}
-        sql = (
-            "SELECT c.id, c.document_id, coalesce(d.path, d.id), d.collection, c.node_id, c.heading_path, c.text,"
-            f" c.start_char, c.end_char, {MERGED_METADATA}, d.status, d.error, c.node"
-            f" FROM {CHUNKS_WITH_DOCUMENTS} WHERE c.id IN (SELECT value FROM json_each(?))"
-        )
-        out = {}
-        for r in self.store.conn.execute(sql, (json.dumps(ids),)).fetchall():
-            out[r[0]] = _Row(r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], json.loads(r[9]), r[10], r[11], r[12])
-        return out
+        return {cid: _Row(*row) for cid, row in self.store.hit_rows(ids).items()}
 
 
 def _unit(vector: np.ndarray | None) -> np.ndarray | None:

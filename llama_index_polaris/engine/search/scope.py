@@ -18,12 +18,15 @@ import json
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from ..db.schema import CHUNKS_WITH_DOCUMENTS, MERGED_METADATA
+from ..dialect import dialect, execute
 from ..errors import InputError, ScopeError
-from .filters import Filter, filter_sql
+from .filters import Filter, filter_sql, filter_sql_pg
 from .names import collections_named, known_documents
 
-SEARCHABLE = ("completed", "stale")  # the statuses a collection scope includes
+SEARCHABLE = ("completed", "stale")
+CHUNKS_WITH_DOCUMENTS = "chunks c JOIN documents d ON d.id = c.document_id"
+# A chunk's metadata as readers see it: its document's (front matter, file_path), then its own.
+MERGED_METADATA = "CASE d.metadata WHEN '{}' THEN c.metadata ELSE json_patch(d.metadata, c.metadata) END"  # the statuses a collection scope includes
 
 
 @dataclass(frozen=True)
@@ -94,14 +97,17 @@ _IN_COLLECTIONS = ("SELECT id FROM documents WHERE status IN (SELECT value FROM 
 
 def _ids(conn: Any, sql: str, *lists: Sequence[str]) -> dict[str, None]:
     """The first column of ``sql``'s rows, in order, each list passed as one JSON array."""
-    return dict.fromkeys(r[0] for r in conn.execute(sql, [json.dumps(list(v)) for v in lists]))
+    return dict.fromkeys(r[0] for r in execute(conn, sql, [json.dumps(list(v)) for v in lists]))
 
 
 def resolve_chunks(conn: Any, filters: Filter | None, node_ids: Sequence[str] | None) -> tuple[int, ...] | None:
     """Chunk ids passing ``filters`` and in ``node_ids`` (an empty node_ids list means no filter)."""
     where, args = [], []
     if filters is not None:
-        sql, params = filter_sql(filters, f"({MERGED_METADATA})")
+        if dialect(conn) == "postgres":  # jsonb: the document's metadata, then the chunk's own
+            sql, params = filter_sql_pg(filters, "(d.metadata || c.metadata)")
+        else:
+            sql, params = filter_sql(filters, f"({MERGED_METADATA})")
         where.append(f"({sql})")
         args += params
     if node_ids:
@@ -110,7 +116,7 @@ def resolve_chunks(conn: Any, filters: Filter | None, node_ids: Sequence[str] | 
         args.append(json.dumps(list(node_ids)))
     if not where:
         return None
-    rows = conn.execute(f"SELECT c.id FROM {CHUNKS_WITH_DOCUMENTS} WHERE {' AND '.join(where)}", args).fetchall()
+    rows = execute(conn, f"SELECT c.id FROM {CHUNKS_WITH_DOCUMENTS} WHERE {' AND '.join(where)}", args).fetchall()
     return tuple(r[0] for r in rows)
 
 
@@ -122,14 +128,14 @@ def within(conn: Any, document_ids: tuple[str, ...] | None, collection: str) -> 
         return ()  # ``default`` in a file without collections: nothing yet
     names = json.dumps(stored)
     if document_ids is None:
-        others = conn.execute("SELECT 1 FROM documents WHERE collection NOT IN (SELECT value FROM json_each(?))"
+        others = execute(conn, "SELECT 1 FROM documents WHERE collection NOT IN (SELECT value FROM json_each(?))"
                               " LIMIT 1", (names,)).fetchone()
         if others is None:
             return None  # the whole index is this collection: no filter to pay for
-        rows = conn.execute("SELECT id FROM documents WHERE collection IN (SELECT value FROM json_each(?))",
+        rows = execute(conn, "SELECT id FROM documents WHERE collection IN (SELECT value FROM json_each(?))",
                             (names,)).fetchall()
         return tuple(r[0] for r in rows)
-    rows = conn.execute(
+    rows = execute(conn, 
         "SELECT id FROM documents WHERE collection IN (SELECT value FROM json_each(?))"
         " AND id IN (SELECT value FROM json_each(?))",
         (names, json.dumps(list(document_ids))),

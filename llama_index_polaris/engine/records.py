@@ -1,0 +1,200 @@
+"""The records both backends store and return: documents, chunks, model bindings.
+
+Shared by every backend of the storage contract (``storage.py``), with the rules a write
+applies before it reaches either one: text in NFC, ids ``storable``, node ids unique, the
+message for a model that does not match the one an index was built with.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+from .errors import NodeIdError
+from .text import is_valid, nfc, storable, storable_value
+
+DEFAULT_COLLECTION = "default"  # where a document goes when no collection is named
+STATUSES = ("pending", "processing", "completed", "stale", "failed")
+CHUNK_OWN_KEYS = ("heading_path", "heading_level", "chunk_index")  # a chunk's metadata of its own
+UNKNOWN_MODEL = "unknown"  # the binding of vectors that came in without a model Polaris could name (see proof.py)
+
+def text_hash(text: str) -> str:
+    """The content hash that lets a chunk reuse a vector already computed."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def to_blob(vector: np.ndarray) -> bytes:
+    """A vector as the little-endian float32 blob stored in chunks.embedding."""
+    return np.asarray(vector, dtype="<f4").tobytes()
+
+
+def from_blob(blob: bytes) -> np.ndarray:
+    """The inverse of ``to_blob``."""
+    return np.frombuffer(blob, dtype="<f4")
+
+
+@dataclass
+class DocumentRecord:
+    """One document (a LlamaIndex ref_doc_id): where it came from and its state."""
+
+    id: str
+    path: str | None = None
+    name: str | None = None
+    collection: str = DEFAULT_COLLECTION
+    status: str = "completed"
+    error: str | None = None
+    content_hash: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    created_at: str | None = None
+    updated_at: str | None = None
+
+
+@dataclass
+class ChunkRecord:
+    """One chunk of a document, as stored; ``id`` and ``embedding`` are set when read."""
+
+    node_id: str
+    text: str
+    ordinal: int = 0
+    heading_path: str = ""
+    heading_level: int = 0
+    start_char: int | None = None
+    end_char: int | None = None
+    token_count: int | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    document_id: str | None = None
+    id: int | None = None
+    embedding: np.ndarray | None = None
+    text_hash: str = ""  # hash of the text that was embedded; defaults to the text's
+    node: str | None = None  # JSON of a LlamaIndex node's other fields (None for chunks `polaris index` made)
+
+    def __post_init__(self) -> None:
+        if not self.text_hash:
+            self.text_hash = text_hash(self.text)
+
+
+@dataclass(frozen=True)
+class ModelBinding:
+    """The model an index was built with; recorded on first write, checked on open."""
+
+    model_id: str
+    dim: int
+    fingerprint: str = ""
+    doc_prefix: str = ""
+    query_prefix: str = ""
+
+
+def mismatch_message(recorded: ModelBinding, wanted: ModelBinding, path: str) -> str | None:
+    """Why ``wanted`` cannot use an index built with ``recorded``, or None if it can."""
+    if recorded.model_id == UNKNOWN_MODEL:
+        same = (wanted.model_id, wanted.dim) == (UNKNOWN_MODEL, recorded.dim)  # more vectors naming no model
+        return None if same else unknown_model_message(recorded, wanted, path)
+    if (recorded.model_id, recorded.dim) != (wanted.model_id, wanted.dim):
+        what = f"{wanted.model_id} at {wanted.dim} dims"
+    elif recorded.fingerprint and wanted.fingerprint and recorded.fingerprint != wanted.fingerprint:
+        what = f"a different build of {wanted.model_id} (ONNX sha256 {wanted.fingerprint[:12]}...)"
+    else:
+        return None
+    built = f"ONNX sha256 {recorded.fingerprint[:12]}..." if recorded.fingerprint else "ONNX sha256 unknown"
+    return (
+        f"{path} was built with {recorded.model_id} at {recorded.dim} dims"
+        f" ({built}), but {what} was asked for;"
+        " vectors from two models cannot be compared. Re-index into a new file"
+        f" (delete {path} or pass --db NEW.db), or use model_id = \"{recorded.model_id}\""
+        f" with embedding_dim = {recorded.dim}."
+    )
+
+
+def unknown_model_message(recorded: ModelBinding, wanted: ModelBinding, path: str) -> str:
+    """Why ``wanted`` cannot simply be trusted with a file that does not name its model."""
+    if wanted.dim != recorded.dim:
+        return (
+            f"{path} holds {recorded.dim}-dim vectors from a model it does not name, but {wanted.model_id} makes"
+            f" {wanted.dim}-dim vectors, so it did not make them. Name the model that embedded them (model_id and"
+            " embedding_dim in polaris.toml; in LlamaIndex, embed_model=), or re-index into a new file (delete it or"
+            " pass --db NEW.db)."
+        )
+    if wanted.fingerprint:  # a Polaris model: it can prove itself (proof.py), but has not here
+        return (
+            f"{path} holds {recorded.dim}-dim vectors from a model it does not name, and {wanted.model_id} has"
+            " not been shown to have made them. Open the file with it through any Polaris door (PolarisIndex,"
+            " polaris search, PolarisEmbedding), which embeds a few chunks again and records the model when they"
+            " match, or re-index into a new file."
+        )
+    return (
+        f"{path} holds {recorded.dim}-dim vectors from a model it does not name, and {wanted.model_id} is not"
+        " a Polaris model, so nothing can show that it made them. Open the file once with the Polaris model that"
+        " embedded them (it re-embeds a few chunks and records itself), or write to a new file with"
+        f" {wanted.model_id} named from the start."
+    )
+
+
+def is_relative_path(path: str) -> bool:
+    """True for a clean relative POSIX path (what a file under a collection root is keyed by)."""
+    parts = path.split("/")
+    return not path.startswith("/") and ".." not in parts and "" not in parts
+
+
+def normal_document(doc: DocumentRecord) -> DocumentRecord:
+    """``doc`` with its path, name and collection in NFC (the spelling stored and compared), and
+    its id, error and metadata ``storable`` (a lone surrogate written out, ``text.storable``)."""
+    path, name = (None if v is None else nfc(v) for v in (doc.path, doc.name))
+    error = None if doc.error is None else storable(doc.error)
+    return dataclasses.replace(doc, id=storable(doc.id), path=path, name=name, collection=nfc(doc.collection),
+                               error=error, metadata=_storable_metadata(doc.metadata))
+
+
+def normal_chunk(chunk: ChunkRecord) -> ChunkRecord:
+    """``chunk`` with its text and heading path in NFC (its offsets and text hash as given), and
+    its node id, metadata and node JSON ``storable``."""
+    text, heading_path, node_id = nfc(chunk.text), nfc(chunk.heading_path), storable(chunk.node_id)
+    metadata, node = _storable_metadata(chunk.metadata), chunk.node
+    if node is not None and not is_valid(node):
+        node = json.dumps(storable_value(json.loads(node)), ensure_ascii=False)
+    same = (text, heading_path, node_id, metadata, node)
+    if all(a is b for a, b in zip(same, (chunk.text, chunk.heading_path, chunk.node_id, chunk.metadata, chunk.node))):
+        return chunk
+    return dataclasses.replace(chunk, text=text, heading_path=heading_path, node_id=node_id, metadata=metadata, node=node)
+
+
+def _storable_metadata(metadata: dict[str, Any]) -> dict[str, Any]:
+    """``metadata`` unchanged, or with its strings ``storable`` when one holds a lone surrogate."""
+    if "\\ud" not in json.dumps(metadata, default=str):  # ASCII JSON writes a surrogate as an escape
+        return metadata
+    return storable_value(json.loads(json.dumps(metadata, default=str)))
+
+
+def _check_unique(doc: DocumentRecord, chunks: Sequence[ChunkRecord]) -> None:
+    counts = Counter(c.node_id for c in chunks)
+    dupes = sorted(n for n, k in counts.items() if k > 1)
+    if dupes:
+        raise NodeIdError(
+            f"document {doc.id!r}: duplicate node ids {', '.join(dupes[:5])}; a node id names one node, so give"
+            " each node its own. Nothing was written."
+        )
+
+
+def _check_unique_across(groups: Sequence[tuple[DocumentRecord, Sequence[ChunkRecord]]]) -> None:
+    """Refuse a node id given under two documents of one write."""
+    owner: dict[str, str] = {}
+    for doc, chunks in groups:
+        for c in chunks:
+            first = owner.setdefault(c.node_id, doc.id)
+            if first != doc.id:
+                raise NodeIdError(
+                    f"node id {c.node_id!r} is given for two documents, {first!r} and {doc.id!r}, in one write;"
+                    " a node id names one node of one document. Give one of them another id. Nothing was written."
+                )
+
+
+
+
+def file_document_id(collection: str, path: str) -> str:
+    """The id a file gets when it is first indexed: ``collection:path``."""
+    return f"{collection}:{path}"

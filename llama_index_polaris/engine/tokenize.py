@@ -1,0 +1,76 @@
+"""Terms as an index's FTS5 tokenizer makes them, for code that is not FTS5 itself.
+
+Both backends use it: the SQLite file to keep its BM25 posting lists beside FTS5
+(``db/postings.py``), the Postgres backend to write and query its posting tables, so that
+a word is the same term whichever store holds the index (the tokenizer is FTS5's own, run
+on a private in-memory SQLite table).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+
+from .search.terms import STOP_WORDS
+
+WORD = re.compile(r"\w+")
+DEFAULT_TOKENIZER = "porter unicode61 remove_diacritics 2"
+
+
+class Tokenizer:
+    """Terms as the index's FTS5 tokenizer makes them (stemmed, folded), in a private
+    in-memory database: writing a temp table on the store's own connection would count as
+    a change there and make the caches reload."""
+
+    def __init__(self, tokenizer: str) -> None:
+        from .db.connect import sqlite_module
+
+        self.tokenizer = tokenizer
+        quoted = tokenizer.replace("'", "''")
+        self.conn = sqlite_module().connect(":memory:", check_same_thread=False)
+        self.conn.execute(f"CREATE VIRTUAL TABLE words USING fts5(text, heading_path, tokenize='{quoted}')")
+        self.conn.execute("CREATE VIRTUAL TABLE words_terms USING fts5vocab(words, instance)")
+        self._stop: frozenset[str] | None = None
+        self.sightings: Counter[str] = Counter()  # how often this process wrote each uncounted term
+
+    def terms(self, words: list[str]) -> list[tuple[str, ...]]:
+        """Each word's terms, in order."""
+        self.conn.execute("DELETE FROM words")
+        self.conn.executemany("INSERT INTO words(rowid, text) VALUES (?, ?)", list(enumerate(words)))
+        out: list[list[str]] = [[] for _ in words]
+        for doc, term in self.conn.execute("SELECT doc, term FROM words_terms ORDER BY doc, offset"):
+            out[doc].append(term)
+        return [tuple(t) for t in out]
+
+    def positions(self, rows: list[tuple[int, str, str]]) -> dict[int, list[tuple[str, int, int]]]:
+        """For (id, text, heading path) rows: each id's (term, column, offset) in order, as
+        FTS5 counts them (column 0 is the text, 1 the heading path)."""
+        self.conn.execute("DELETE FROM words")
+        self.conn.executemany("INSERT INTO words(rowid, text, heading_path) VALUES (?, ?, ?)", rows)
+        out: dict[int, list[tuple[str, int, int]]] = {r[0]: [] for r in rows}
+        for doc, term, col, offset in self.conn.execute(
+                "SELECT doc, term, col, offset FROM words_terms ORDER BY doc, col, offset"):
+            out[doc].append((term, 0 if col == "text" else 1, offset))
+        return out
+
+    def counts(self, rows: list[tuple[int, str, str]]) -> tuple[dict[int, dict[str, int]], dict[int, int]]:
+        """For (id, text, heading path) rows: each id's term counts over both columns, and
+        its length in tokens (FTS5's docsize, summed over the columns)."""
+        self.conn.execute("DELETE FROM words")
+        self.conn.executemany("INSERT INTO words(rowid, text, heading_path) VALUES (?, ?, ?)", rows)
+        counts: dict[int, dict[str, int]] = {r[0]: {} for r in rows}
+        lengths = dict.fromkeys(counts, 0)
+        for doc, term, n in self.conn.execute("SELECT doc, term, count(*) FROM words_terms GROUP BY doc, term"):
+            counts[doc][term] = n
+            lengths[doc] += n
+        return counts, lengths
+
+    @property
+    def stop_terms(self) -> frozenset[str]:
+        """The terms of the stop words: never given posting lists."""
+        if self._stop is None:
+            # Only whole-word stop words: "don't" is searched as "don" and "t", and "t" is no
+            # stop word of a query ("T cell").
+            whole = sorted(w for w in STOP_WORDS if WORD.fullmatch(w))
+            self._stop = frozenset(t for ts in self.terms(whole) for t in ts)
+        return self._stop
