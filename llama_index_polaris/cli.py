@@ -83,6 +83,10 @@ def cmd_remove(args: argparse.Namespace) -> int:
     return 0
 
 def _remove_index(path: Any) -> None:
+    from .engine.storage import is_server_uri
+
+    if is_server_uri(str(path)):
+        return  # a database on a server is left as it is (its tables, no documents)
     for suffix in ("", "-wal", "-shm", ".lock"):
         try:
             os.remove(f"{path}{suffix}")
@@ -485,9 +489,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         return 0
     except Exception as exc:  # SQLite's own errors (a damaged file, a full disk) without a traceback
-        from .engine.db.connect import sqlite_error_message
+        from .engine.storage import error_message
 
-        message = sqlite_error_message(exc, _db_path(args))
+        message = error_message(exc, _db_path(args))
         if message is None:
             raise
         print(f"polaris: error: {message}", file=sys.stderr)

@@ -95,7 +95,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("candidate_pool", 60, int, "chunks each list (vector, BM25) returns for ranking, whatever top_k is (spec: top_k x 3; this is the pool of top_k 10 in section unit), deeper only for hits past what it gives", _pool),
     Setting("top_k", 10, int, "hits returned by default (1 to 100)", _top_k),
     Setting("unit", "section", str, "what a hit is: a section (document + heading path, each once) or a chunk", _unit),
-    Setting("db_path", "polaris.db", str, "the index file"),
+    Setting("db_path", "polaris.db", str, "the index file, or a postgresql:// URI (the Postgres backend)"),
     Setting("fts_tokenizer", "porter unicode61 remove_diacritics 2", str, "FTS5 tokenizer for BM25", _fts_tokenizer),
     Setting("max_file_mb", 10, (int, float), "files larger than this are skipped (marked failed) when indexing", _positive),
     Setting("embed_batch_size", 8, int, "texts per ONNX batch", _positive),

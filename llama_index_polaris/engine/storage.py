@@ -54,6 +54,20 @@ def open_store(target: str | os.PathLike[str], **kwargs: Any) -> "Storage":
     return Store(target, **kwargs)
 
 
+def error_message(exc: BaseException, target: str | os.PathLike[str]) -> str | None:
+    """What to tell a user about a backend's own error on ``target`` (None: not a backend error):
+    a damaged SQLite file gets the check and the cure, a Postgres error names the server."""
+    if is_server_uri(str(target)):
+        from .postgres.connect import is_driver_error, shown
+
+        if is_driver_error(exc):
+            return f"PostgreSQL failed on {shown(str(target))}: {str(exc).strip()}."
+        return None
+    from .db.connect import sqlite_error_message
+
+    return sqlite_error_message(exc, target)
+
+
 @runtime_checkable
 class Storage(Protocol):
     """What every backend provides (see the module docstring for the groups)."""

