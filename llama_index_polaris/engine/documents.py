@@ -207,7 +207,7 @@ def list_documents(conn: Any, collection: str | None = None, prefix: str | None 
     for value, what, low in ((limit, "limit", 1), (offset, "offset", 0)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise InputError(f"{what} must be a whole number of at least {low}, got {value!r}.")
-    where, args = ["1"], []
+    where, args = ["1 = 1"], []
     if collection is not None:
         where.append("d.collection IN (SELECT value FROM json_each(?))")
         args.append(_json(collections_named(conn, [collection])))

@@ -105,7 +105,7 @@ def resolve_chunks(conn: Any, filters: Filter | None, node_ids: Sequence[str] | 
     where, args = [], []
     if filters is not None:
         if dialect(conn) == "postgres":  # jsonb: the document's metadata, then the chunk's own
-            sql, params = filter_sql_pg(filters, "(d.metadata || c.metadata)")
+            sql, params = filter_sql_pg(filters, "(d.metadata::jsonb || c.metadata::jsonb)")
         else:
             sql, params = filter_sql(filters, f"({MERGED_METADATA})")
         where.append(f"({sql})")

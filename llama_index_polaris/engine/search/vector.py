@@ -55,4 +55,6 @@ def exact_knn(conn: Any, query: np.ndarray, k: int, scope: Scope = Scope()) -> l
     sql, args = knn_sql(scope)
     blob = np.asarray(query, dtype="<f4").tobytes()
     rows = conn.execute(sql, [blob, min(k, MAX_K), *args]).fetchall()
-    return [(int(r), float(d)) for r, d in rows if d is not None]
+    # equal distances (the same text in two collections) by chunk id, as the sign-bit path and
+    # the Postgres backend order them; vec0's own order of ties is arbitrary
+    return sorted(((int(r), float(d)) for r, d in rows if d is not None), key=lambda h: (h[1], h[0]))
