@@ -238,6 +238,25 @@ def cmd_backup(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_copy(args: argparse.Namespace) -> int:
+    """polaris copy SRC DST : the index at SRC into a new DST (a file or a postgresql:// URI), vectors and all."""
+    from .engine.copy import copy_index
+
+    counts = copy_index(args.src, args.dst)
+    print(f"{_shown(args.dst)}: {counts['documents']} documents, {counts['chunks']} chunks")
+    return 0
+
+
+def _shown(target: str) -> str:
+    from .engine.storage import is_server_uri
+
+    if is_server_uri(target):
+        from .engine.postgres.connect import shown
+
+        return shown(target)
+    return target
+
+
 def _status_text(s: dict[str, Any]) -> str:
     lines = [
         f"index      {s['db_path']} ({s['size_bytes'] / 1e6:.1f} MB, schema v{s['schema_version']})",
@@ -339,7 +358,8 @@ def cmd_mcp(args: argparse.Namespace) -> int:
 
 # -- parser -----------------------------------------------------------------------
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--db", metavar="FILE", help="index file (default: db_path from polaris.toml, else ./polaris.db)")
+    p.add_argument("--db", metavar="FILE", help="index file or postgresql:// URI (default: db_path from polaris.toml,"
+                   " else ./polaris.db)")
     p.add_argument("--config", metavar="FILE", help="polaris.toml to use instead of ./polaris.toml")
 
 
@@ -386,6 +406,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("dest", metavar="DEST", help="a new file, or a folder to put it in")
     _common(p)
     p.set_defaults(func=cmd_backup)
+
+    p = sub.add_parser("copy", help="copy an index between a file and a postgresql:// database, vectors and all",
+                       epilog="Nothing is re-embedded; `polaris status` on the copy shows the same counts."
+                              " DST must be a new file or an empty database.")
+    p.add_argument("src", metavar="SRC", help="the index to copy: a polaris.db file or a postgresql:// URI")
+    p.add_argument("dst", metavar="DST", help="where to: a new file or an empty postgresql:// database")
+    p.set_defaults(func=cmd_copy, db=None)
 
     p = sub.add_parser("remove", help="remove a collection, or the files under PATHs, from the index")
     p.add_argument("paths", nargs="*", metavar="PATH", help="files or folders (they may no longer exist)")

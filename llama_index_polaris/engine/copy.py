@@ -1,0 +1,49 @@
+"""``polaris copy SRC DST``: an index moved between backends with its vectors (nothing re-embedded).
+
+Any two of a polaris.db file and a ``postgresql://`` database: the source is read in one
+snapshot (``export_rows``) and written into the new, empty destination in one transaction
+(``import_rows``) with the same chunk ids, vectors, node JSON, documents, collections and
+roots, model binding and tokenizer; the destination then counts what the source counted,
+or the copy is refused. Searching the copy gives the same hits and scores.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from .errors import DatabaseError, InputError
+from .storage import is_server_uri, open_store
+
+
+def copy_index(source: str | os.PathLike[str], dest: str | os.PathLike[str]) -> dict[str, Any]:
+    """Copy the index at ``source`` into ``dest`` (a new file, or an empty Postgres database);
+    returns the destination's counts."""
+    src, dst = str(source), str(dest)
+    if not is_server_uri(dst) and Path(dst).exists():
+        raise InputError(f"{dst} already exists; name a new file (a copy never overwrites).")
+    if not is_server_uri(src) and not Path(src).exists():
+        raise InputError(f"{src}: no such index.")
+    reader = open_store(src, readonly=True)
+    try:
+        tokenizer = reader.meta.get("fts_tokenizer")
+        counts = reader.counts()
+        writer = open_store(dst, fts_tokenizer=tokenizer)
+        try:
+            with writer.run():
+                writer.import_rows(reader.export_rows())
+            got = writer.counts()
+        except BaseException:
+            writer.close()
+            if not is_server_uri(dst):
+                for suffix in ("", "-wal", "-shm"):
+                    Path(dst + suffix).unlink(missing_ok=True)
+            raise
+        writer.close()
+    finally:
+        reader.close()
+    if (got["documents"], got["chunks"], got["collections"]) != (counts["documents"], counts["chunks"],
+                                                                counts["collections"]):
+        raise DatabaseError(f"the copy at {dst} holds {got}, not what {src} holds ({counts}).")
+    return got
