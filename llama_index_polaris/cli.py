@@ -516,7 +516,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         return 0
     except Exception as exc:  # SQLite's own errors (a damaged file, a full disk) without a traceback
-        from .engine.storage import error_message
+        from .engine.backends import error_message
 
         message = error_message(exc, _db_path(args))
         if message is None:

@@ -410,7 +410,7 @@ def _door_call(door: Door, work: Callable[..., tuple[dict, str]]) -> Callable[..
         except PolarisError as exc:
             return _error(str(exc))
         except Exception as exc:
-            from .engine.storage import error_message as sqlite_error_message
+            from .engine.backends import error_message as sqlite_error_message
 
             message = sqlite_error_message(exc, door.db_path)
             if message is None:

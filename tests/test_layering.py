@@ -196,3 +196,85 @@ def test_hookspecs_are_documented() -> None:
 
     hooks = [n for n in dir(hookspecs) if n.startswith("register_")]
     assert hooks and all(getattr(hookspecs, n).__doc__ for n in hooks)
+
+
+# -- the storage contract (#26): ranking imports neither backend, and the backends import no circle --
+def static_imports(path: Path) -> set[str]:
+    """The engine modules ``path`` imports anywhere (top level or inside functions), resolved."""
+    module = module_name(path)
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    known = set(engine_modules())
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            bases = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = package
+            for _ in range(node.level - 1):
+                base = base.rpartition(".")[0]
+            prefix = node.module if node.level == 0 else ".".join(p for p in (base, node.module) if p)
+            bases = [prefix or ""] + [f"{prefix}.{a.name}" for a in node.names]
+        else:
+            continue
+        found |= {b for b in bases if b in known}
+    # a module's own packages are imported before it whatever it says: ``from . import x`` is x
+    ancestors = {module.rsplit(".", i)[0] for i in range(1, module.count(".") + 1)}
+    return found - {module} - ancestors
+
+
+def import_graph() -> dict[str, set[str]]:
+    return {module_name(p): static_imports(p) for p in sorted(ENGINE.rglob("*.py"))}
+
+
+def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen, todo = set(), [start]
+    while todo:
+        for nxt in graph.get(todo.pop(), ()):
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    return seen
+
+
+E = "llama_index_polaris.engine."
+RANKING = [E + "search." + m for m in ("rank", "fuse", "boost", "mmr", "normalise", "explain", "pipeline", "literal",
+                                       "context", "terms")]
+BACKEND_MODULES = (E + "store", E + "db", E + "postgres", E + "backends", E + "search.bm25", E + "search.vector",
+                   E + "search.ann", E + "search.postings", E + "search.bm25_cache", E + "search.vector_cache",
+                   E + "search.store_cache")
+
+
+def is_backend(name: str) -> bool:
+    return any(name == b or name.startswith(b + ".") for b in BACKEND_MODULES)
+
+
+def test_the_static_import_graph_is_read_right() -> None:
+    graph = import_graph()
+    assert E + "db.postings" in graph[E + "db.schema"]  # a function-level relative import counts
+    assert E + "storage" in graph[E + "search.pipeline"]
+    assert {E + "store", E + "postgres"} <= reachable(graph, E + "backends")
+
+
+def test_ranking_code_imports_neither_backend() -> None:
+    """rank() and the Searcher reach storage only through the contract (engine/storage.py)."""
+    graph = import_graph()
+    offenders = {m: sorted(n for n in reachable(graph, m) if is_backend(n)) for m in RANKING}
+    assert {m: found for m, found in offenders.items() if found} == {}
+
+
+def test_no_backend_module_is_part_of_an_import_circle() -> None:
+    """db/schema -> search/postings -> db/connect was such a circle: keeping the BM25 lists is the
+    SQLite backend's job (db/postings.py), scoring from them is search's (search/postings.py)."""
+    graph = import_graph()
+    circles = sorted(m for m in graph if (m.startswith(E + "db") or m.startswith(E + "postgres"))
+                     and m in reachable(graph, m))
+    assert circles == []
+    assert not any(n.startswith(E + "search.") and n != E + "search.terms" for n in
+                   graph[E + "db.postings"] | graph[E + "db.schema"] if n != E + "search.scope")
+
+
+def test_the_postgres_backend_does_not_import_the_sqlite_one() -> None:
+    graph = import_graph()
+    sqlite_side = {E + "store", E + "db.schema", E + "db.postings", E + "search.bm25_cache", E + "search.vector_cache"}
+    found = {m: sorted(reachable(graph, m) & sqlite_side) for m in graph if m.startswith(E + "postgres")}
+    assert {m: f for m, f in found.items() if f} == {}

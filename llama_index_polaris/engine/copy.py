@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from .errors import DatabaseError, InputError
-from .storage import is_server_uri, open_store
+from .backends import open_store
+from .storage import is_server_uri
 
 
 def copy_index(source: str | os.PathLike[str], dest: str | os.PathLike[str]) -> dict[str, Any]:

@@ -9,7 +9,8 @@ from typing import Any, Callable, Sequence
 
 from .config import PolarisConfig, load_config
 from .errors import DatabaseError, InputError
-from .storage import is_server_uri, open_store
+from .backends import open_store
+from .storage import is_server_uri
 from .store import UNKNOWN_MODEL, ModelBinding
 
 

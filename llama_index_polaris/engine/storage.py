@@ -3,8 +3,8 @@
 Two backends implement it: ``store.Store`` (one SQLite file: sqlite-vec, FTS5, the BM25
 posting lists and sign bits of ``db/``) and ``postgres.PgStore`` (PostgreSQL + pgvector,
 BM25 from posting tables). Everything above it (the recipe, ``rank()``, explanations,
-the doors) is shared and imports neither backend; ``open_store`` picks one from what the
-user named: a ``postgresql://`` URI selects Postgres, anything else is a file path.
+the doors) is shared and imports neither backend; ``backends.open_store`` picks one from what
+the user named: a ``postgresql://`` URI selects Postgres, anything else is a file path.
 
 The contract, by what it keeps:
 
@@ -41,31 +41,6 @@ SERVER_SCHEMES = ("postgresql://", "postgres://")
 def is_server_uri(target: Any) -> bool:
     """True when ``target`` names a database server (a ``postgresql://`` URI), not a file."""
     return isinstance(target, str) and target.lower().startswith(SERVER_SCHEMES)
-
-
-def open_store(target: str | os.PathLike[str], **kwargs: Any) -> "Storage":
-    """The store for ``target``: Postgres for a ``postgresql://`` URI, else the SQLite file."""
-    if is_server_uri(str(target)):
-        from .postgres import PgStore
-
-        return PgStore(str(target), **kwargs)
-    from .store import Store
-
-    return Store(target, **kwargs)
-
-
-def error_message(exc: BaseException, target: str | os.PathLike[str]) -> str | None:
-    """What to tell a user about a backend's own error on ``target`` (None: not a backend error):
-    a damaged SQLite file gets the check and the cure, a Postgres error names the server."""
-    if is_server_uri(str(target)):
-        from .postgres.connect import is_driver_error, shown
-
-        if is_driver_error(exc):
-            return f"PostgreSQL failed on {shown(str(target))}: {str(exc).strip()}."
-        return None
-    from .db.connect import sqlite_error_message
-
-    return sqlite_error_message(exc, target)
 
 
 @runtime_checkable
@@ -125,10 +100,3 @@ class Storage(Protocol):
     # copying
     def export_rows(self) -> Iterator[Any]: ...
     def import_rows(self, rows: Any) -> None: ...
-
-
-def chunk_batches(ids: Sequence[int], size: int = 5_000) -> Iterator[list[int]]:
-    """``ids`` in lists of at most ``size`` (bounded statements on either backend)."""
-    ids = list(ids)
-    for start in range(0, len(ids), size):
-        yield ids[start:start + size]

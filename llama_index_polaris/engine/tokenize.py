@@ -23,7 +23,7 @@ class Tokenizer:
     a change there and make the caches reload."""
 
     def __init__(self, tokenizer: str) -> None:
-        from .db.connect import sqlite_module
+        from .sqlite_module import sqlite_module
 
         self.tokenizer = tokenizer
         quoted = tokenizer.replace("'", "''")

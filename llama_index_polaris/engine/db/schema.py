@@ -21,7 +21,7 @@ from ..search.scope import CHUNKS_WITH_DOCUMENTS, MERGED_METADATA  # noqa: F401
 from ..records import CHUNK_OWN_KEYS, DEFAULT_COLLECTION, STATUSES, file_document_id  # noqa: F401
 
 META_TABLE = "polaris_meta"
-SECURE_FTS_SQLITE = (3, 42, 0)  # the first SQLite with FTS5 'secure-delete'
+from ..sqlite_module import SECURE_FTS_SQLITE  # noqa: E402  the first SQLite with FTS5 'secure-delete'
 
 CORE_SQL = """
 CREATE TABLE polaris_meta (

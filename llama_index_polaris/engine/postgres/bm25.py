@@ -18,8 +18,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..search.bm25 import query_words
-from ..search.postings import B, K1, top_hits
+from ..search.terms import query_words
+from ..search.scoring import B, K1, top_hits
 from ..search.scope import Scope
 from ..tokenize import Tokenizer
 

@@ -806,7 +806,7 @@ def rescore(rows: Sequence[tuple[int, Any]], query: np.ndarray, k: int) -> list[
         return []
     ids = np.array([r[0] for r in rows], dtype=np.int64)
     matrix = np.array([as_array(r[1]) for r in rows], dtype=np.float32)
-    from ..search.ann import rescore as exact
+    from ..search.cosine import rescore as exact
 
     return exact(ids, matrix, query, k)
 

@@ -32,6 +32,7 @@ import numpy as np
 
 from ..db.schema import BITS_TABLE, has_table
 from ..vectors import decode_rows
+from .cosine import rescore
 from .scope import Scope
 
 OVERFETCH = 30  # candidates re-scored per result asked for (recall@10 0.996 at 100k: docs/benchmarks.md)
@@ -103,20 +104,6 @@ def nearest_rows(distances: np.ndarray, fetch: int) -> np.ndarray:
     if fetch >= len(distances):
         return np.arange(len(distances))
     return np.argpartition(distances, fetch - 1)[:fetch]
-
-
-def rescore(ids: np.ndarray, matrix: np.ndarray, query: np.ndarray, k: int) -> list[tuple[int, float]]:
-    """The ``k`` rows nearest ``query`` by cosine: (id, cosine distance), best first, ties by id."""
-    if len(ids) == 0 or k <= 0:
-        return []
-    norms = np.linalg.norm(matrix, axis=1)
-    q = np.asarray(query, dtype=np.float32).reshape(-1)
-    qn = float(np.linalg.norm(q))
-    sims = (matrix @ q) / np.where(norms > 0, norms, 1.0) / (qn if qn > 0 else 1.0)
-    k = min(k, len(ids))
-    top = np.argpartition(-sims, k - 1)[:k]
-    top = top[np.lexsort((ids[top], -sims[top]))]
-    return [(int(ids[i]), float(1.0 - sims[i])) for i in top]
 
 
 # -- reading the index ---------------------------------------------------------------------

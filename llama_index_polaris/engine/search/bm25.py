@@ -13,52 +13,12 @@ import logging
 import re
 from typing import Any
 
-from ..db.connect import sqlite_module
-from ..text import nfc
+from ..sqlite_module import sqlite_module
 from .scope import Scope
-from .terms import MARKS, STOP_WORDS, words
+from .terms import COMPOUND, IDENTIFIER_PHRASES, MAX_TERMS, fts_query, phrases_query, query_words  # noqa: F401
 
 log = logging.getLogger(__name__)
-MAX_TERMS = 64
 TEXT_WEIGHT, HEADING_WEIGHT = 1.0, 1.0
-
-
-# An identifier written with joining punctuation: codegen-units, build.rustflags, cargo::rustc-cfg.
-COMPOUND = re.compile(rf"\w[\w{MARKS}]*(?:(?:[-.:/]|::)\w[\w{MARKS}]*)+", re.UNICODE)
-IDENTIFIER_PHRASES = True
-
-
-def query_words(query: str) -> list[str]:
-    """The distinct words searched for: stop words dropped unless nothing else is left.
-
-    An identifier joined by punctuation (``codegen-units``) is searched as its words and
-    as itself, which FTS5 reads as a phrase: the words next to each other, in order. A
-    phrase is rare, so its BM25 weight is high: chunks that name the identifier exactly
-    rise above those that use its words apart. The query is read in NFC, as stored text is.
-    """
-    query = nfc(query)
-    all_words = list(dict.fromkeys(words(query)))
-    content = [w for w in all_words if w not in STOP_WORDS] or all_words
-    if IDENTIFIER_PHRASES:
-        compounds = [m.lower() for m in COMPOUND.findall(query)]
-        content = list(dict.fromkeys([*compounds, *content]))
-    return content[:MAX_TERMS]
-
-
-def phrases_query(query_words: list[str]) -> str:
-    """``words`` as an FTS5 MATCH expression: each one a quoted phrase, joined by OR."""
-    return " OR ".join(f'"{w}"' for w in query_words)
-
-
-def fts_query(query: str) -> str | None:
-    """An FTS5 MATCH expression for user text: distinct quoted words joined by OR.
-
-    Stop words are dropped unless nothing else is left. Each word is a quoted string,
-    so FTS5 applies its tokenizer (``rrf_k`` becomes the phrase "rrf k") and no
-    character of the query is read as syntax. None when the query has no words.
-    """
-    content = query_words(query)
-    return phrases_query(content) if content else None
 
 
 def bm25_sql(scope: Scope, *, ordered: bool = True) -> tuple[str, list[Any]]:

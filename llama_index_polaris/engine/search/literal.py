@@ -13,8 +13,7 @@ from itertools import pairwise
 from typing import Iterable, Iterator, Sequence
 
 from ..text import nfc
-from .bm25 import MAX_TERMS
-from .terms import STOP_WORDS
+from .terms import MAX_TERMS, STOP_WORDS
 
 MARKS = frozenset("_./\\:@#$=~^")
 _TRIM = "\"'`,;!?()"

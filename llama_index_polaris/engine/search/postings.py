@@ -21,7 +21,6 @@ own vocabulary).
 from __future__ import annotations
 
 import json
-import math
 from collections import defaultdict
 from typing import Any
 
@@ -32,20 +31,7 @@ from .bm25 import bm25_sql, phrases_query, query_words
 from .scope import Scope
 from ..db import postings as lists
 from ..tokenize import Tokenizer
-
-K1, B = 1.2, 0.75  # the constants of FTS5's bm25()
-
-
-def idf(n_rows: int, n_hit: int) -> float:
-    """FTS5's inverse document frequency (never below 1e-6)."""
-    value = math.log((n_rows - n_hit + 0.5) / (n_hit + 0.5))
-    return value if value > 0 else 1e-6
-
-
-def phrase_scores(tf: np.ndarray, lengths: np.ndarray, avg_length: float, weight: float) -> np.ndarray:
-    """One phrase's BM25 term for each chunk holding it (``weight`` is its idf)."""
-    tf = tf.astype(np.float64)
-    return weight * tf * (K1 + 1.0) / (tf + K1 * (1.0 - B + B * lengths / avg_length))
+from .scoring import B, K1, idf, phrase_scores, top_hits  # noqa: F401
 
 
 
@@ -158,23 +144,3 @@ def _top(conn: Any, scores: np.ndarray, limit: int, scope: Scope) -> list[tuple[
 
     allowed = scope_chunk_ids(conn, scope)
     return top_hits(scores, limit, None if allowed is None else allowed[allowed < len(scores)])
-
-
-def top_hits(scores: np.ndarray, limit: int, allowed: np.ndarray | None = None,
-             ids: np.ndarray | None = None) -> list[tuple[int, float]]:
-    """The ``limit`` best positive scores as (chunk id, score), best first, ties by chunk id
-    as FTS5 orders them. ``allowed``: the positions that may be returned (None: all);
-    ``ids``: each position's chunk id (None: the position is the id)."""
-    if allowed is not None:
-        kept = np.zeros(len(scores))
-        kept[allowed] = scores[allowed]
-        scores = kept
-    hits = np.flatnonzero(scores > 0)
-    k = min(limit, len(hits))
-    if k == 0:
-        return []
-    kth = np.partition(scores[hits], len(hits) - k)[len(hits) - k]
-    top = hits[scores[hits] >= kth]  # every chunk tied with the k-th, so ties go by id
-    chunk = top if ids is None else ids[top]
-    order = np.lexsort((chunk, -scores[top]))[:k]
-    return [(int(chunk[i]), float(scores[top[i]])) for i in order]

@@ -48,3 +48,47 @@ def stem(word: str) -> str:
         if len(word) > len(suffix) + 2 and word.endswith(suffix):
             return word[: -len(suffix)] + ("y" if suffix == "ies" else "")
     return word
+
+
+# -- the words a BM25 query searches for (both backends read them the same way) ----------
+MAX_TERMS = 64
+
+
+# An identifier written with joining punctuation: codegen-units, build.rustflags, cargo::rustc-cfg.
+COMPOUND = re.compile(rf"\w[\w{MARKS}]*(?:(?:[-.:/]|::)\w[\w{MARKS}]*)+", re.UNICODE)
+IDENTIFIER_PHRASES = True
+
+
+def query_words(query: str) -> list[str]:
+    """The distinct words searched for: stop words dropped unless nothing else is left.
+
+    An identifier joined by punctuation (``codegen-units``) is searched as its words and
+    as itself, which FTS5 reads as a phrase: the words next to each other, in order. A
+    phrase is rare, so its BM25 weight is high: chunks that name the identifier exactly
+    rise above those that use its words apart. The query is read in NFC, as stored text is.
+    """
+    query = nfc(query)
+    all_words = list(dict.fromkeys(words(query)))
+    content = [w for w in all_words if w not in STOP_WORDS] or all_words
+    if IDENTIFIER_PHRASES:
+        compounds = [m.lower() for m in COMPOUND.findall(query)]
+        content = list(dict.fromkeys([*compounds, *content]))
+    return content[:MAX_TERMS]
+
+
+def phrases_query(query_words: list[str]) -> str:
+    """``words`` as an FTS5 MATCH expression: each one a quoted phrase, joined by OR."""
+    return " OR ".join(f'"{w}"' for w in query_words)
+
+
+def fts_query(query: str) -> str | None:
+    """An FTS5 MATCH expression for user text: distinct quoted words joined by OR.
+
+    Stop words are dropped unless nothing else is left. Each word is a quoted string,
+    so FTS5 applies its tokenizer (``rrf_k`` becomes the phrase "rrf k") and no
+    character of the query is read as syntax. None when the query has no words.
+    """
+    content = query_words(query)
+    return phrases_query(content) if content else None
+
+
