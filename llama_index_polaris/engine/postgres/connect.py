@@ -14,6 +14,7 @@ from ..errors import DatabaseError, ExtensionError
 
 INSTALL_HINT = "pip install 'llama-index-polaris[postgres]'"
 CONNECT_TIMEOUT_S = 10
+EXTENSION_LOCK = 0x706F6C61_72697300  # advisory lock key: "polaris" + 0 (schema.py numbers the others)
 
 
 def shown(uri: str) -> str:
@@ -72,7 +73,9 @@ def connect(uri: str) -> Any:
     conn.polaris_name = shown(uri)
     try:
         if conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'vector'").fetchone() is None:
-            conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+            with conn.transaction():  # two processes opening a new database at once: one creates it
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (EXTENSION_LOCK,))
+                conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
         register_vector(conn)
     except psycopg.Error as exc:
         conn.close()

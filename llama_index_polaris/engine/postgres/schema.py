@@ -10,8 +10,10 @@ Metadata is JSON text, kept as written (jsonb would reorder keys); filters read 
 BM25 keeps what FTS5 keeps, in ordinary tables: ``chunks_bm25`` (term, chunk, frequency
 over text and heading path, the chunk's length in tokens), ``chunks_bm25_terms`` (each
 term's document frequency) and ``chunks_bm25_stats`` (rows and total length: FTS5's
-averages record). Statement triggers keep the two counts in the same transaction as the
-postings; the Store writes the postings with the chunks (``postgres/store.py``).
+averages record). The Store writes the postings with the chunks and adds up what each
+write transaction changed in the two counts, applied once before COMMIT
+(``postgres/store.py``): a write that goes around the Store leaves them behind, which
+``quick_check`` (``polaris status --check``) reports.
 
 Every migration runs in one transaction under an advisory lock, so two processes opening a
 new database at once apply each step once; ``polaris_meta.schema_version`` holds the last.
@@ -90,39 +92,6 @@ CREATE TABLE chunks_bm25_stats (
     total_length bigint NOT NULL
 );
 INSERT INTO chunks_bm25_stats VALUES (1, 0, 0);
-CREATE FUNCTION polaris_bm25_terms_added() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    INSERT INTO chunks_bm25_terms (term, df) SELECT term, count(*) FROM added GROUP BY term ORDER BY term
-    ON CONFLICT (term) DO UPDATE SET df = chunks_bm25_terms.df + excluded.df;
-    RETURN NULL;
-END $$;
-CREATE FUNCTION polaris_bm25_terms_removed() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    UPDATE chunks_bm25_terms t SET df = t.df - r.n FROM (SELECT term, count(*) AS n FROM removed GROUP BY term) r
-    WHERE t.term = r.term;
-    DELETE FROM chunks_bm25_terms t USING (SELECT DISTINCT term FROM removed) r WHERE t.term = r.term AND t.df <= 0;
-    RETURN NULL;
-END $$;
-CREATE TRIGGER chunks_bm25_added AFTER INSERT ON chunks_bm25 REFERENCING NEW TABLE AS added
-    FOR EACH STATEMENT EXECUTE FUNCTION polaris_bm25_terms_added();
-CREATE TRIGGER chunks_bm25_removed AFTER DELETE ON chunks_bm25 REFERENCING OLD TABLE AS removed
-    FOR EACH STATEMENT EXECUTE FUNCTION polaris_bm25_terms_removed();
-CREATE FUNCTION polaris_chunks_added() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    UPDATE chunks_bm25_stats SET n_rows = n_rows + (SELECT count(*) FROM added),
-        total_length = total_length + (SELECT coalesce(sum(bm25_length), 0) FROM added) WHERE id = 1;
-    RETURN NULL;
-END $$;
-CREATE FUNCTION polaris_chunks_removed() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    UPDATE chunks_bm25_stats SET n_rows = n_rows - (SELECT count(*) FROM removed),
-        total_length = total_length - (SELECT coalesce(sum(bm25_length), 0) FROM removed) WHERE id = 1;
-    RETURN NULL;
-END $$;
-CREATE TRIGGER chunks_added AFTER INSERT ON chunks REFERENCING NEW TABLE AS added
-    FOR EACH STATEMENT EXECUTE FUNCTION polaris_chunks_added();
-CREATE TRIGGER chunks_removed AFTER DELETE ON chunks REFERENCING OLD TABLE AS removed
-    FOR EACH STATEMENT EXECUTE FUNCTION polaris_chunks_removed();
 """
 
 MIGRATIONS: tuple[tuple[int, str, Callable[[Any], None]], ...] = (

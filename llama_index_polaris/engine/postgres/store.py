@@ -91,6 +91,7 @@ class PgStore:
         self._batched = 0
         self._runs = 0
         self._proven: ModelBinding | None = None
+        self._delta = _Delta()
         if fts_tokenizer is not None:
             problem = SETTINGS_BY_NAME["fts_tokenizer"].check(fts_tokenizer)
             if problem:
@@ -142,10 +143,12 @@ class PgStore:
         conn.execute("DELETE FROM chunks_bm25")
         rows = conn.execute("SELECT id, text, heading_path FROM chunks ORDER BY id").fetchall()
         lengths = self._write_postings(conn, rows)
-        conn.execute("UPDATE chunks_bm25_stats SET n_rows = %s, total_length = %s WHERE id = 1",
-                     (len(rows), sum(lengths.values())))
         with conn.cursor() as cur:
             cur.executemany("UPDATE chunks SET bm25_length = %s WHERE id = %s", [(n, i) for i, n in lengths.items()])
+        conn.execute("DELETE FROM chunks_bm25_terms")
+        conn.execute("INSERT INTO chunks_bm25_terms (term, df) SELECT term, count(*) FROM chunks_bm25 GROUP BY term")
+        conn.execute("UPDATE chunks_bm25_stats SET n_rows = %s, total_length = %s WHERE id = 1",
+                     (len(rows), sum(lengths.values())))
 
     @contextlib.contextmanager
     def _write(self) -> Iterator[Any]:
@@ -153,7 +156,9 @@ class PgStore:
             raise DatabaseError(self.readonly_reason or f"{self.path} was opened read-only.")
         with self._lock, self.conn.transaction():
             self.conn.execute("SELECT pg_advisory_xact_lock(%s)", (schema.WRITE_LOCK,))
+            self._delta = _Delta()
             yield self.conn
+            self._delta.apply(self.conn)
 
     @contextlib.contextmanager
     def run(self) -> Iterator[None]:
@@ -406,6 +411,7 @@ class PgStore:
                 counts[term] = counts.get(term, 0) + 1
             postings += [(term, chunk_id, n, lengths[i]) for term, n in counts.items()]
         self._copy_postings(conn, postings)
+        self._delta.add(len(new_ids), sum(lengths), (p[0] for p in postings))
 
     def _copy_postings(self, conn: Any, postings: list[tuple[str, int, int, int]]) -> None:
         if not postings:
@@ -445,8 +451,11 @@ class PgStore:
 
     def _drop_chunks(self, conn: Any, where: str, args: tuple) -> int:
         """Delete the chunks ``where`` says, their postings first in one statement."""
-        conn.execute(f"DELETE FROM chunks_bm25 WHERE chunk_id IN (SELECT id FROM chunks WHERE {where})", args)
-        return conn.execute(f"DELETE FROM chunks WHERE {where}", args).rowcount
+        terms = conn.execute(f"DELETE FROM chunks_bm25 WHERE chunk_id IN (SELECT id FROM chunks WHERE {where})"
+                             " RETURNING term", args).fetchall()
+        lengths = conn.execute(f"DELETE FROM chunks WHERE {where} RETURNING bm25_length", args).fetchall()
+        self._delta.add(-len(lengths), -sum(r[0] for r in lengths), (r[0] for r in terms), -1)
+        return len(lengths)
 
     def _drop_documents(self, conn: Any, ids: list[str], collection: str | None = None) -> int:
         where, args = ("id = ANY(%s)", (ids,)) if collection is None else (
@@ -510,6 +519,8 @@ class PgStore:
         """Remove every document and chunk; the model binding stays."""
         with self._write() as conn:
             conn.execute("DELETE FROM chunks_bm25")
+            conn.execute("DELETE FROM chunks_bm25_terms")
+            conn.execute("UPDATE chunks_bm25_stats SET n_rows = 0, total_length = 0")
             conn.execute("DELETE FROM chunks")
             conn.execute("DELETE FROM documents")
 
@@ -784,6 +795,32 @@ class PgStore:
                         self._insert_chunks(conn, doc_id, chunks, [c.embedding for c in chunks], [c.id for c in chunks])
             conn.execute("SELECT setval(pg_get_serial_sequence('chunks', 'id'), coalesce(max(id), 0) + 1, false)"
                          " FROM chunks")
+
+
+class _Delta:
+    """What one write transaction changed in the BM25 counts (rows, tokens, each term's
+    document frequency), written once before COMMIT: one statement, whatever the write."""
+
+    def __init__(self) -> None:
+        self.rows = self.tokens = 0
+        self.df: dict[str, int] = {}
+
+    def add(self, rows: int, tokens: int, terms: Iterable[str], sign: int = 1) -> None:
+        self.rows += rows
+        self.tokens += tokens
+        for term in terms:
+            self.df[term] = self.df.get(term, 0) + sign
+
+    def apply(self, conn: Any) -> None:
+        if self.rows or self.tokens:
+            conn.execute("UPDATE chunks_bm25_stats SET n_rows = n_rows + %s, total_length = total_length + %s"
+                         " WHERE id = 1", (self.rows, self.tokens))
+        changed = sorted((t, n) for t, n in self.df.items() if n)
+        if changed:
+            terms, counts = [t for t, _ in changed], [n for _, n in changed]
+            conn.execute("INSERT INTO chunks_bm25_terms (term, df) SELECT * FROM unnest(%s::text[], %s::bigint[])"
+                         " ON CONFLICT (term) DO UPDATE SET df = chunks_bm25_terms.df + excluded.df", (terms, counts))
+            conn.execute("DELETE FROM chunks_bm25_terms WHERE term = ANY(%s) AND df <= 0", (terms,))
 
 
 def as_array(value: Any) -> np.ndarray:
