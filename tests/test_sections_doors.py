@@ -18,6 +18,7 @@ from llama_index.core import VectorStoreIndex
 from llama_index_polaris import PolarisEmbedding, PolarisRetriever, PolarisVectorStore
 from llama_index_polaris.engine.config import load_config
 from llama_index_polaris.engine.index import PolarisIndex
+from llama_index_polaris.engine.db import postings as lists
 from llama_index_polaris.engine.search import pipeline, postings
 from llama_index_polaris.engine.search.bm25 import bm25
 
@@ -54,7 +55,7 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     # them, so every door below, the CLI's process and Datasette's included, scores from them.
     with pytest.MonkeyPatch.context() as mp, \
             PolarisIndex(root / "polaris.db", config=load_config(root, use_user_config=False)) as index:
-        mp.setattr(postings, "COMMON_DF", 2)
+        mp.setattr(lists, "COMMON_DF", 2)
         index.index_paths([root / "docs"])
         rotation = [c for c in index.store.get_chunks() if c.heading_path == "Keys > Rotation"]
         assert len(rotation) >= 4  # one section, many chunks: the case that repeated
