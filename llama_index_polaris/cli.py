@@ -458,7 +458,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     config = load_config(config_file=args.config, model_id=args.model)
     beir = load_beir(args.dir, args.split)
-    index, report = build_eval_index(beir, config, whole_documents=args.whole_documents)
+    index, report = build_eval_index(beir, config, whole_documents=args.whole_documents, db=args.db)
     modes = ("vector", "bm25", "hybrid") if args.mode == "all" else (args.mode,)
     with index:
         model_id = index.store.model.model_id

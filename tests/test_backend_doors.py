@@ -251,3 +251,24 @@ def test_the_mcp_server_answers_the_same(project: dict) -> None:
     hits = {b: a["hits"] if isinstance(a, dict) and "hits" in a else a for b, a in answers.items()}
     assert [(h["node_id"], h["heading_path"]) for h in hits["postgres"]] == \
         [(h["node_id"], h["heading_path"]) for h in hits["sqlite"]]
+
+
+def test_eval_scores_the_same_on_both(tmp_path: Path, pg_uri: str) -> None:
+    """`polaris eval DIR --db TARGET` builds its index where --db says: a file or a database."""
+    docs = [("d1", "Sessions", "A session lasts eight hours."), ("d2", "Tokens", "Tokens rotate every day."),
+            ("d3", "Deploys", "Deploys need approval from the on-call engineer.")]
+    (tmp_path / "qrels").mkdir()
+    (tmp_path / "corpus.jsonl").write_text("\n".join(json.dumps({"_id": i, "title": t, "text": x}) for i, t, x in docs))
+    (tmp_path / "queries.jsonl").write_text("\n".join(json.dumps({"_id": q, "text": t}) for q, t in
+                                                      [("q1", "how long is a session"), ("q2", "who approves deploys")]))
+    (tmp_path / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\nq2\td3\t1\n")
+    (tmp_path / "polaris.toml").write_text(f'model_id = "{MODEL}"\n')
+    scores = {}
+    for target in (str(tmp_path / "eval.db"), pg_uri):
+        run = polaris(tmp_path, "eval", str(tmp_path), "--db", target, "--json")
+        assert run.returncode == 0, run.stderr
+        scores[target] = {m: {k: v for k, v in r.items() if k != "ms_per_query"} for m, r in json.loads(run.stdout).items()}
+    assert scores[pg_uri] == scores[str(tmp_path / "eval.db")]
+    assert (tmp_path / "eval.db").exists()
+    with PolarisIndex(pg_uri, config=cfg(tmp_path), readonly=True) as ix:
+        assert ix.store.counts()["documents"] == 3

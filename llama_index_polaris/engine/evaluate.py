@@ -146,8 +146,10 @@ def eval_cache_dir() -> Path:
 
 
 # -- running -------------------------------------------------------------------------
-def build_eval_index(beir: BeirSet, config: Any, progress: Any = None, whole_documents: bool = False) -> Any:
-    """The cached PolarisIndex for this corpus, model and chunker (built if needed).
+def build_eval_index(beir: BeirSet, config: Any, progress: Any = None, whole_documents: bool = False,
+                     db: str | None = None) -> Any:
+    """The cached PolarisIndex for this corpus, model and chunker (built if needed); ``db`` (a
+    file or a ``postgresql://`` URI) names where to build it instead of the cache.
 
     ``whole_documents`` indexes each corpus entry as one chunk cut at the model's window,
     as BEIR and MTEB do, so that published figures can be reproduced.
@@ -162,8 +164,9 @@ def build_eval_index(beir: BeirSet, config: Any, progress: Any = None, whole_doc
     key = json.dumps([corpus_fingerprint(beir.path), embedder.model_id, embedder.dim, embedder.fingerprint,
                       config.max_chunk_tokens, config.chunk_overlap_chars, config.min_chunk_chars,
                       config.fts_tokenizer, DEFAULT_CONTEXT] + (["whole"] if whole_documents else []), sort_keys=True)
-    path = eval_cache_dir() / f"{beir.path.name}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.db"
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path: Any = db if db is not None else eval_cache_dir() / f"{beir.path.name}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.db"
+    if db is None:
+        path.parent.mkdir(parents=True, exist_ok=True)
     index = PolarisIndex(path, config=config.replace(model_id=embedder.model_id))
     docs = (SourceDocument(id=i, text=corpus_markdown(d), name=d.get("title") or i) for i, d in beir.corpus.items())
     indexer = Indexer(index.store, index.embedder, index.config, progress=progress, whole_documents=whole_documents)
