@@ -98,6 +98,14 @@ def test_filters_and_scopes_select_the_same_chunks(pair, f) -> None:
     assert [c.node_id for c in pg.get_chunks(filters=f)] == [c.node_id for c in sqlite.get_chunks(filters=f)]
 
 
+def test_both_backends_implement_the_contract(pair) -> None:
+    from llama_index_polaris.engine.storage import Storage
+
+    sqlite, pg = pair
+    assert isinstance(sqlite, Storage) and isinstance(pg, Storage)
+    assert (sqlite.kind, pg.kind) == ("sqlite", "postgres")
+
+
 def test_knn_is_the_exact_float32_answer(pair) -> None:
     sqlite, pg = pair
     q = unit_vectors(1, 8, seed=99)[0]

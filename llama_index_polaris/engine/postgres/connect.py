@@ -20,7 +20,7 @@ EXTENSION_LOCK = 0x706F6C61_72697300  # advisory lock key: "polaris" + 0 (schema
 def shown(uri: str) -> str:
     """``uri`` without its password, for messages."""
     parts = urllib.parse.urlsplit(uri)
-    if parts.password is None:
+    if not parts.password:
         return uri
     netloc = parts.netloc.rsplit("@", 1)
     user = (parts.username or "") + ":***"
@@ -65,7 +65,7 @@ def connect(uri: str) -> Any:
     try:
         conn = _CLASS.connect(uri, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S)
     except psycopg.OperationalError as exc:
-        reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+        reason = str(exc).strip().splitlines()[-1].strip() if str(exc).strip() else type(exc).__name__
         raise DatabaseError(
             f"cannot connect to {shown(uri)} ({reason}). Check that the server is running and the URI's host,"
             " port, user, password and database are right."
