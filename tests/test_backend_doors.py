@@ -91,7 +91,7 @@ def assert_same(a: list[dict], b: list[dict]) -> None:
 
 @pytest.mark.parametrize("mode", ("hybrid", "vector", "bm25"))
 def test_the_cli_answers_the_same_on_both(project: dict, mode: str) -> None:
-    for query in QUERIES:
+    for query in QUERIES[::2]:  # the engine test below asks them all; this is the door
         found = {}
         for backend in BACKENDS:
             run = polaris(project["root"], "search", query, "--mode", mode, "-k", "8", "--json", "--explain",

@@ -42,10 +42,17 @@ def corpus(seed: int, n_docs: int = 12) -> list[tuple[DocumentRecord, list[Chunk
     return out
 
 
-@pytest.fixture
-def pair(tmp_path: Path, pg_uri: str):
-    """The same corpus in a polaris.db and a Postgres database."""
-    sqlite, pg = Store(tmp_path / "polaris.db"), PgStore(pg_uri)
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory, pg_server: str):
+    """The same corpus in a polaris.db and a Postgres database (read only by the tests that use it)."""
+    import psycopg
+
+    from conftest import database_uri
+
+    with psycopg.connect(pg_server, autocommit=True) as conn:
+        conn.execute("DROP DATABASE IF EXISTS polaris_pair WITH (FORCE)")
+        conn.execute("CREATE DATABASE polaris_pair")
+    sqlite, pg = Store(tmp_path_factory.mktemp("pair") / "polaris.db"), PgStore(database_uri(pg_server, "polaris_pair"))
     for store in (sqlite, pg):
         store.bind_model(fake_binding(8))
         for i, (doc, chunks) in enumerate(corpus(7)):
