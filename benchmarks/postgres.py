@@ -143,8 +143,12 @@ def run_set(spec: dict[str, Any], base_uri: str, work: Path, baseline: bool) -> 
                       "p50_ms": pct(times, 50), "p95_ms": pct(times, 95)}
     out["same_top10"] = statistics.fmean(ranked["sqlite"][q] == ranked["postgres"][q] for q in ranked["sqlite"])
     out["ndcg_delta"] = out["postgres"]["ndcg@10"] - out["sqlite"]["ndcg@10"]
+    print(json.dumps(out), flush=True)
     if baseline:
-        out["pgvectorstore"] = pgvectorstore(spec, sqlite_ix, uri, vectors)
+        try:
+            out["pgvectorstore"] = pgvectorstore(spec, sqlite_ix, uri, vectors)
+        except Exception as exc:  # the baseline's failure is reported, not the whole run's
+            out["pgvectorstore"] = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
     sqlite_ix.close()
     pg_ix.close()
     return out
@@ -159,10 +163,10 @@ def pgvectorstore(spec: dict[str, Any], ix: PolarisIndex, uri: str, vectors: dic
     from llama_index.vector_stores.postgres import PGVectorStore
 
     parts = urllib.parse.urlsplit(uri)
-    host = urllib.parse.parse_qs(parts.query).get("host", ["localhost"])[0]
-    store = PGVectorStore.from_params(database=parts.path.lstrip("/"), host=host, port="5432", user=parts.username,
-                                      password=parts.password or "", table_name="baseline", embed_dim=ix.store.model.dim,
-                                      hybrid_search=True, text_search_config="english", use_halfvec=True)
+    sync = urllib.parse.urlunsplit(parts._replace(scheme="postgresql+psycopg2"))
+    store = PGVectorStore.from_params(connection_string=sync, async_connection_string=sync.replace("psycopg2", "asyncpg"),
+                                      table_name="baseline", embed_dim=ix.store.model.dim, hybrid_search=True,
+                                      text_search_config="english", use_halfvec=True)
     chunks = ix.store.get_chunks(with_embedding=True)
     nodes = []
     for c in chunks:

@@ -67,10 +67,11 @@ def bm25(conn: Any, tokenizer: Tokenizer, query: str, limit: int, scope: Scope =
     avgdl = total / n_rows
     phrases = [p for p in tokenizer.terms(words) if p]
     where, args = scope_sql(scope, "chunk_id")
+    singles = _singles(conn, sorted({p[0] for p in phrases if len(p) == 1}), where, args)
     parts: list[tuple[np.ndarray, np.ndarray]] = []
     for phrase in phrases:
         if len(phrase) == 1:
-            found = _single(conn, phrase[0], where, args)
+            found = singles.get(phrase[0])
         else:
             found = _phrase(conn, tokenizer, phrase, n_rows, where, args)
         if found is not None:
@@ -85,15 +86,21 @@ def bm25(conn: Any, tokenizer: Tokenizer, query: str, limit: int, scope: Scope =
     return top_hits(scores, limit, None, ids)
 
 
-def _single(conn: Any, term: str, where: str, args: list[Any]) -> tuple[np.ndarray, ...] | None:
-    row = conn.execute("SELECT df FROM chunks_bm25_terms WHERE term = %s", (term,)).fetchone()
-    if row is None:
-        return None
-    rows = conn.execute(f"SELECT chunk_id, tf, dl FROM chunks_bm25 WHERE term = %s{where}", (term, *args)).fetchall()
-    if not rows:
-        return None
-    data = np.array(rows, dtype=np.int64)
-    return data[:, 0], data[:, 1], data[:, 2], int(row[0])
+def _singles(conn: Any, terms: list[str], where: str, args: list[Any]) -> dict[str, tuple[np.ndarray, ...]]:
+    """Each one-term phrase's postings in scope and its document frequency: two statements in all."""
+    if not terms:
+        return {}
+    df = dict(conn.execute("SELECT term, df FROM chunks_bm25_terms WHERE term = ANY(%s)", (terms,)).fetchall())
+    rows = conn.execute(f"SELECT term, chunk_id, tf, dl FROM chunks_bm25 WHERE term = ANY(%s){where} ORDER BY term",
+                        (list(df), *args)).fetchall()
+    out: dict[str, tuple[np.ndarray, ...]] = {}
+    start = 0
+    for end in range(1, len(rows) + 1):
+        if end == len(rows) or rows[end][0] != rows[start][0]:
+            data = np.array([r[1:] for r in rows[start:end]], dtype=np.int64)
+            out[rows[start][0]] = (data[:, 0], data[:, 1], data[:, 2], int(df[rows[start][0]]))
+            start = end
+    return out
 
 
 def _phrase(conn: Any, tokenizer: Tokenizer, phrase: Sequence[str], n_rows: int, where: str,

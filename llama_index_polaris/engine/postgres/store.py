@@ -92,6 +92,9 @@ class PgStore:
         self._runs = 0
         self._proven: ModelBinding | None = None
         self._delta = _Delta()
+        self._model: ModelBinding | None = None
+        self._tokenizer_name: str | None = None
+        self._ann_checked = (False, 0.0)
         if fts_tokenizer is not None:
             problem = SETTINGS_BY_NAME["fts_tokenizer"].check(fts_tokenizer)
             if problem:
@@ -136,6 +139,7 @@ class PgStore:
             with self._write() as conn:
                 conn.execute("INSERT INTO polaris_meta (key, value) VALUES ('fts_tokenizer', %s)"
                              " ON CONFLICT (key) DO UPDATE SET value = excluded.value", (tokenizer,))
+                self._tokenizer_name = tokenizer
                 if recorded is not None:
                     self._retokenize(conn)
 
@@ -220,7 +224,9 @@ class PgStore:
 
     def tokenizer(self) -> Tokenizer:
         """The index's FTS5 tokenizer (made once per tokenizer)."""
-        name = self.meta.get("fts_tokenizer", DEFAULT_FTS_TOKENIZER)
+        if self._tokenizer_name is None:
+            self._tokenizer_name = self.meta.get("fts_tokenizer", DEFAULT_FTS_TOKENIZER)
+        name = self._tokenizer_name
         if self._tokenizer is None or self._tokenizer.tokenizer != name:
             self._tokenizer = Tokenizer(name)
         return self._tokenizer
@@ -239,7 +245,10 @@ class PgStore:
 
     @property
     def model(self) -> ModelBinding | None:
-        """The model this index was built with, or None before the first write."""
+        """The model this index was built with, or None before the first write (a named model,
+        once read, is kept: a binding never changes)."""
+        if self._model is not None:
+            return self._model
         meta = self.meta
         if "model_id" not in meta:
             return None
@@ -248,6 +257,8 @@ class PgStore:
         proven = self._proven
         if recorded.model_id == UNKNOWN_MODEL and proven is not None and proven.dim == recorded.dim:
             return proven
+        if recorded.model_id != UNKNOWN_MODEL:
+            self._model = recorded
         return recorded
 
     def check_model(self, wanted: ModelBinding) -> None:
@@ -659,9 +670,16 @@ class PgStore:
 
     # -- vectors: exact, or HNSW above HNSW_FROM ---------------------------------------
     def has_ann_index(self) -> bool:
-        """True when the HNSW index exists."""
+        """True when the HNSW index exists (asked again at most every 10 s while it does not)."""
+        import time
+
+        found, when = self._ann_checked
+        if found or time.monotonic() - when < 10.0:
+            return found
         with self._lock:
-            return self.conn.execute("SELECT to_regclass('chunks_embedding_hnsw') IS NOT NULL").fetchone()[0]
+            found = self.conn.execute("SELECT to_regclass('chunks_embedding_hnsw') IS NOT NULL").fetchone()[0]
+        self._ann_checked = (found, time.monotonic())
+        return found
 
     def ensure_ann_index(self, force: bool = False) -> bool:
         """Build the HNSW index once the index holds ``HNSW_FROM`` chunks with vectors (or ``force``);
@@ -677,9 +695,10 @@ class PgStore:
                 n = self.conn.execute("SELECT count(*) FROM chunks WHERE embedding IS NOT NULL").fetchone()[0]
                 if n < self.hnsw_from:
                     return False
+            self._ann_checked = (False, 0.0)
             with self.conn.transaction():
                 self.conn.execute("SELECT pg_advisory_xact_lock(%s)", (schema.WRITE_LOCK,))
-                self.conn.execute(f"SET LOCAL maintenance_work_mem = '512MB'")
+                self.conn.execute("SET LOCAL maintenance_work_mem = '512MB'")
                 self.conn.execute(
                     "CREATE INDEX IF NOT EXISTS chunks_embedding_hnsw ON chunks USING hnsw (embedding_half halfvec_cosine_ops)"
                     f" WITH (m = {HNSW_M}, ef_construction = {HNSW_EF_CONSTRUCTION})")
