@@ -618,14 +618,14 @@ class PgStore:
         columns = CHUNK_COLUMNS + (", c.embedding" if with_embedding else "")
         with self._lock:
             rows = self.conn.execute(f"SELECT {columns} FROM chunks c JOIN documents d ON d.id = c.document_id"
-                                     f" {where} ORDER BY c.document_id, c.ordinal", args).fetchall()
+                                     f" {where} ORDER BY c.document_id, c.ordinal", args, binary=with_embedding).fetchall()
         return [_chunk(r, with_embedding) for r in rows]
 
     def vectors_by_hash(self, hashes: Iterable[str]) -> dict[str, np.ndarray]:
         """Stored vectors for chunks whose text hash is in ``hashes`` (for reuse)."""
         with self._lock:
             rows = self.conn.execute("SELECT text_hash, embedding FROM chunks WHERE embedding IS NOT NULL"
-                                     " AND text_hash = ANY(%s)", (sorted(set(hashes)),)).fetchall()
+                                     " AND text_hash = ANY(%s)", (sorted(set(hashes)),), binary=True).fetchall()
         return {h: as_array(v) for h, v in rows}
 
     def counts(self) -> dict[str, Any]:
@@ -729,7 +729,7 @@ class PgStore:
             self.conn.execute("SELECT set_config('hnsw.iterative_scan', %s, true)", ("relaxed_order" if where else "off",))
         rows = self.conn.execute(
             f"SELECT id, embedding FROM chunks WHERE embedding_half IS NOT NULL{where}"
-            " ORDER BY embedding_half <=> %s LIMIT %s", (*args, half, fetch)).fetchall()
+            " ORDER BY embedding_half <=> %s LIMIT %s", (*args, half, fetch), binary=True).fetchall()
         return rescore(rows, q, k)
 
     def bm25(self, query: str, k: int, scope: Scope) -> list[tuple[int, float]]:
@@ -745,7 +745,7 @@ class PgStore:
         """(document id, heading path, stored vector or None) of each chunk."""
         column = "embedding" if with_vectors else "NULL"
         rows = self.conn.execute(f"SELECT id, document_id, heading_path, {column} FROM chunks WHERE id = ANY(%s)",
-                                 (list(dict.fromkeys(ids)),)).fetchall()
+                                 (list(dict.fromkeys(ids)),), binary=with_vectors).fetchall()
         dim = self.model.dim if with_vectors and self.model else None
         return {r[0]: (r[1], r[2], _vector(r[3], dim) if with_vectors else None) for r in rows}
 
@@ -780,7 +780,7 @@ class PgStore:
             while True:
                 rows = conn.execute(f"SELECT {CHUNK_COLUMNS}, c.embedding FROM chunks c JOIN documents d"
                                     " ON d.id = c.document_id WHERE c.id > %s ORDER BY c.id LIMIT %s",
-                                    (last, batch)).fetchall()
+                                    (last, batch), binary=True).fetchall()
                 if not rows:
                     return
                 last = rows[-1][0]
