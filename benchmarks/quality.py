@@ -47,6 +47,7 @@ from llama_index_polaris.engine.evaluate import (  # noqa: E402
 from llama_index_polaris.engine.indexer import SourceDocument  # noqa: E402
 from llama_index_polaris.engine.search import bm25 as bm25_mod  # noqa: E402
 from llama_index_polaris.engine.search import pipeline  # noqa: E402
+from llama_index_polaris.engine.search.scope import Scope  # noqa: E402
 from llama_index_polaris.engine.index import PolarisIndex  # noqa: E402
 from llama_index_polaris.engine.store import from_blob, text_hash  # noqa: E402
 
@@ -89,26 +90,29 @@ _BM25_MEMO: dict[Any, Any] = {}
 
 @contextlib.contextmanager
 def memoised_candidates(conn_id: str):
-    """Patch the pipeline's knn/bm25 with memoised versions (unscoped queries only)."""
-    real_knn, real_bm25 = pipeline.knn, pipeline.bm25
+    """Patch the SQLite Store's knn/bm25 (``search.vector.knn``, ``search.bm25.bm25``) with memoised
+    versions (unscoped queries only)."""
+    from llama_index_polaris.engine.search import vector as vector_mod
 
-    def knn(conn, query, k, scope=pipeline.Scope(), **kw):
+    real_knn, real_bm25 = vector_mod.knn, bm25_mod.bm25
+
+    def knn(conn, query, k, scope=Scope(), **kw):
         key = (conn_id, np.asarray(query, dtype="<f4").tobytes(), k, scope, tuple(sorted(kw.items())))
         if key not in _KNN_MEMO:
             _KNN_MEMO[key] = real_knn(conn, query, k, scope, **kw)
         return _KNN_MEMO[key]
 
-    def bm25(conn, query, limit, scope=pipeline.Scope()):
+    def bm25(conn, query, limit, scope=Scope()):
         key = (conn_id, query, limit, scope, bm25_mod.TEXT_WEIGHT, bm25_mod.HEADING_WEIGHT)
         if key not in _BM25_MEMO:
             _BM25_MEMO[key] = real_bm25(conn, query, limit, scope)
         return _BM25_MEMO[key]
 
-    pipeline.knn, pipeline.bm25 = knn, bm25
+    vector_mod.knn, bm25_mod.bm25 = knn, bm25
     try:
         yield
     finally:
-        pipeline.knn, pipeline.bm25 = real_knn, real_bm25
+        vector_mod.knn, bm25_mod.bm25 = real_knn, real_bm25
 
 
 _REAL_BM25_SQL = bm25_mod.bm25_sql

@@ -379,6 +379,7 @@ def hybrid_bench(n: int, dim: int, eval_dir: Path, nq: int) -> dict[str, Any]:
     from llama_index_polaris.engine.config import load_config
     from llama_index_polaris.engine.embed import load_embedder
     from llama_index_polaris.engine.search import ann, pipeline, postings
+    from llama_index_polaris.engine.search import vector as vector_module
     from llama_index_polaris.engine.search.bm25 import bm25
     from llama_index_polaris.engine.search.pipeline import Searcher
     from llama_index_polaris.engine.search.scope import Scope
@@ -455,19 +456,19 @@ def hybrid_bench(n: int, dim: int, eval_dir: Path, nq: int) -> dict[str, Any]:
     res["ann_scoped_in_scope"] = all(set(g) <= set((rows + 1).tolist()) for g in scoped_got)
 
     res["hybrid_ms"] = pcts(run(lambda i: searcher.search(texts[i], top_k=10, query_vector=qvecs[i])))
-    real_lists = pipeline.postings.bm25
-    pipeline.postings.bm25 = lambda *a, **kw: None  # the one-shot pipeline before the posting lists: FTS5 alone
+    real_lists = postings.bm25
+    postings.bm25 = lambda *a, **kw: None  # the one-shot pipeline before the posting lists: FTS5 alone
     try:
         res["hybrid_fts5_ms"] = pcts(run(lambda i: searcher.search(texts[i], top_k=10, query_vector=qvecs[i])))
     finally:
-        pipeline.postings.bm25 = real_lists
-    real_knn = pipeline.knn
-    pipeline.knn = functools.partial(real_knn, exact_below=10**12)  # the one-shot pipeline before #17: exact vec0,
-    pipeline.postings.bm25 = lambda *a, **kw: None  # FTS5 alone
+        postings.bm25 = real_lists
+    real_knn = vector_module.knn  # what the SQLite Store's knn calls
+    vector_module.knn = functools.partial(real_knn, exact_below=10**12)  # the one-shot pipeline before #17: exact vec0,
+    postings.bm25 = lambda *a, **kw: None  # FTS5 alone
     try:
         res["hybrid_exact_ms"] = pcts(run(lambda i: searcher.search(texts[i], top_k=10, query_vector=qvecs[i])))
     finally:
-        pipeline.knn, pipeline.postings.bm25 = real_knn, real_lists
+        vector_module.knn, postings.bm25 = real_knn, real_lists
     # a long-lived process (notebook, retriever, Datasette): sign bits in RAM, floats re-read
     # from SQLite; BM25 with common words' postings from RAM (a cold and a warm pass)
     from llama_index_polaris.engine.search.bm25_cache import Bm25Cache
