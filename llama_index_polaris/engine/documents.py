@@ -205,9 +205,10 @@ def list_documents(conn: Any, collection: str | Sequence[str] | None = None, pre
     ``prefix`` (and, with ``contains``, holds that text in any case), ``limit`` of them from
     ``offset``, with their chunk and section counts.
 
-    Its cost follows the page, not the file: the chunks of the listed documents alone are
-    counted (``chunks_document_ordinal``), so a page of 20 out of 100k documents reads 20
-    documents' chunks."""
+    They come in the order of the ``(collection, path)`` index (documents without a path, added
+    through LlamaIndex, first, as they were added), and only the chunks of the listed documents
+    are counted (``chunks_document_ordinal``): without a filter a page of 20 out of 100k
+    documents reads 20 index entries and their chunks, never the whole file."""
     for value, what, low in ((limit, "limit", 1), (offset, "offset", 0)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise InputError(f"{what} must be a whole number of at least {low}, got {value!r}.")
@@ -226,7 +227,7 @@ def list_documents(conn: Any, collection: str | Sequence[str] | None = None, pre
     docs = conn.execute(
         "SELECT d.id, d.path, d.collection, d.status, d.error, d.updated_at, d.content_hash,"
         f" {'count(*) OVER ()' if filtered else 'NULL'} FROM documents d WHERE {condition}"
-        " ORDER BY d.collection, coalesce(d.path, d.id) LIMIT ? OFFSET ?",
+        " ORDER BY d.collection, d.path LIMIT ? OFFSET ?",  # the order of documents_collection_path: no sort
         [*args, limit, offset],
     ).fetchall()
     if filtered and docs:
