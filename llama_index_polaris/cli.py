@@ -131,36 +131,11 @@ def _remove_index(path: Any) -> None:
             pass
 
 
-class _progress_bar:
-    """One tqdm bar on a terminal (files, with chunks embedded and chunks/s); silent otherwise."""
+def _progress_bar(quiet: bool) -> Any:
+    """The indexing bar on a terminal (``progress``); silent otherwise."""
+    from .progress import IndexProgress
 
-    def __init__(self, quiet: bool) -> None:
-        self.bar: Any = None
-        self.enabled = not quiet and sys.stderr.isatty()
-        self.started = 0.0
-
-    def update(self, stage: str, done: int, total: int) -> None:
-        if not self.enabled:
-            return
-        if self.bar is None:
-            import time
-
-            from tqdm import tqdm
-
-            self.started = time.perf_counter()
-            self.bar = tqdm(total=total, unit="file", desc="indexing", leave=False, file=sys.stderr)
-        if stage == "documents":
-            self.bar.total = max(total, self.bar.total or 0)
-            self.bar.update(done - self.bar.n)
-        else:
-            import time
-
-            rate = done / max(time.perf_counter() - self.started, 1e-9)
-            self.bar.set_postfix_str(f"{done} chunks embedded, {rate:.1f} chunks/s")
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
+    return IndexProgress(enabled=not quiet and sys.stderr.isatty(), file=sys.stderr, leave=False)
 
 
 # -- search -----------------------------------------------------------------------
