@@ -57,7 +57,7 @@ class Watching:
 
     def stop(self) -> int:
         self.proc.send_signal(signal.SIGINT)
-        code = self.proc.wait(timeout=30)
+        code = self.proc.wait(timeout=120)
         time.sleep(0.2)  # the reader threads drain what is left
         while not self.lines.empty():
             name, line = self.lines.get()
@@ -159,3 +159,32 @@ def test_watch_follows_edits_saves_renames_and_deletes_then_stops_cleanly(projec
         assert shown == len(index.store.get_chunks(document_id=files["tokens.md"].id))
         top = index.search("marmalade refresh", mode="bm25", top_k=1)[0]
         assert (top.document, "Tuesdays" in index.search("release branch", mode="bm25")[0].text) == ("tokens.md", True)
+
+
+def test_ctrl_c_while_a_change_is_indexed_lets_it_finish_then_stops(project: Path) -> None:
+    from llama_index_polaris.engine.store import Store
+
+    w = Watching(project, "docs")
+    try:
+        w.expect(r"watching docs for changes", timeout=240, stream="err")
+        big = "".join(f"## Part {i}\n\nSection {i} of the long page talks about topic number {i} at length, with"
+                      f" enough words in it to be a chunk of its own, item {i} of many.\n\n" for i in range(120))
+        write(project / "docs" / "long.md", "# Long page\n\n" + big)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # the batch is under way: the document shows as processing
+            with Store(project / "polaris.db", readonly=True) as store:
+                doc = store.get_document("default:long.md")
+            if doc is not None and doc.status == "processing":
+                break
+            time.sleep(0.02)
+        else:
+            raise AssertionError(f"long.md never showed as processing; changes {w.changes}")
+        code = w.stop()
+    finally:
+        if w.proc.poll() is None:
+            w.proc.kill()
+    assert code == 0, w.stderr
+    assert [c.split(" (")[0] for c in w.changes] == ["added long.md"]
+    with Store(project / "polaris.db", readonly=True) as store:
+        doc = store.get_document("default:long.md")
+        assert doc.status == "completed" and len(store.get_chunks(document_id=doc.id)) > 10
