@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
-from .errors import InputError
+from .errors import InputError, PolarisError
 from .sources import EXTENSIONS, covers, walked
 from .store import DocumentRecord
 
@@ -31,7 +31,8 @@ DB_SIDECARS = ("", "-wal", "-shm", "-journal", ".lock")
 
 @dataclass(frozen=True)
 class Change:
-    """One document changed by a batch: ``kind`` is added, updated, renamed, removed or failed."""
+    """One document changed by a batch: ``kind`` is added, updated, renamed, removed or failed;
+    ``error`` is a batch the engine refused (``reason`` says why; the watch goes on)."""
 
     kind: str
     path: str  # relative to the collection's root
@@ -44,6 +45,8 @@ class Change:
         where = f"{self.previous} -> {self.path}" if self.previous else self.path
         if self.kind == "failed":
             return f"failed   {where}: {self.reason}"
+        if self.kind == "error":
+            return f"error    {self.reason} (still watching)"
         count = "" if self.chunks is None else f" ({self.chunks} chunk{'s' if self.chunks != 1 else ''})"
         return f"{self.kind:<8} {where}{count}"
 
@@ -175,7 +178,11 @@ class Follower:
             paths = {path for _change, path in batch}
             if not ready:
                 paths |= {str(p) for p in (*self.folders, *self.files)}
-            for change in self.sync(paths) if paths else ():
+            try:
+                changes = self.sync(paths) if paths else []
+            except PolarisError as exc:  # e.g. a folder renamed outside the root: say so, keep watching
+                changes = [Change("error", "", reason=str(exc))]
+            for change in changes:
                 on_change(change)
             if not ready:
                 ready = True
