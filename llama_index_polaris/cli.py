@@ -69,6 +69,47 @@ def cmd_index(args: argparse.Namespace) -> int:
         print(json.dumps({**vars(report), **lists}, indent=2))
     else:
         print(report.summary())
+    if args.watch:
+        return _watch(args)
+    return 0
+
+
+def _watch(args: argparse.Namespace) -> int:
+    """After the first run of `polaris index --watch`: one line per change until Ctrl-C (or SIGTERM).
+
+    The first Ctrl-C lets the change being indexed finish, then stops; a second one stops at once
+    (the document being written is rolled back, as any interrupted run's)."""
+    import signal
+    import threading
+    import time
+
+    from .engine.watch import Follower
+
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: Any) -> None:
+        if stop.is_set():
+            raise KeyboardInterrupt
+        stop.set()
+
+    def on_change(change: Any) -> None:
+        line = json.dumps(change.to_dict()) if args.json else f"{time.strftime('%H:%M:%S')} {change.line()}"
+        print(line, flush=True)
+
+    def on_ready() -> None:
+        shown = " ".join(args.paths)
+        print(f"polaris: watching {shown} for changes (Ctrl-C to stop)", file=sys.stderr, flush=True)
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with _open(args, readonly=False, model_id=args.model) as index:
+            follower = Follower(index, args.paths, args.collection,
+                                on_wait=lambda msg: print(f"polaris: {msg}", file=sys.stderr, flush=True))
+            follower.follow(on_change, stop, on_ready)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    print("polaris: stopped watching; the index holds every change shown above", file=sys.stderr)
     return 0
 
 
@@ -90,36 +131,11 @@ def _remove_index(path: Any) -> None:
             pass
 
 
-class _progress_bar:
-    """One tqdm bar on a terminal (files, with chunks embedded and chunks/s); silent otherwise."""
+def _progress_bar(quiet: bool) -> Any:
+    """The indexing bar on a terminal (``progress``); silent otherwise."""
+    from .progress import IndexProgress
 
-    def __init__(self, quiet: bool) -> None:
-        self.bar: Any = None
-        self.enabled = not quiet and sys.stderr.isatty()
-        self.started = 0.0
-
-    def update(self, stage: str, done: int, total: int) -> None:
-        if not self.enabled:
-            return
-        if self.bar is None:
-            import time
-
-            from tqdm import tqdm
-
-            self.started = time.perf_counter()
-            self.bar = tqdm(total=total, unit="file", desc="indexing", leave=False, file=sys.stderr)
-        if stage == "documents":
-            self.bar.total = max(total, self.bar.total or 0)
-            self.bar.update(done - self.bar.n)
-        else:
-            import time
-
-            rate = done / max(time.perf_counter() - self.started, 1e-9)
-            self.bar.set_postfix_str(f"{done} chunks embedded, {rate:.1f} chunks/s")
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
+    return IndexProgress(enabled=not quiet and sys.stderr.isatty(), file=sys.stderr, leave=False)
 
 
 # -- search -----------------------------------------------------------------------
@@ -350,6 +366,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", metavar="ID", help="embedding model (see `polaris models`)")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--watch", action="store_true",
+                   help="after the run, follow changes under PATHs and index each one (Ctrl-C stops)")
     _common(p)
     p.set_defaults(func=cmd_index)
 

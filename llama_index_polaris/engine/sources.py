@@ -341,3 +341,25 @@ def _walk_dir(directory: Path, parent: object | None, unlisted: Callable[[Path, 
                 yield from _walk_dir(path, spec, unlisted)
         elif path.suffix.lower() in EXTENSIONS and not _ignored(path, False, spec):
             yield path
+
+
+def walked(path: Path, top: Path, is_dir: bool = False) -> bool:
+    """Whether a walk of the folder ``top`` reaches ``path``: a Markdown or text file (or, with
+    ``is_dir``, a folder) under ``top`` with no hidden part and not excluded by a ``.gitignore``
+    on the way down (what ``walk`` skips, decided for one path: ``polaris index --watch``)."""
+    try:
+        rel = path.relative_to(top)
+    except ValueError:
+        return False
+    if any(part.startswith(".") for part in rel.parts) or not (is_dir or path.suffix.lower() in EXTENSIONS):
+        return False
+    spec, folder = None, top
+    try:
+        for part in rel.parts:
+            spec = _ignore_spec(folder, spec)
+            folder = folder / part
+            if _ignored(folder, is_dir or folder != path, spec):
+                return False
+    except OSError:
+        return False  # a folder on the way cannot be read: the walk skips it too
+    return True

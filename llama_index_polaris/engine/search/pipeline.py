@@ -24,7 +24,8 @@ from ..vectors import check_query as check_query_vector, decode
 from .boost import boost_terms
 from .bm25 import bm25
 from .context import bounded, excerpt, stitch
-from . import literal, postings
+from .display import Hits
+from . import legend, literal, postings
 from .bm25_cache import Bm25Cache
 from .filters import Filter
 from .rank import UNITS, Candidate, Explanation, RankParams, Ranked, rank
@@ -181,8 +182,9 @@ class Searcher:
         max_top_k: int | None = None,
         unit: str | None = None,
         context_tokens: int | None = None,
-    ) -> list[Hit]:
-        """The best ``top_k`` chunks for ``query`` in ``mode`` within the scope given.
+    ) -> Hits:
+        """The best ``top_k`` chunks for ``query`` in ``mode`` within the scope given (a list
+        of ``Hit`` that a notebook shows as a table, ``display.Hits``).
 
         ``mmr_lambda`` overrides the configured MMR trade-off for this query; in
         ``vector`` mode giving it re-ranks the vector candidate pool by MMR with the
@@ -216,13 +218,15 @@ class Searcher:
         with self.store.read() as conn:  # a scope naming what the index lacks is refused, even for no query
             scope = resolve_scope(conn, documents=documents, collections=collections, filters=filters,
                                   node_ids=node_ids, within_collection=within_collection)
+        settings = {key: getattr(self.config, key) for key in legend.SETTINGS} | {"mmr_lambda": lam}
         if scope.empty or (not query and query_vector is None):
-            return []
+            return Hits(query=query, mode=mode, settings=settings)
         if _uses(mode, weights, "vector") and query_vector is None and self.store.model is not None:
             query_vector = self._check_vector(self._embed(query))  # outside the lock: other threads may read
         params = self.params(query, k, mode, unit, lam if mode == "hybrid" else mmr_lambda, weights)
         with self.store.read():  # one snapshot for every stage
-            return self._run(query, params, scope, query_vector, context_tokens)
+            return Hits(self._run(query, params, scope, query_vector, context_tokens), query=query, mode=mode,
+                        settings=settings)
 
     def params(self, query: str, k: int, mode: str = "hybrid", unit: str = "section", mmr_lambda: float | None = None,
                weights: Mapping[str, float] | None = None) -> RankParams:
