@@ -4,7 +4,8 @@
 the benchmarks call it with their own parameters): each retriever's list is reduced to
 sections (a section ranks at its best chunk in that list; its chunks' scores are never
 summed, so a long section does not win by length), then fusion (RRF mixed with score
-fusion, ``fuse.py``), the heading boost and MMR run over sections, and scores are
+fusion, ``fuse.py``), the heading boost, the learned fusion when ``fusion_weights`` are set
+(``learned.py``) and MMR run over sections, and scores are
 normalised so that the top hit reads 1.0. With
 ``unit="chunk"`` every chunk is its own section, which is the chunk-level ranking.
 """
@@ -17,10 +18,11 @@ from typing import Hashable, Mapping, Sequence
 
 import numpy as np
 
-from .boost import boosted_relevance, heading_boost
+from . import learned
+from .boost import boosted_relevance, heading_boost, heading_match
 from .fuse import mix, rrf, score_fusion
 from .mmr import mmr
-from .normalise import mmr_scores, relative_to_top
+from .normalise import mmr_scores, relative_to_max, relative_to_top
 
 UNITS = ("section", "chunk")
 Hits = Sequence[tuple[int, float]]  # (chunk id, distance or BM25 score), best first
@@ -70,6 +72,9 @@ class Explanation:
     mmr_penalty: float | None = None
     score: float = 0.0
     chunks: list[ChunkMatch] | None = None
+    features: dict[str, float] | None = None  # learned fusion: each feature's value (``learned.NAMES``)
+    contributions: dict[str, float] | None = None  # each feature's share of ``relevance``: they add up to it
+    learned: float | None = None  # the learned model's score before it is divided by the best hit's
     pool: int | None = None  # chunks per list in the candidate pool that ranked this hit (``pipeline.pool_depths``)
 
 
@@ -88,6 +93,8 @@ class RankParams:
     score_fusion: float = 0.0  # share of score fusion mixed into RRF; 0: RRF alone (the spec)
     score_fusion_vector: float = 0.4  # the vector list's weight in score fusion when ``weights`` is None
     score_fusion_depth: int = 50  # each list's scores are rescaled between its best and this rank
+    fusion_weights: Mapping[str, float] | None = None  # learned fusion's weights by feature; None: the fixed fusion
+    lookup: bool = False  # the query is an identifier lookup (``literal.lookup_terms``), a learned-fusion feature
 
 
 @dataclass
@@ -188,10 +195,22 @@ def _hybrid(lists: Mapping[str, list[_Section]], candidates: Mapping[int, Candid
     shares = _score_shares(lists, p) if p.score_fusion > 0 else {}
     fused = mix(fused, shares, p.score_fusion)
     lam = float(p.mmr_lambda if p.mmr_lambda is not None else 1.0)
+    weights = learned.weight_vector(p.fusion_weights) if p.fusion_weights else None
     # every chunk of a section has its heading path: any of them gives the section's
     first = [(index["vector"].get(f.id) or index["bm25"][f.id]).best for f in fused]
-    boosts = _boosts(fused, [candidates[c].heading_path for c in first], p, k=p.k if lam >= 1.0 else None)
+    headings = [candidates[c].heading_path for c in first]
+    early = p.k if lam >= 1.0 and weights is None else None  # the learned score needs every boost
+    boosts = _boosts(fused, headings, p, k=early)
     relevance = boosted_relevance(np.array([f.score for f in fused]), np.array(boosts))
+    x = parts = raw = None
+    if weights is not None:
+        x = learned.features(_figures(fused, index, headings, relevance, p), p.rrf_k,
+                             lists["bm25"][0].value if lists["bm25"] else 0.0, p.lookup)
+        raw = learned.scores(x, weights)
+        top = float(raw.max(initial=0.0))
+        if top > 0:  # else no feature the weights count is present: the fixed fusion's order stands
+            relevance = relative_to_max(raw)
+        parts = learned.contributions(x, weights) / top if top > 0 else np.zeros_like(x)
     best = {i: _representative(f.id, index, p) for i, f in enumerate(fused)} if lam < 1.0 else {}
     vectors = _matrix([candidates[best[i]].vector for i in range(len(fused))]) if lam < 1.0 else None
     picks = mmr(relevance, vectors, p.k, lam)
@@ -209,13 +228,42 @@ def _hybrid(lists: Mapping[str, list[_Section]], candidates: Mapping[int, Candid
             boost=boosts[pick.index], relevance=float(relevance[pick.index]), mmr_penalty=pick.penalty, score=score,
             chunks=_matches({name: index[name].get(f.id) for name in lists}) if p.unit == "section" else None,
         )
+        if x is not None:
+            i = pick.index
+            ex.features = dict(zip(learned.NAMES, x[i].tolist()))
+            ex.contributions = dict(zip(learned.NAMES, parts[i].tolist()))
+            ex.learned = float(raw[i])
         out.append(Ranked(chunk, score, ex))
     return out
 
 
-def _score_shares(lists: Mapping[str, list[_Section]], p: RankParams) -> dict[Hashable, dict[str, float]]:
-    """Score fusion's share of each section from each list (vector: cosine similarity)."""
-    alpha = p.score_fusion_vector if p.weights is None else p.weights.get("vector", 0.5)
+def _figures(fused: list, index: Mapping[str, dict], headings: list[str], relevance: np.ndarray,
+             p: RankParams) -> list[learned.Figures]:
+    """What the learned fusion reads of each fused section: its explanation's figures."""
+    lists = {name: sorted(sections.values(), key=lambda s: s.rank) for name, sections in index.items()}
+    shares = _score_shares(lists, p, alpha=0.5)  # each list's rescaled score, weighted 0.5: doubled below
+    terms = list(p.boost_terms)
+    out = []
+    for f, heading, fixed in zip(fused, headings, relevance):
+        vec, bm = index["vector"].get(f.id), index["bm25"].get(f.id)
+        share = shares.get(f.id, {})
+        out.append(learned.Figures(
+            fixed=float(fixed), vector_rank=vec.rank if vec else None, vector_distance=vec.value if vec else None,
+            bm25_rank=bm.rank if bm else None, bm25_score=bm.value if bm else None,
+            vector_share=2 * share["vector"] if "vector" in share else None,
+            bm25_share=2 * share["bm25"] if "bm25" in share else None,
+            heading=heading_match(terms, heading), heading_path=heading,
+            chunks=len(set(vec.ranks if vec else ()) | set(bm.ranks if bm else ())),
+            same_chunk=bool(vec and bm and vec.best == bm.best)))
+    return out
+
+
+def _score_shares(lists: Mapping[str, list[_Section]], p: RankParams,
+                  alpha: float | None = None) -> dict[Hashable, dict[str, float]]:
+    """Score fusion's share of each section from each list (vector: cosine similarity);
+    ``alpha``, the vector list's weight, defaults to the query's."""
+    if alpha is None:
+        alpha = p.score_fusion_vector if p.weights is None else p.weights.get("vector", 0.5)
     scored = {name: [(s.key, (1.0 - s.value) if name == "vector" else s.value) for s in sections]
               for name, sections in lists.items()}
     return score_fusion(scored, {"vector": alpha, "bm25": 1.0 - alpha}, p.score_fusion_depth)
