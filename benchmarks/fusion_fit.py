@@ -7,7 +7,7 @@
 ``collect`` asks every question of every doc set (both splits) and of SciFact (train and
 test) once with the fixed fusion and keeps each first-pool section's features and grade
 (the engine's own ``tune_labels.samples``, what `polaris tune` runs), in
-``benchmarks/out/fusion/samples-<set>.pkl``. ``fit`` reads them: leave-one-set-out on the
+``benchmarks/out/fusion/samples-<set>.pkl``. anthropic_docs (one split, 100 questions) is never fitted on: it is scored with the test splits, as elsewhere in docs/search.md. ``fit`` reads them: leave-one-set-out on the
 train splits (each set scored by a model fitted on the others), 5-fold cross-validation
 over the pooled train questions (what `polaris tune` does), then one model fitted on every
 train question scored on each test split, with paired bootstrap intervals over questions.
@@ -89,16 +89,17 @@ def row(label: str, before: np.ndarray, after: np.ndarray) -> str:
 HEAD = "| set | questions | fixed fusion | learned | gain (95% interval) |\n|---|---|---|---|---|"
 
 
-def fit_report(ridge: float, use_scifact: bool, quiet: bool = False) -> tuple[np.ndarray, float]:
+def fit_report(ridge: float, use_scifact: bool, quiet: bool = False, focus: bool = tune.FOCUS) -> tuple[np.ndarray, float]:
     data = load()
     identity = learned.weight_vector(learned.IDENTITY)
-    train = {s: d.get("train") or d.get("all", []) for s, d in data.items() if use_scifact or s != "scifact"}
+    # anthropic_docs has one split (a guard, as everywhere in docs/search.md): never fitted on, scored with the test sets
+    train = {s: d["train"] for s, d in data.items() if "train" in d and (use_scifact or s != "scifact")}
     # leave one set out
     lines, pooled_b, pooled_a = [], [], []
     for held in train:
-        w = tune.fit([x for s, ss in train.items() if s != held for x in ss], ridge)
+        w = tune.fit([x for s, ss in train.items() if s != held for x in ss], ridge, focus=focus)
         b, a = scores(train[held], identity), scores(train[held], w)
-        lines.append(row(f"{held} (train{'' if 'train' in data[held] else ', all'})", b, a))
+        lines.append(row(f"{held} (train)", b, a))
         if held != "scifact":
             pooled_b.append(b)
             pooled_a.append(a)

@@ -21,7 +21,7 @@ LABELS = {
     "vector_rank": "Vector rank", "vector_distance": "Distance", "bm25_rank": "BM25 rank", "bm25_score": "BM25 score",
     "rrf_vector": "RRF vector", "rrf_bm25": "RRF BM25", "rrf": "RRF", "fusion_vector": "Score fusion vector",
     "fusion_bm25": "Score fusion BM25", "fused": "Fused", "boost": "Boost", "relevance": "Relevance",
-    "mmr_penalty": "MMR penalty", "score": "Score",
+    "mmr_penalty": "MMR penalty", "score": "Score", "learned": "Learned",
 }
 DIGITS = {"rrf_vector": 5, "rrf_bm25": 5, "rrf": 5, "fusion_vector": 3, "fusion_bm25": 3, "fused": 3, "score": 3}
 
@@ -37,7 +37,10 @@ class Column:
 def columns(mode: str, settings: Mapping[str, Any]) -> list[Column]:
     """The figures shown for a hit in ``mode``, each with what it means under ``settings``."""
     meanings = _meanings(mode, settings)
-    return [Column(key, LABELS[key], DIGITS.get(key, 4), meanings[key]) for key in COLUMNS_BY_MODE[mode]]
+    keys = COLUMNS_BY_MODE[mode]
+    if mode == "hybrid" and settings.get("fusion_weights"):  # the learned fusion ranks: its score before relevance
+        keys = keys[: keys.index("relevance")] + ("learned",) + keys[keys.index("relevance"):]
+    return [Column(key, LABELS[key], DIGITS.get(key, 4), meanings[key]) for key in keys]
 
 
 def formula(mode: str, settings: Mapping[str, Any]) -> str:
@@ -56,6 +59,8 @@ def formula(mode: str, settings: Mapping[str, Any]) -> str:
     else:
         rrf += ";  fused = RRF (score_fusion = 0)"
     relevance = f"relevance = (fused ÷ best fused + {boost} × heading match) ÷ best"
+    if settings.get("fusion_weights"):
+        relevance += f";  learned = {_weights(settings['fusion_weights'])};  relevance = learned ÷ best learned"
     if lam >= 1.0:
         return f"{rrf};  {relevance};  Score = relevance (MMR off: mmr_lambda = {lam})"
     return (f"{rrf};  {relevance};  Score = ({lam} × relevance − MMR penalty + {_num(1 - lam)}) ÷ hit 1's,"
@@ -99,11 +104,21 @@ def _meanings(mode: str, s: Mapping[str, Any]) -> dict[str, str]:
                   if share else "equal to RRF: score_fusion is 0, so only ranks are fused"),
         "boost": (f"heading boost: heading_boost ({boost}) × the share of the query's words (3+ letters,"
                   " stop words left out) found in the heading path"),
-        "relevance": "Fused divided by the best fused among the candidates, plus the boost, divided again so the best is 1.000",
+        "relevance": ("Learned divided by the best learned among the candidates (the learned fusion ranks;"
+                      " its contributions add up to this)" if s.get("fusion_weights") else
+                      "Fused divided by the best fused among the candidates, plus the boost, divided again so the best is 1.000"),
         "mmr_penalty": (f"(1 − mmr_lambda) × the highest cosine similarity to a hit ranked above; mmr_lambda = {lam}"
                         + (", so MMR is off and the penalty is 0" if lam is not None and lam >= 1.0 else "")),
         "score": score,
+        "learned": ("the learned fusion's score (fusion_weights in polaris.toml, fitted by `polaris tune`): the sum"
+                    " of each feature's contribution, weight × feature (|weight| × (1 − feature) for a negative"
+                    f" weight), features from this explanation; weights: {_weights(s.get('fusion_weights') or {})}."
+                    " The JSON lists each feature and contribution"),
     }
+
+
+def _weights(weights: Mapping[str, float]) -> str:
+    return " + ".join(f"{w:.3g} × {name}" for name, w in weights.items()) or "none"
 
 
 def _num(x: float) -> str:

@@ -23,7 +23,8 @@ import numpy as np
 from .search import learned
 
 FOLDS = 5
-RIDGE = 1.0
+RIDGE = 0.01
+FOCUS = True
 BOOTSTRAP = 2000
 SEED = 27
 NEGATIVES = 30  # a relevant section is compared with the lower-graded sections among the fixed fusion's first this many
@@ -63,40 +64,45 @@ def ranked_ndcg(s: Sample, w: np.ndarray) -> float:
     return ndcg10(gains, s.ideal)
 
 
-def _pairs(samples: Sequence[Sample]) -> tuple[np.ndarray, np.ndarray]:
-    """Feature differences (better minus worse) of every pair, and each pair's weight
-    (1 / the question's number of pairs)."""
+def _pairs(samples: Sequence[Sample], focus: bool = FOCUS) -> tuple[np.ndarray, np.ndarray]:
+    """Feature differences (better minus worse) of every pair, and each pair's weight; a
+    question's weights add up to 1. With ``focus`` a pair weighs what swapping the two would
+    change in the fixed order's nDCG discount (LambdaRank's |delta|): pairs at the top count most."""
     diffs, weights = [], []
+    discount = 1.0 / np.log2(np.arange(len(max(samples, key=lambda s: len(s.x)).x) if samples else 0) + 2.0)
     for s in samples:
         head = np.arange(min(len(s.x), NEGATIVES))
-        rows = []
+        rows, ws = [], []
         for i in np.flatnonzero(s.grades > 0):
-            worse = head[s.grades[head] < s.grades[i]]
-            rows.extend(s.x[i] - s.x[j] for j in worse)
-        if rows:
+            for j in head[s.grades[head] < s.grades[i]]:
+                rows.append(s.x[i] - s.x[j])
+                ws.append(abs(discount[i] - discount[j]) * (s.grades[i] - s.grades[j]) if focus else 1.0)
+        if rows and sum(ws) > 0:
             diffs.append(np.array(rows))
-            weights.append(np.full(len(rows), 1.0 / len(rows)))
+            weights.append(np.array(ws) / sum(ws))
     if not diffs:
         return np.zeros((0, len(learned.NAMES))), np.zeros(0)
     return np.concatenate(diffs), np.concatenate(weights)
 
 
-def fit(samples: Sequence[Sample], ridge: float = RIDGE, iterations: int = 25) -> np.ndarray:
-    """Weights (``learned.NAMES`` order) of the pairwise logistic model, or the identity
-    when the samples hold no pair to learn from."""
-    d, pw = _pairs(samples)
-    identity = learned.weight_vector(learned.IDENTITY)
+def fit(samples: Sequence[Sample], ridge: float = RIDGE, iterations: int = 30, focus: bool = FOCUS) -> np.ndarray:
+    """Weights (``learned.NAMES`` order) of the pairwise logistic model, or the identity when the
+    samples hold no pair to learn from. Every weight but ``fixed`` (today's ranking) is
+    ridge-penalised on the standardised scale, so a large ``ridge`` gives back the fixed fusion."""
+    d, pw = _pairs(samples, focus)
     if len(d) == 0:
-        return identity
+        return learned.weight_vector(learned.IDENTITY)
     scale = d.std(axis=0)
     scale[scale == 0] = 1.0
     z = d / scale
+    penalty = np.full(z.shape[1], float(ridge))
+    penalty[learned.NAMES.index("fixed")] = 1e-4  # nearly free: it only has to stay finite on separable pairs
     v = np.zeros(z.shape[1])
     total = pw.sum()
     for _ in range(iterations):
         p = 1.0 / (1.0 + np.exp(np.clip(z @ v, -50, 50)))  # P(the pair is ordered wrongly)
-        grad = -(z * (pw * p)[:, None]).sum(axis=0) / total + ridge * v / len(samples)
-        hess = (z * (pw * p * (1 - p))[:, None]).T @ z / total + ridge * np.eye(len(v)) / len(samples)
+        grad = -(z * (pw * p)[:, None]).sum(axis=0) / total + penalty * v
+        hess = (z * (pw * p * (1 - p))[:, None]).T @ z / total + np.diag(penalty)
         step = np.linalg.solve(hess, grad)
         v -= step
         if np.abs(step).max() < 1e-8:
