@@ -72,13 +72,22 @@ def test_a_weight_on_one_feature_ranks_by_it() -> None:
 def test_the_features_read_the_explanation() -> None:
     cands = {1: Candidate("a", "Guide > Tokens"), 2: Candidate("a", "Guide > Tokens"), 3: Candidate("b", "Guide")}
     hits = rank([(1, 0.2), (3, 0.4)], [(2, 9.0), (3, 3.0)], cands,
-                replace(BASE, k=2, fusion_weights={"fixed": 1.0}, lookup=True))
+                replace(BASE, k=2, fusion_weights=learned.EVERY, lookup=True))
     a = next(h for h in hits if h.explain.vector_rank == 1).explain.features
     assert (a["vector_rr"], a["bm25_rr"], a["both"], a["same_chunk"]) == (1.0, 1.0, 1.0, 0.0)  # best chunks 1 and 2
     assert (a["chunks"], a["depth"], a["heading"], a["vector_sim"]) == (0.5, 0.5, 0.5, pytest.approx(0.8))
     assert (a["lookup_bm25"], a["words_heading"], a["bm25_ratio"]) == (1.0, 0.0, 1.0)
     b = next(h for h in hits if h.explain.vector_rank == 2).explain.features
     assert b["bm25_ratio"] == pytest.approx(3.0 / 9.0) and b["same_chunk"] == 1.0 and b["depth"] == 1.0
+
+
+def test_only_the_features_the_weights_name_are_computed_and_shown() -> None:
+    vec, bm, cands = pool(4)
+    hits = rank(vec, bm, cands, replace(BASE, fusion_weights={"bm25_rr": 1.0, "depth": 0.0}))
+    assert all(set(h.explain.features) == set(h.explain.contributions) == {"bm25_rr", "depth"} for h in hits)
+    every = rank(vec, bm, cands, replace(BASE, fusion_weights={**learned.EVERY, "fixed": 0.0, "bm25_rr": 1.0}))
+    assert [h.chunk_id for h in every] == [h.chunk_id for h in hits]  # zero weights change nothing
+    assert all(set(h.explain.features) == set(learned.NAMES) for h in every)
 
 
 @pytest.mark.parametrize("weights, message", [

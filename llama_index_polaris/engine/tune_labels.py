@@ -14,7 +14,8 @@ Two layouts:
   prints it); ``heading`` (optional) is the section's heading path or its last heading;
   without it any section of the document counts, once; ``grade`` defaults to 1.
 
-Each question is asked once with the fixed fusion (``learned.IDENTITY``) and every section
+Each question is asked once with the fixed fusion (``learned.EVERY``: weight 1 on ``fixed``,
+0 on every other feature, so all are computed) and every section
 of its first candidate pool is kept with its features and grade (``tune.Sample``).
 """
 
@@ -129,7 +130,7 @@ def samples(index: Any, questions: Sequence[Question], progress: Callable[[int, 
     """Every question run through ``index`` with the fixed fusion, its features kept."""
     from .search.pipeline import Searcher
 
-    cfg = index.config.replace(fusion_weights=learned.IDENTITY, mmr_lambda=1.0)
+    cfg = index.config.replace(fusion_weights=learned.EVERY, mmr_lambda=1.0)
     searcher = Searcher(index.store, lambda t: index.embedder.embed_query(t), cfg, index.vector_cache, index.bm25_cache)
     searcher.max_top_k = 4 * cfg.candidate_pool
     out = []

@@ -13,7 +13,7 @@ contributions adding up to it. The weights come from ``fusion_weights`` in polar
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Callable, Mapping
 
 import numpy as np
 
@@ -39,54 +39,89 @@ FEATURES: dict[str, str] = {
 }
 NAMES: tuple[str, ...] = tuple(FEATURES)
 IDENTITY: dict[str, float] = {"fixed": 1.0}
+EVERY: dict[str, float] = {**dict.fromkeys(NAMES, 0.0), **IDENTITY}  # today's ranking, every feature computed
 
 
 @dataclass(frozen=True)
 class Figures:
-    """What one section's features are read from: its explanation's figures."""
+    """What the features are read from, one array per figure, one entry per fused section
+    (ranks 0 and values NaN where a list did not return the section)."""
 
-    fixed: float
-    vector_rank: int | None
-    vector_distance: float | None
-    bm25_rank: int | None
-    bm25_score: float | None
-    vector_share: float | None  # score fusion's rescaled similarity (0..1), before its weight
-    bm25_share: float | None
-    heading: float
-    heading_path: str
-    chunks: int
-    same_chunk: bool
+    fixed: np.ndarray  # the fixed fusion's relevance
+    vector_rank: np.ndarray
+    similarity: np.ndarray  # 1 - the best chunk's cosine distance
+    bm25_rank: np.ndarray
+    bm25_score: np.ndarray
+    vector_scaled: np.ndarray  # score fusion's rescaling of each list (0..1, 0 where absent)
+    bm25_scaled: np.ndarray
+    heading: np.ndarray  # matched share of the query's words
+    depth: np.ndarray  # headings in the path
+    chunks: np.ndarray  # chunks of the section the lists returned
+    same_chunk: np.ndarray  # 1.0 where the best vector chunk is the best BM25 chunk
 
 
-def features(rows: Sequence[Figures], rrf_k: float, best_bm25: float, lookup: bool) -> np.ndarray:
-    """The feature matrix (sections x ``NAMES``), every value in [0, 1]."""
-    out = np.zeros((len(rows), len(NAMES)), dtype=np.float64)
-    for i, f in enumerate(rows):
-        out[i] = _row(f, rrf_k, best_bm25, lookup)
+def features(f: Figures, rrf_k: float, lookup: bool, names: tuple[str, ...] = NAMES) -> np.ndarray:
+    """The feature matrix (sections x ``names``), every value in [0, 1]; only the features
+    named are computed."""
+    n = len(f.fixed)
+    out = np.zeros((n, len(names)))
+    for j, name in enumerate(names):
+        out[:, j] = _COLUMNS[name](f, rrf_k, lookup) if n else 0.0
     return out
 
 
-def _row(f: Figures, rrf_k: float, best_bm25: float, lookup: bool) -> list[float]:
-    v_rr = 1.0 / f.vector_rank if f.vector_rank else 0.0
-    b_rr = 1.0 / f.bm25_rank if f.bm25_rank else 0.0
-    sim = 1.0 - f.vector_distance if f.vector_distance is not None else 0.0
-    depth = f.heading_path.count(" > ") + 1 if f.heading_path else 1
-    return [
-        f.fixed, v_rr, b_rr,
-        (rrf_k + 1) / (rrf_k + f.vector_rank) if f.vector_rank else 0.0,
-        (rrf_k + 1) / (rrf_k + f.bm25_rank) if f.bm25_rank else 0.0,
-        min(max(sim, 0.0), 1.0), f.vector_share or 0.0,
-        min(max(f.bm25_score / best_bm25, 0.0), 1.0) if f.bm25_score is not None and best_bm25 > 0 else 0.0,
-        f.bm25_share or 0.0, f.heading,
-        float(bool(f.vector_rank and f.bm25_rank)), float(f.same_chunk),
-        1.0 - 1.0 / f.chunks if f.chunks > 0 else 0.0, 1.0 / depth,
-        b_rr if lookup else 0.0, v_rr if lookup else 0.0, 0.0 if lookup else f.heading,
-    ]
+def _rr(rank: np.ndarray) -> np.ndarray:
+    return np.where(rank > 0, 1.0 / np.maximum(rank, 1), 0.0)
 
 
-def weight_vector(weights: Mapping[str, float]) -> np.ndarray:
-    """``weights`` (by feature name, missing ones 0) as a vector in ``NAMES`` order."""
-    return np.array([float(weights.get(n, 0.0)) for n in NAMES], dtype=np.float64)
+def _rrf(rank: np.ndarray, rrf_k: float) -> np.ndarray:
+    return np.where(rank > 0, (rrf_k + 1) / (rrf_k + np.maximum(rank, 1)), 0.0)
+
+
+def _ratio(f: Figures) -> np.ndarray:
+    best = np.nanmax(f.bm25_score) if (f.bm25_rank > 0).any() else 0.0
+    return np.clip(np.nan_to_num(f.bm25_score / best), 0.0, 1.0) if best > 0 else np.zeros(len(f.fixed))
+
+
+_COLUMNS: dict[str, Callable[[Figures, float, bool], np.ndarray]] = {
+    "fixed": lambda f, k, lk: f.fixed,
+    "vector_rr": lambda f, k, lk: _rr(f.vector_rank),
+    "bm25_rr": lambda f, k, lk: _rr(f.bm25_rank),
+    "vector_rrf": lambda f, k, lk: _rrf(f.vector_rank, k),
+    "bm25_rrf": lambda f, k, lk: _rrf(f.bm25_rank, k),
+    "vector_sim": lambda f, k, lk: np.clip(np.nan_to_num(f.similarity), 0.0, 1.0),
+    "vector_scaled": lambda f, k, lk: f.vector_scaled,
+    "bm25_ratio": lambda f, k, lk: _ratio(f),
+    "bm25_scaled": lambda f, k, lk: f.bm25_scaled,
+    "heading": lambda f, k, lk: f.heading,
+    "both": lambda f, k, lk: ((f.vector_rank > 0) & (f.bm25_rank > 0)).astype(np.float64),
+    "same_chunk": lambda f, k, lk: f.same_chunk,
+    "chunks": lambda f, k, lk: np.where(f.chunks > 0, 1.0 - 1.0 / np.maximum(f.chunks, 1), 0.0),
+    "depth": lambda f, k, lk: 1.0 / np.maximum(f.depth, 1),
+    "lookup_bm25": lambda f, k, lk: _rr(f.bm25_rank) * lk,
+    "lookup_vector": lambda f, k, lk: _rr(f.vector_rank) * lk,
+    "words_heading": lambda f, k, lk: f.heading * (not lk),
+}
+assert tuple(_COLUMNS) == NAMES
+
+
+def rescaled(values: np.ndarray, depth: int) -> np.ndarray:
+    """A list's scores (best first, higher better) rescaled as score fusion does: its best reads
+    1, its ``depth``-th (or last) 0, clipped (``fuse.score_fusion`` without the weight)."""
+    if len(values) == 0:
+        return values
+    best, floor = values[0], values[min(depth, len(values)) - 1]
+    return np.clip((values - floor) / (best - floor), 0.0, 1.0) if best > floor else np.ones(len(values))
+
+
+def weight_vector(weights: Mapping[str, float], names: tuple[str, ...] = NAMES) -> np.ndarray:
+    """``weights`` (by feature name, missing ones 0) as a vector in ``names`` order."""
+    return np.array([float(weights.get(n, 0.0)) for n in names], dtype=np.float64)
+
+
+def named(weights: Mapping[str, float]) -> tuple[str, ...]:
+    """The features ``weights`` names (a weight of 0 too: it is computed and shown), in ``NAMES`` order."""
+    return tuple(n for n in NAMES if n in weights)
 
 
 def contributions(x: np.ndarray, w: np.ndarray) -> np.ndarray:

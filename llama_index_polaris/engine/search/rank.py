@@ -19,7 +19,7 @@ from typing import Hashable, Mapping, Sequence
 import numpy as np
 
 from . import learned
-from .boost import boosted_relevance, heading_boost, heading_match
+from .boost import boosted_relevance, heading_boost, heading_matches
 from .fuse import mix, rrf, score_fusion
 from .mmr import mmr
 from .normalise import mmr_scores, relative_to_max, relative_to_top
@@ -72,7 +72,7 @@ class Explanation:
     mmr_penalty: float | None = None
     score: float = 0.0
     chunks: list[ChunkMatch] | None = None
-    features: dict[str, float] | None = None  # learned fusion: each feature's value (``learned.NAMES``)
+    features: dict[str, float] | None = None  # learned fusion: the value of each feature its weights name
     contributions: dict[str, float] | None = None  # each feature's share of ``relevance``: they add up to it
     learned: float | None = None  # the learned model's score before it is divided by the best hit's
     pool: int | None = None  # chunks per list in the candidate pool that ranked this hit (``pipeline.pool_depths``)
@@ -195,17 +195,20 @@ def _hybrid(lists: Mapping[str, list[_Section]], candidates: Mapping[int, Candid
     shares = _score_shares(lists, p) if p.score_fusion > 0 else {}
     fused = mix(fused, shares, p.score_fusion)
     lam = float(p.mmr_lambda if p.mmr_lambda is not None else 1.0)
-    weights = learned.weight_vector(p.fusion_weights) if p.fusion_weights else None
+    names = learned.named(p.fusion_weights) if p.fusion_weights else ()
+    weights = learned.weight_vector(p.fusion_weights, names) if p.fusion_weights else None
     # every chunk of a section has its heading path: any of them gives the section's
     first = [(index["vector"].get(f.id) or index["bm25"][f.id]).best for f in fused]
     headings = [candidates[c].heading_path for c in first]
-    early = p.k if lam >= 1.0 and weights is None else None  # the learned score needs every boost
-    boosts = _boosts(fused, headings, p, k=early)
+    if weights is None:
+        boosts = _boosts(fused, headings, p, k=p.k if lam >= 1.0 else None)
+    else:  # the learned score reads every section's heading match
+        matched = heading_matches(list(p.boost_terms), headings)
+        boosts = (p.heading_boost * matched).tolist() if p.heading_boost else [0.0] * len(fused)
     relevance = boosted_relevance(np.array([f.score for f in fused]), np.array(boosts))
     x = parts = raw = None
     if weights is not None:
-        x = learned.features(_figures(fused, index, headings, relevance, p), p.rrf_k,
-                             lists["bm25"][0].value if lists["bm25"] else 0.0, p.lookup)
+        x = learned.features(_figures(fused, lists, index, headings, relevance, matched, p), p.rrf_k, p.lookup, names)
         raw = learned.scores(x, weights)
         top = float(raw.max(initial=0.0))
         if top > 0:  # else no feature the weights count is present: the fixed fusion's order stands
@@ -230,40 +233,38 @@ def _hybrid(lists: Mapping[str, list[_Section]], candidates: Mapping[int, Candid
         )
         if x is not None:
             i = pick.index
-            ex.features = dict(zip(learned.NAMES, x[i].tolist()))
-            ex.contributions = dict(zip(learned.NAMES, parts[i].tolist()))
+            ex.features = dict(zip(names, x[i].tolist()))
+            ex.contributions = dict(zip(names, parts[i].tolist()))
             ex.learned = float(raw[i])
         out.append(Ranked(chunk, score, ex))
     return out
 
 
-def _figures(fused: list, index: Mapping[str, dict], headings: list[str], relevance: np.ndarray,
-             p: RankParams) -> list[learned.Figures]:
-    """What the learned fusion reads of each fused section: its explanation's figures."""
-    lists = {name: sorted(sections.values(), key=lambda s: s.rank) for name, sections in index.items()}
-    shares = _score_shares(lists, p, alpha=0.5)  # each list's rescaled score, weighted 0.5: doubled below
-    terms = list(p.boost_terms)
-    out = []
-    for f, heading, fixed in zip(fused, headings, relevance):
-        vec, bm = index["vector"].get(f.id), index["bm25"].get(f.id)
-        share = shares.get(f.id, {})
-        out.append(learned.Figures(
-            fixed=float(fixed), vector_rank=vec.rank if vec else None, vector_distance=vec.value if vec else None,
-            bm25_rank=bm.rank if bm else None, bm25_score=bm.value if bm else None,
-            vector_share=2 * share["vector"] if "vector" in share else None,
-            bm25_share=2 * share["bm25"] if "bm25" in share else None,
-            heading=heading_match(terms, heading), heading_path=heading,
-            chunks=len(set(vec.ranks if vec else ()) | set(bm.ranks if bm else ())),
-            same_chunk=bool(vec and bm and vec.best == bm.best)))
-    return out
+def _figures(fused: list, lists: Mapping[str, list[_Section]], index: Mapping[str, dict], headings: list[str],
+             relevance: np.ndarray, matched: np.ndarray, p: RankParams) -> learned.Figures:
+    """What the learned fusion reads of each fused section, as arrays: its explanation's figures."""
+    vec_of, bm_of = index["vector"], index["bm25"]
+    vr, br, chunks, same = [], [], [], []
+    for f in fused:
+        vec, bm = vec_of.get(f.id), bm_of.get(f.id)
+        vr.append(vec.rank if vec else 0)
+        br.append(bm.rank if bm else 0)
+        chunks.append(len(vec.ranks.keys() | bm.ranks.keys()) if vec and bm else len((vec or bm).ranks))
+        same.append(1.0 if vec and bm and vec.best == bm.best else 0.0)
+    v_rank, b_rank = np.array(vr, dtype=np.float64), np.array(br, dtype=np.float64)
+    sims = np.array([1.0 - s.value for s in lists["vector"]] + [np.nan])  # [-1] (NaN) for an absent section
+    bm25 = np.array([s.value for s in lists["bm25"]] + [np.nan])
+    v_at, b_at = np.array(vr) - 1, np.array(br) - 1  # rank 0 reads index -1: NaN, then 0 once rescaled
+    v_scaled = np.append(learned.rescaled(sims[:-1], p.score_fusion_depth), 0.0)[v_at]
+    b_scaled = np.append(learned.rescaled(bm25[:-1], p.score_fusion_depth), 0.0)[b_at]
+    depth = np.array([h.count(" > ") + 1 if h else 1 for h in headings], dtype=np.float64)
+    return learned.Figures(relevance, v_rank, sims[v_at], b_rank, bm25[b_at], v_scaled, b_scaled, matched, depth,
+                           np.array(chunks, dtype=np.float64), np.array(same))
 
 
-def _score_shares(lists: Mapping[str, list[_Section]], p: RankParams,
-                  alpha: float | None = None) -> dict[Hashable, dict[str, float]]:
-    """Score fusion's share of each section from each list (vector: cosine similarity);
-    ``alpha``, the vector list's weight, defaults to the query's."""
-    if alpha is None:
-        alpha = p.score_fusion_vector if p.weights is None else p.weights.get("vector", 0.5)
+def _score_shares(lists: Mapping[str, list[_Section]], p: RankParams) -> dict[Hashable, dict[str, float]]:
+    """Score fusion's share of each section from each list (vector: cosine similarity)."""
+    alpha = p.score_fusion_vector if p.weights is None else p.weights.get("vector", 0.5)
     scored = {name: [(s.key, (1.0 - s.value) if name == "vector" else s.value) for s in sections]
               for name, sections in lists.items()}
     return score_fusion(scored, {"vector": alpha, "bm25": 1.0 - alpha}, p.score_fusion_depth)
