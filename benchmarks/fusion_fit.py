@@ -1,19 +1,21 @@
 """Fitting the learned fusion on the train splits and scoring it on test (issue #27).
 
     python benchmarks/fusion_fit.py collect [NAME ...] [--scifact DIR]
-    python benchmarks/fusion_fit.py fit [--ridge 1.0] [--sweep 0.1,1,10,100] [--no-scifact]
+    python benchmarks/fusion_fit.py fit [--ridge 0.1] [--sweep 1,0.1,0.01] [--no-scifact] [--focus]
+                                        [--features fixed,lookup_bm25,...]
     python benchmarks/fusion_fit.py verify WEIGHTS.toml [NAME ...] [--scifact DIR]
 
 ``collect`` asks every question of every doc set (both splits) and of SciFact (train and
 test) once with the fixed fusion and keeps each first-pool section's features and grade
 (the engine's own ``tune_labels.samples``, what `polaris tune` runs), in
-``benchmarks/out/fusion/samples-<set>.pkl``. anthropic_docs (one split, 100 questions) is never fitted on: it is scored with the test splits, as elsewhere in docs/search.md. ``fit`` reads them: leave-one-set-out on the
+``benchmarks/out/fusion/samples-<set>.pkl``. ``fit`` reads them: leave-one-set-out on the
 train splits (each set scored by a model fitted on the others), 5-fold cross-validation
 over the pooled train questions (what `polaris tune` does), then one model fitted on every
 train question scored on each test split, with paired bootstrap intervals over questions.
 ``verify`` ranks the test questions through the engine with the weights written by ``fit``
 (``benchmarks/out/fusion/weights.toml``) and scores the top 10 it returns, so the table
-is the engine's, not a re-ordering's.
+is the engine's, not a re-ordering's. anthropic_docs (one split, 100 questions) is never
+fitted on: it is scored with the test splits, as elsewhere in docs/search.md.
 """
 
 from __future__ import annotations
@@ -69,8 +71,18 @@ def collect(names: Sequence[str], scifact: str | None) -> None:
         print("scifact", {k: len(v) for k, v in got.items()}, flush=True)
 
 
-def load() -> dict[str, dict[str, list[tune.Sample]]]:
-    return {p.stem.removeprefix("samples-"): pickle.loads(p.read_bytes()) for p in sorted(DIR.glob("samples-*.pkl"))}
+def load(features: Sequence[str] | None = None) -> dict[str, dict[str, list[tune.Sample]]]:
+    """The collected samples; with ``features``, every other feature reads 0 (so it is not fitted)."""
+    data = {p.stem.removeprefix("samples-"): pickle.loads(p.read_bytes()) for p in sorted(DIR.glob("samples-*.pkl"))}
+    if features:
+        from dataclasses import replace
+
+        unknown = set(features) - set(learned.NAMES)
+        if unknown:
+            raise SystemExit(f"unknown features {sorted(unknown)}; features: {', '.join(learned.NAMES)}")
+        mask = np.array([n in features for n in learned.NAMES], dtype=float)
+        data = {s: {k: [replace(x, x=x.x * mask) for x in v] for k, v in d.items()} for s, d in data.items()}
+    return data
 
 
 def scores(ss: list[tune.Sample], w: np.ndarray) -> np.ndarray:
@@ -89,8 +101,9 @@ def row(label: str, before: np.ndarray, after: np.ndarray) -> str:
 HEAD = "| set | questions | fixed fusion | learned | gain (95% interval) |\n|---|---|---|---|---|"
 
 
-def fit_report(ridge: float, use_scifact: bool, quiet: bool = False, focus: bool = tune.FOCUS) -> tuple[np.ndarray, float]:
-    data = load()
+def fit_report(ridge: float, use_scifact: bool, quiet: bool = False, focus: bool = tune.FOCUS,
+               features: Sequence[str] | None = None) -> tuple[np.ndarray, float]:
+    data = load(features)
     identity = learned.weight_vector(learned.IDENTITY)
     # anthropic_docs has one split (a guard, as everywhere in docs/search.md): never fitted on, scored with the test sets
     train = {s: d["train"] for s, d in data.items() if "train" in d and (use_scifact or s != "scifact")}
@@ -105,13 +118,16 @@ def fit_report(ridge: float, use_scifact: bool, quiet: bool = False, focus: bool
             pooled_a.append(a)
     lines.append(row("**doc sets pooled, leave-one-set-out**", np.concatenate(pooled_b), np.concatenate(pooled_a)))
     pooled = [x for s, ss in train.items() for x in ss]
-    cv = tune.cross_validate(pooled, ridge=ridge)
-    lines.append(row("all train pooled, 5-fold CV (as polaris tune)", cv["before"], cv["after"]))
+    cv = tune.cross_validate(pooled, ridge=ridge) if not quiet else None
     loso = float(np.concatenate(pooled_a).mean() - np.concatenate(pooled_b).mean())
     if quiet:
+        gain, lo, hi = tune.paired_interval(np.concatenate(pooled_a) - np.concatenate(pooled_b))
+        print(f"ridge {ridge}{' focus' if focus else ''}: doc sets leave-one-set-out gain {gain:+.4f}"
+              f" ({lo:+.4f} .. {hi:+.4f})", flush=True)
         return identity, loso
+    lines.append(row("all train pooled, 5-fold CV (as polaris tune)", cv["before"], cv["after"]))
     print(f"## ridge {ridge}, train: leave-one-set-out and 5-fold\n\n{HEAD}\n" + "\n".join(lines))
-    w = tune.fit(pooled, ridge)
+    w = tune.fit(pooled, ridge, focus=focus)
     print("\n## weights fitted on every train question\n")
     print("| feature | weight |\n|---|---|")
     for n, v in zip(learned.NAMES, w):
@@ -183,6 +199,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     f.add_argument("--ridge", type=float, default=tune.RIDGE)
     f.add_argument("--sweep", default=None, help="comma-separated ridges: leave-one-set-out pooled gain of each")
     f.add_argument("--no-scifact", action="store_true")
+    f.add_argument("--focus", action="store_true", help="pairs weighted by their nDCG discount (LambdaRank's |delta|)")
+    f.add_argument("--features", help="comma-separated features to fit (the rest read 0)")
     v = sub.add_parser("verify")
     v.add_argument("weights")
     v.add_argument("names", nargs="*", default=list(ALL_SETS))
@@ -190,12 +208,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.cmd == "collect":
         collect(args.names, args.scifact)
-    elif args.cmd == "fit" and args.sweep:
-        for r in (float(x) for x in args.sweep.split(",")):
-            print(f"ridge {r}: doc sets leave-one-set-out gain {fit_report(r, not args.no_scifact, quiet=True)[1]:+.4f}",
-                  flush=True)
     elif args.cmd == "fit":
-        fit_report(args.ridge, not args.no_scifact)
+        features = args.features.split(",") if args.features else None
+        for r in ([float(x) for x in args.sweep.split(",")] if args.sweep else [args.ridge]):
+            fit_report(r, not args.no_scifact, quiet=bool(args.sweep), focus=args.focus, features=features)
     else:
         verify(args.weights, args.names, args.scifact)
     return 0

@@ -468,6 +468,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from .engine.errors import InputError
 
     labels = Path(args.labels)
+    if args.folds < 2:
+        raise InputError(f"--folds must be 2 or more (each question is ranked by weights fitted on the other folds), got {args.folds}.")
     if not labels.exists():
         raise InputError(f"{labels}: not found; give a BEIR folder (corpus.jsonl, queries.jsonl, qrels/) or a JSONL"
                          " file of questions with their relevant path and heading (see docs/search.md, \"polaris tune\").")

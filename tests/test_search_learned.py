@@ -106,3 +106,17 @@ def test_the_weights_come_from_polaris_toml(tmp_path) -> None:
     cfg = load_config(tmp_path, use_user_config=False)
     assert cfg.fusion_weights == {"fixed": 1.0, "bm25_rr": -0.25} and cfg.top_k == 5
     assert load_config(tmp_path / "none", use_user_config=False).fusion_weights is None
+
+
+def test_the_datasette_page_shows_the_learned_score_and_its_weights() -> None:
+    from datasette_polaris import legend
+
+    settings = {"rrf_k": 20, "heading_boost": 0.2, "mmr_lambda": 1.0, "score_fusion": 0.5,
+                "score_fusion_vector": 0.4, "score_fusion_depth": 50, "fusion_weights": None}
+    assert "learned" not in [c.key for c in legend.columns("hybrid", settings)]
+    tuned = {**settings, "fusion_weights": {"fixed": 4.6, "bm25_rr": 0.38}}
+    cols = {c.key: c for c in legend.columns("hybrid", tuned)}
+    keys = list(cols)
+    assert keys.index("learned") == keys.index("relevance") - 1
+    assert "4.6 × fixed + 0.38 × bm25_rr" in cols["learned"].meaning
+    assert "learned ÷ best learned" in legend.formula("hybrid", tuned)

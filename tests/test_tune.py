@@ -130,6 +130,11 @@ def test_malformed_labels_say_what_to_write(project: Path, capsys, line: str, me
     assert "[fusion_weights]" not in (project / "polaris.toml").read_text()
 
 
+def test_folds_below_two_are_refused(project: Path, capsys) -> None:
+    code, _, err = run(capsys, "labels.jsonl", "--folds", "1")
+    assert code == 1 and "--folds must be 2 or more" in err
+
+
 def test_labels_that_do_not_exist_say_what_to_give(project: Path, capsys) -> None:
     code, _, err = run(capsys, "missing.jsonl")
     assert code == 1 and "give a BEIR folder" in err
