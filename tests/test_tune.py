@@ -159,3 +159,25 @@ def test_the_decision_is_the_interval_not_the_mean() -> None:
     noisy = np.array([0.5, -0.45] * 25)
     mean, low, high = tune.paired_interval(noisy)
     assert mean > 0 and low < 0 < high
+
+
+def test_a_beir_folder_is_tuned_on_its_own_index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    """The BEIR layout `polaris eval` reads: indexed into the eval cache, a hit graded by its document id.
+    Each question is its document's title, which the fixed fusion already ranks first: refused."""
+    topics = ["sourdough bread baking", "volcanic eruptions", "tidal energy", "honeybee colonies", "glacier retreat",
+              "jazz improvisation", "chess openings", "coral reef bleaching", "solar eclipses", "origami folding",
+              "kite surfing", "desert cacti"]
+    beir = tmp_path / "tiny"
+    (beir / "qrels").mkdir(parents=True)
+    (beir / "corpus.jsonl").write_text("".join(json.dumps(
+        {"_id": f"d{i}", "title": t.title(), "text": f"This page is about {t}. " * 3}) + "\n" for i, t in enumerate(topics)))
+    (beir / "queries.jsonl").write_text("".join(json.dumps({"_id": f"q{i}", "text": t}) + "\n" for i, t in enumerate(topics)))
+    (beir / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(f"q{i}\td{i}\t1\n" for i in range(len(topics))))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "cfg"))
+    (tmp_path / "polaris.toml").write_text(f'model_id = "{MODEL}"\n')
+    code, out, _ = run(capsys, "tiny")
+    assert code == 0 and out.startswith("tiny (test): 12 questions")
+    assert "| fixed fusion (before) | 1.0000 | 1.0000 |" in out and "not written" in out
+    assert list((tmp_path / "cache" / "polaris" / "eval").glob("tiny-*.db"))
