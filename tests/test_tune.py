@@ -181,3 +181,33 @@ def test_a_beir_folder_is_tuned_on_its_own_index(tmp_path: Path, monkeypatch: py
     assert code == 0 and out.startswith("tiny (test): 12 questions")
     assert "| fixed fusion (before) | 1.0000 | 1.0000 |" in out and "not written" in out
     assert list((tmp_path / "cache" / "polaris" / "eval").glob("tiny-*.db"))
+
+
+def synthetic(n: int, seed: int = 0) -> list[tune.Sample]:
+    """Questions whose relevant section (fixed fusion's 3rd) is the one with the most ``same_chunk``."""
+    rng = np.random.default_rng(seed)
+    j_fixed, j_same = learned.NAMES.index("fixed"), learned.NAMES.index("same_chunk")
+    out = []
+    for _ in range(n):
+        x = rng.uniform(0, 1, size=(8, len(learned.NAMES)))
+        x[:, j_fixed] = np.linspace(1.0, 0.3, 8)
+        x[:, j_same] = 0.0
+        x[2, j_same] = 1.0
+        grades = np.zeros(8)
+        grades[2] = 1
+        out.append(tune.Sample(x, grades, np.where(grades > 0, 0, -1), (1.0,)))
+    return out
+
+
+def test_the_fit_finds_the_feature_that_orders_the_answers() -> None:
+    fitted = tune.fit(synthetic(30))
+    w = dict(zip(learned.NAMES, fitted))
+    assert w["same_chunk"] == max(v for n, v in w.items() if n != "fixed") and w["same_chunk"] > 0.5
+    assert all(int(np.argmax(learned.scores(s.x, fitted))) == 2 for s in synthetic(10, seed=1))  # unseen questions
+    result = tune.decide(synthetic(30))
+    assert result.before == pytest.approx(0.5) and result.after > 0.9 and result.keep  # each question ranked by a model fitted without it
+
+
+def test_too_few_questions_are_refused_whatever_the_gain() -> None:
+    result = tune.decide(synthetic(6))
+    assert not result.keep and "at least 10 are needed" in result.reason
