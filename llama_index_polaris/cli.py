@@ -435,6 +435,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     _common(p)
     p.set_defaults(func=cmd_eval)
+
+    p = sub.add_parser("tune", help="fit the fusion to labelled questions; writes polaris.toml only when it helps",
+                       description="Fit the learned fusion (a weighted sum of each hit's explanation features) to"
+                                   " labelled questions with k-fold cross-validation, print the before/after table,"
+                                   " and write [fusion_weights] to polaris.toml only when the cross-validated gain's"
+                                   " 95% paired bootstrap interval is above 0. See docs/search.md.")
+    p.add_argument("labels", metavar="LABELS",
+                   help="a BEIR folder (as polaris eval reads) or a JSONL file: {\"question\": ..., \"path\": ..., \"heading\": ...}")
+    p.add_argument("--split", help="BEIR qrels split (default: train if qrels/train.tsv exists, else test)")
+    p.add_argument("--folds", type=int, default=5, help="cross-validation folds (default 5)")
+    p.add_argument("--dry-run", action="store_true", help="print the table and the decision, write nothing")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress line")
+    p.add_argument("--json", action="store_true")
+    _common(p)
+    p.set_defaults(func=cmd_tune)
     return parser
 
 
@@ -460,6 +475,79 @@ def cmd_eval(args: argparse.Namespace) -> int:
     for mode, r in results.items():
         print(f"| {mode} | " + " | ".join(f"{r[m]:.4f}" for m in METRICS) + f" | {r['ms_per_query']:.1f} |")
     return 0
+
+
+# -- tune -------------------------------------------------------------------------
+def cmd_tune(args: argparse.Namespace) -> int:
+    """polaris tune LABELS : fit the learned fusion to labelled questions; write it only when it helps."""
+    from pathlib import Path
+
+    from .engine import tune
+    from .engine.errors import InputError
+
+    labels = Path(args.labels)
+    if args.folds < 2:
+        raise InputError(f"--folds must be 2 or more (each question is ranked by weights fitted on the other folds), got {args.folds}.")
+    if not labels.exists():
+        raise InputError(f"{labels}: not found; give a BEIR folder (corpus.jsonl, queries.jsonl, qrels/) or a JSONL"
+                         " file of questions with their relevant path and heading (see docs/search.md, \"polaris tune\").")
+    index, questions, source = _tune_inputs(args, labels)
+    with index:
+        found = _tune_samples(index, questions, args.quiet)
+    result = tune.decide(found, k=args.folds)
+    target = Path(args.config) if args.config else Path("polaris.toml")
+    write = result.keep and not args.dry_run
+    if write:
+        from .engine.tune_labels import write_weights
+
+        write_weights(target, tune.weights_table(result.weights))
+    if args.json:
+        print(json.dumps({**vars(result), "source": source, "written": str(target) if write else None}, indent=2))
+        return 0
+    print(f"{source}: {result.questions} questions, {args.folds}-fold cross-validation (each question ranked by"
+          " weights fitted without it), nDCG@10 over each question's first candidate pool")
+    print("| ranking | nDCG@10 | first hit relevant |\n|---|---|---|")
+    print(f"| fixed fusion (before) | {result.before:.4f} | {result.hit1_before:.4f} |")
+    print(f"| learned fusion, cross-validated (after) | {result.after:.4f} | {result.hit1_after:.4f} |")
+    print(f"gain {result.gain:+.4f}, 95% paired bootstrap interval {result.low:+.4f} to {result.high:+.4f}"
+          f" ({tune.BOOTSTRAP} resamples of the questions); weights are written only when the whole interval is above 0.")
+    if write:
+        print(f"kept: {result.reason}. Wrote {len(result.weights)} weights to {target} ([fusion_weights]); every door"
+              " ranks with them now. Remove the table to go back to the fixed fusion.")
+    elif result.keep:
+        print(f"would keep: {result.reason}; --dry-run: nothing written.")
+    else:
+        print(f"not written: {result.reason}. {target} is unchanged.")
+    return 0
+
+
+def _tune_inputs(args: argparse.Namespace, labels: Any) -> tuple[Any, list, str]:
+    """The index and the labelled questions of a BEIR folder (indexed into the eval cache) or of
+    a JSONL file (asked of --db)."""
+    from .engine import tune_labels
+
+    if labels.is_dir():
+        from .engine.evaluate import build_eval_index, load_beir
+
+        split = args.split or ("train" if (labels / "qrels" / "train.tsv").is_file() else "test")
+        beir = load_beir(labels, split)
+        index, _ = build_eval_index(beir, load_config(config_file=args.config))
+        return index, tune_labels.beir_questions(beir), f"{labels.name} ({split})"
+    questions = tune_labels.read_jsonl(labels)
+    index = _open(args, readonly=True)
+    docs = [d.path or d.id for d in index.store.documents()] + [d.id for d in index.store.documents()]
+    tune_labels.check_known(questions, docs, str(labels))
+    return index, questions, labels.name
+
+
+def _tune_samples(index: Any, questions: list, quiet: bool) -> list:
+    from .engine.tune_labels import samples
+
+    def progress(done: int, total: int) -> None:
+        if not quiet and sys.stderr.isatty():
+            print(f"\rpolaris tune: {done}/{total} questions", end="" if done < total else "\n", file=sys.stderr)
+
+    return samples(index, questions, progress)
 
 
 def flag_query(argv: Sequence[str], parser: argparse.ArgumentParser) -> list[str]:

@@ -101,11 +101,21 @@ def _meanings(mode: str, s: Mapping[str, Any]) -> dict[str, str]:
                   if share else "equal to RRF: score_fusion is 0, so only ranks are fused"),
         "boost": (f"heading boost: heading_boost ({boost}) × the share of the query's words (3+ letters,"
                   " stop words left out) found in the heading path"),
-        "relevance": "Fused divided by the best fused among the candidates, plus the boost, divided again so the best is 1.000",
+        "relevance": ("Learned divided by the best learned among the candidates (the learned fusion ranks;"
+                      " its contributions add up to this)" if s.get("fusion_weights") else
+                      "Fused divided by the best fused among the candidates, plus the boost, divided again so the best is 1.000"),
         "mmr_penalty": (f"(1 − mmr_lambda) × the highest cosine similarity to a hit ranked above; mmr_lambda = {lam}"
                         + (", so MMR is off and the penalty is 0" if lam is not None and lam >= 1.0 else "")),
         "score": score,
+        "learned": ("the learned fusion's score (fusion_weights in polaris.toml, fitted by `polaris tune`): the sum"
+                    " of each feature's contribution, weight × feature (|weight| × (1 − feature) for a negative"
+                    f" weight), features from this explanation; weights: {_weights(s.get('fusion_weights') or {})}."
+                    " The JSON lists each feature and contribution"),
     }
+
+
+def _weights(weights: Mapping[str, float]) -> str:
+    return " + ".join(f"{w:.3g} × {name}" for name, w in weights.items()) or "none"
 
 
 def fmt(value: float | None, digits: int = 4) -> str:

@@ -236,6 +236,8 @@ class Searcher:
             k=k, mode=mode, unit=unit, rrf_k=c.rrf_k, heading_boost=c.heading_boost, boost_terms=tuple(boost_terms(query)),
             mmr_lambda=mmr_lambda, weights=weights, score_fusion=c.score_fusion,
             score_fusion_vector=c.score_fusion_vector, score_fusion_depth=c.score_fusion_depth,
+            fusion_weights=c.fusion_weights,
+            lookup=bool(c.fusion_weights and IDENTIFIER_LOOKUP and literal.lookup_terms(query)),
         )
 
     def _run(self, query: str, p: RankParams, scope: Scope, qvec: np.ndarray | None,
