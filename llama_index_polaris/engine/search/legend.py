@@ -23,7 +23,7 @@ LABELS = {
     "vector_rank": "Vector rank", "vector_distance": "Distance", "bm25_rank": "BM25 rank", "bm25_score": "BM25 score",
     "rrf_vector": "RRF vector", "rrf_bm25": "RRF BM25", "rrf": "RRF", "fusion_vector": "Score fusion vector",
     "fusion_bm25": "Score fusion BM25", "fused": "Fused", "boost": "Boost", "relevance": "Relevance",
-    "mmr_penalty": "MMR penalty", "score": "Score",
+    "mmr_penalty": "MMR penalty", "score": "Score", "learned": "Learned",
 }
 DIGITS = {"rrf_vector": 5, "rrf_bm25": 5, "rrf": 5, "fusion_vector": 3, "fusion_bm25": 3, "fused": 3, "score": 3}
 
@@ -39,7 +39,10 @@ class Column:
 def columns(mode: str, settings: Mapping[str, Any]) -> list[Column]:
     """The figures shown for a hit in ``mode``, each with what it means under ``settings``."""
     meanings = _meanings(mode, settings)
-    return [Column(key, LABELS[key], DIGITS.get(key, 4), meanings[key]) for key in COLUMNS_BY_MODE[mode]]
+    keys = COLUMNS_BY_MODE[mode]
+    if mode == "hybrid" and settings.get("fusion_weights"):  # the learned fusion ranks: its score before relevance
+        keys = keys[: keys.index("relevance")] + ("learned",) + keys[keys.index("relevance"):]
+    return [Column(key, LABELS[key], DIGITS.get(key, 4), meanings[key]) for key in keys]
 
 
 def formula(mode: str, settings: Mapping[str, Any]) -> str:
@@ -58,6 +61,8 @@ def formula(mode: str, settings: Mapping[str, Any]) -> str:
     else:
         rrf += ";  fused = RRF (score_fusion = 0)"
     relevance = f"relevance = (fused ÷ best fused + {boost} × heading match) ÷ best"
+    if settings.get("fusion_weights"):
+        relevance += f";  learned = {_weights(settings['fusion_weights'])};  relevance = learned ÷ best learned"
     if lam >= 1.0:
         return f"{rrf};  {relevance};  Score = relevance (MMR off: mmr_lambda = {lam})"
     return (f"{rrf};  {relevance};  Score = ({lam} × relevance − MMR penalty + {_num(1 - lam)}) ÷ hit 1's,"
