@@ -4,6 +4,7 @@ editable install and in a wheel, and the llama_index namespace stays whole."""
 from __future__ import annotations
 
 import importlib
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -53,9 +54,14 @@ def test_llamahub_metadata_names_every_class():
 
 @pytest.mark.slow
 def test_wheel_ships_the_import_paths_and_they_import(tmp_path):
+    tree = tmp_path / "src"  # a copy: a build in the worktree would leave build/ behind
+    for name in ("pyproject.toml", "README.md", "llama_index", "llama_index_polaris", "datasette_polaris"):
+        copy = shutil.copytree if (ROOT / name).is_dir() else shutil.copy
+        tree.mkdir(exist_ok=True)
+        copy(ROOT / name, tree / name, **({"ignore": shutil.ignore_patterns("__pycache__")} if copy is shutil.copytree else {}))
     out = tmp_path / "wheel"
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(out),
-                    str(ROOT)], check=True, capture_output=True, timeout=300)
+                    str(tree)], check=True, capture_output=True, timeout=300)
     wheel = next(out.glob("llama_index_polaris-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
     assert sorted(n for n in names if n.startswith("llama_index/")) == sorted(
