@@ -34,3 +34,23 @@ def test_every_snippet_of_the_page_runs(tmp_path):
     filtered = re.findall(r"^(auth/\S+) (\d)$", out, flags=re.M)
     assert filtered and all(int(level) >= 2 for _, level in filtered)
     assert "OpenAI" not in run.stderr
+
+
+def test_as_index_names_another_librarys_model(tmp_path):
+    """A file embedded through another library's model is not reopened with a Polaris one."""
+    from llama_index.core import Document, StorageContext, VectorStoreIndex
+    from llama_index.core.embeddings import MockEmbedding
+
+    import pytest
+
+    from llama_index_polaris import PolarisVectorStore
+    from llama_index_polaris.engine.errors import InputError
+
+    store = PolarisVectorStore(db_path=str(tmp_path / "mock.db"), embed_model=MockEmbedding(embed_dim=8))
+    VectorStoreIndex.from_documents([Document(text="# A\n\nalpha beta")], embed_model=MockEmbedding(embed_dim=8),
+                                    storage_context=StorageContext.from_defaults(vector_store=store))
+    store.close()
+    reopened = PolarisVectorStore(db_path=str(tmp_path / "mock.db"))
+    with pytest.raises(InputError, match="was embedded by MockEmbedding.*not a Polaris model: pass that model"):
+        reopened.as_index()
+    reopened.close()
