@@ -64,8 +64,10 @@ def cmd_index(args: argparse.Namespace) -> int:
             print(f"{kind}: {path}: {reason}", file=sys.stderr)
     if report.root_line():
         print(f"polaris: collection '{args.collection}': {report.root_line()}", file=sys.stderr)
+    if report.nothing_line():
+        print(f"polaris: {' '.join(map(str, args.paths))}: {report.nothing_line()}", file=sys.stderr)
     if args.json:
-        lists = {k: [list(x) for x in getattr(report, k)] for k in ("failed", "skipped", "warnings")}
+        lists = {k: [list(x) for x in getattr(report, k)] for k in ("failed", "skipped", "warnings", "ignored")}
         print(json.dumps({**vars(report), **lists}, indent=2))
     else:
         print(report.summary())
