@@ -34,10 +34,20 @@ def test_llamaindex_import_path_is_the_same_class(module, name):
     assert importlib.import_module(module).__all__ == [name]
 
 
-def test_namespace_keeps_llama_index_core_and_other_integrations():
+def test_namespace_keeps_llama_index_core_and_other_integrations(tmp_path, monkeypatch):
+    # another distribution's portion of the same namespaces, installed elsewhere on the path (as
+    # llama-index-retrievers-bm25 lays out its llama_index/retrievers/bm25): still importable beside ours
+    other = tmp_path / "site" / "llama_index" / "retrievers" / "otherdist"
+    other.mkdir(parents=True)
+    (other / "__init__.py").write_text("NAME = 'otherdist'\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
     import llama_index
     import llama_index.core
-    import llama_index.retrievers.bm25  # another distribution's portion of the same namespace
+    import llama_index.retrievers.polaris
+    import llama_index.retrievers.otherdist
+
+    assert llama_index.retrievers.otherdist.NAME == "otherdist"
+    assert llama_index.retrievers.polaris.PolarisRetriever is llama_index_polaris.PolarisRetriever
 
     assert getattr(llama_index, "__file__", None) is None  # still a namespace package
     assert not (ROOT / "llama_index" / "__init__.py").exists()
