@@ -192,6 +192,7 @@ class Indexer:
             report.skipped, report.ignored = found.skipped, found.ignored
             if not found.files and plan.change == "new":  # nothing here: the collection gets no root from it
                 report.nothing_found = True
+                self.store.add_collection(self.collection)  # but it exists, empty: a scope to it answers []
                 return report
             self._set_root(plan, report)
             self._vanished: set[str] = set()

@@ -696,6 +696,11 @@ class Store:
         with self._lock:
             return dict(self.conn.execute("SELECT name, root FROM collections ORDER BY name").fetchall())
 
+    def add_collection(self, collection: str) -> None:
+        """Record ``collection`` (empty, no root) if it is not there: a name searches may scope to."""
+        with self._write():
+            self.conn.execute("INSERT OR IGNORE INTO collections (name) VALUES (?)", (nfc(collection),))
+
     def set_collection_root(self, collection: str, root: str, renames: dict[str, str] | None = None) -> None:
         """Set ``collection``'s root; ``renames`` (old path -> new path) re-keys its files with it.
 
