@@ -28,6 +28,11 @@ from llama_index_polaris.engine.chunk import ChunkSettings, TokenCounter, chunk_
 MINILM_TOKENIZER = "embeddings/data/all-MiniLM-L6-v2-onnx-int8/tokenizer.json"
 
 
+def docs_corpus(folders: list[str]) -> list[tuple[str, str]]:
+    """``(name, text)`` of every ``*.md`` file under ``folders`` (held-out doc sets)."""
+    return [(str(p), p.read_text("utf-8", errors="replace")) for f in folders for p in sorted(Path(f).rglob("*.md"))]
+
+
 def markdown_corpus(site_packages: str | None = None) -> list[tuple[str, str]]:
     """``(name, text)`` of every Markdown file and Markdown package description installed."""
     root = Path(site_packages or sysconfig.get_paths()["purelib"])
@@ -86,10 +91,12 @@ def timed(run: Callable[[], list[str]], repeat: int) -> tuple[float, float, list
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--docs", nargs="*", metavar="DIR",
+                        help="chunk the *.md under these folders instead of site-packages' Markdown")
     args = parser.parse_args()
     import llama_index.core  # noqa: F401  (imported before any clock: every row runs with the same heap,
     # whose size sets the cost of the garbage collector's full passes)
-    texts = [t for _, t in markdown_corpus()]
+    texts = [t for _, t in (docs_corpus(args.docs) if args.docs else markdown_corpus())]
     megabytes = sum(len(t.encode("utf-8")) for t in texts) / 1e6
     counter = minilm_counter()
     fresh = [minilm_counter() for _ in range(2 * args.repeat)]  # loaded before the clock starts

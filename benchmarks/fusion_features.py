@@ -6,8 +6,9 @@ is fitted to (issue #27).
 For every question of every doc set (both splits; the split is kept with each row) and of
 SciFact (train and test), the first ``--depth`` hybrid section hits of today's ranking are
 written with their explanation figures and their grade, one JSON line per question, to
-``benchmarks/out/fusion/<set>.jsonl``. Fitting and scoring read those files
-(``benchmarks/fusion_fit.py``); nothing is ranked twice.
+``benchmarks/out/fusion/<set>.jsonl``, for looking at. The learned fusion is fitted from
+the engine's own features instead (``benchmarks/fusion_fit.py collect``, which runs what
+`polaris tune` runs: ``tune_labels.samples``), so the figures fitted are the figures ranked.
 """
 
 from __future__ import annotations

@@ -4,12 +4,15 @@ Hooks (all here; the work is in the modules they name):
 
     prepare_connection  load sqlite-vec, add polaris_embed / polaris_search  (functions)
     register_routes     /-/polaris, /<db>/-/polaris, /<db>/-/polaris/document, each
-                        also as .json  (views)
+                        also as .json, and /<db>/-/polaris/documents.json (the
+                        document filter's query)  (views)
     get_metadata        hide the vec0 tables and their shadow tables, as Datasette
                         hides full-text tables  (hidden)
     render_cell         on the row pages of chunks and documents, a link to the
                         document in the explorer
     extra_css_urls      the page's stylesheet, on the plugin's pages only
+    extra_js_urls       polaris.js: hits open at their first marked word, the document
+                        filter asks documents.json as one types; the plugin's pages only
     extra_body_script   keep the explorer's panels open (Datasette's menu script closes
                         every open <details> on any click), on the plugin's pages only
     menu_links          "Polaris search" when a visible database is a Polaris index
@@ -57,6 +60,7 @@ def register_routes() -> list[tuple[str, Any]]:
         (r"^/-/polaris(?P<format>\.json)?$", views.instance_page),
         (r"^/(?P<database>[^/]+)/-/polaris(?P<format>\.json)?$", views.database_page),
         (r"^/(?P<database>[^/]+)/-/polaris/document(?P<format>\.json)?$", views.document_page),
+        (r"^/(?P<database>[^/]+)/-/polaris/documents\.json$", views.documents_json),
     ]
 
 
@@ -64,6 +68,15 @@ def register_routes() -> list[tuple[str, Any]]:
 def extra_css_urls(view_name: str, datasette: Any) -> list[str]:
     if view_name in PAGE_VIEWS:
         return [datasette.urls.static_plugins(static_mount(), "polaris.css")]
+    return []
+
+
+@hookimpl
+def extra_js_urls(view_name: str, datasette: Any) -> list[dict[str, Any]]:
+    """polaris.js (each hit opens at its first marked word; the document filter), as a module:
+    it runs once the page is parsed."""
+    if view_name in PAGE_VIEWS:
+        return [{"url": datasette.urls.static_plugins(static_mount(), "polaris.js"), "module": True}]
     return []
 
 

@@ -24,7 +24,7 @@ from markdown_it.common.utils import escapeHtml
 from markupsafe import Markup, escape
 
 from llama_index_polaris.engine.db.connect import sqlite_module
-from llama_index_polaris.engine.search import literal
+from llama_index_polaris.engine.search import legend, literal
 from llama_index_polaris.engine.search.bm25 import fts_query
 
 MAX_TEXT_OVERLAP = 2000  # characters compared when offsets are missing
@@ -260,8 +260,4 @@ def human_size(n: int) -> str:
 
 def fmt(value: float | None, digits: int = 4) -> str:
     """A stage figure for a table cell: '–' where the stage did not see the chunk."""
-    if value is None:
-        return "–"
-    if isinstance(value, int):
-        return str(value)
-    return f"{value:.{digits}f}"
+    return legend.fmt(value, digits)

@@ -29,7 +29,7 @@ from llama_index_polaris.engine.search.names import documents_named
 from . import legend, render
 from .engines import index_for, is_polaris
 
-SEARCH_SETTINGS = ("rrf_k", "score_fusion", "score_fusion_vector", "score_fusion_depth", "heading_boost", "mmr_lambda", "candidate_pool", "top_k", "unit", "fts_tokenizer")
+SEARCH_SETTINGS = ("rrf_k", "fusion_weights", "score_fusion", "score_fusion_vector", "score_fusion_depth", "heading_boost", "mmr_lambda", "candidate_pool", "top_k", "unit", "fts_tokenizer")
 TEXT_VIEWS = ("rendered", "raw")
 FORMATS = ("html", "json")
 DEFAULT_TOKENIZER = "unicode61"  # FTS5's own default, for a file that records none
@@ -38,6 +38,8 @@ NO_DATABASE = (
     " then run `datasette polaris.db`."
 )
 HEADING_OFFSET = {"search": 3, "document": 2}  # h1 page, h2 section, h3 hit: a chunk's "#" is an h4
+DOCUMENTS_LISTED = 20  # documents the page lists; its filter box asks documents.json for the rest
+DOCUMENTS_SIZE = {"default": 20, "max": 100}  # _size of documents.json, as Datasette's own _size
 
 
 @dataclass
@@ -166,6 +168,57 @@ async def document_page(datasette: Any, request: Any) -> Response:
     return await page.respond("polaris_document.html", context, data)
 
 
+async def documents_json(datasette: Any, request: Any) -> Response:
+    """/<database>/-/polaris/documents.json?q=TEXT: a page of documents whose path (or id) holds
+    TEXT, in any case, with their chunk counts (``list_documents``): what the page's document
+    filter asks as one types. ``_size`` (default 20, at most 100) and ``_next`` page it, as
+    Datasette's table JSON does; ``collection`` (repeatable) narrows it."""
+    name = await _allowed_database(datasette, request)
+    page = _Page(datasette, request, datasette.urls.database(name) + "/-/polaris/documents")
+    page.json_path = True
+    if not await is_polaris(datasette.databases[name]):
+        return await page.failure(404, f"{name} is not a Polaris index.", "polaris.html", {})
+    errors: dict[str, str] = {}
+    size = _whole(request.args.get("_size"), DOCUMENTS_SIZE["default"], "_size", 1, errors)
+    offset = _whole(request.args.get("_next"), 0, "_next", 0, errors)
+    if len(request.args.get("q") or "") > MAX_QUERY_CHARS:
+        errors["q"] = f"q is longer than {MAX_QUERY_CHARS:,} characters; type part of a path."
+    if errors:
+        return await page.failure(400, _joined(errors), "polaris.html", {}, errors=errors)
+    size = min(size, DOCUMENTS_SIZE["max"])
+    q = (request.args.get("q") or "").strip()
+    collections = [c for c in request.args.getlist("collection") if c] or None
+    try:
+        engine = index_for(datasette.databases[name].path)
+        found = await _in_thread(
+            datasette, lambda: engine.documents(collections, None, size, offset, contains=q or None), str(engine.path)
+        )
+    except ScopeError as exc:
+        return await page.failure(400, str(exc), "polaris.html", {}, errors=exc.reasons)
+    except PolarisError as exc:
+        return await page.failure(_status_of(exc), str(exc), "polaris.html", {})
+    following = offset + len(found.rows) if offset + len(found.rows) < found.total else None
+    args = [(k, v) for k, v in parse_qsl(request.query_string, keep_blank_values=True) if k != "_next"]
+    return await page.respond("polaris.html", {}, {
+        "ok": True, "database": name, "q": q, "count": found.total,
+        "rows": [dataclasses.asdict(row) for row in found.rows],
+        "next": None if following is None else str(following),
+        "next_url": None if following is None else _url(page.base + ".json", [*args, ("_next", str(following))]),
+    })
+
+
+def _whole(raw: str | None, default: int, name: str, low: int, errors: dict[str, str]) -> int:
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = low - 1
+    if value < low:
+        errors[name] = f"{name} must be a whole number of at least {low}, not {raw!r}."
+    return value
+
+
 async def visible_polaris_databases(datasette: Any, actor: Any) -> list[str]:
     """Names of the databases with Polaris tables that ``actor`` may view."""
     names = []
@@ -203,10 +256,10 @@ async def _search_page(page: "_Page", name: str, names: list[str]) -> Response:
     form = parse_form(request.args, engine.config.top_k, page.json_path)
     page.form = form
     try:
-        overview = await _in_thread(datasette, lambda: _overview(engine), str(engine.path))
+        overview = await _in_thread(datasette, lambda: _overview(engine, not page.wants_json), str(engine.path))
     except DatabaseError as exc:
+        context["open_error"] = str(exc)
         return await page.failure(DAMAGED_STATUS, str(exc), "polaris.html", context)
-    chunk_counts = dict((await db.execute("SELECT document_id, count(*) FROM chunks GROUP BY 1")).rows)
     hits: list[Any] = []
     status, error = 200, None
     if form.errors:
@@ -230,8 +283,8 @@ async def _search_page(page: "_Page", name: str, names: list[str]) -> Response:
         error=error,
         errors=form.errors,
         search_settings=settings,
-        chunk_counts=chunk_counts,
         database_url=datasette.urls.database(name),
+        documents_json_url=datasette.urls.database(name) + "/-/polaris/documents.json",
         document_url=lambda doc_id, chunk_id=None: _document_url(datasette, name, doc_id, form, chunk_id),
         view_url=lambda view: _url(page.base, form.state(view=view)),
         fmt=render.fmt,
@@ -252,12 +305,14 @@ async def _search_page(page: "_Page", name: str, names: list[str]) -> Response:
 
 
 # -- the engine calls (run in a worker thread) ------------------------------------------------
-def _overview(engine: PolarisIndex) -> dict[str, Any]:
+def _overview(engine: PolarisIndex, html: bool) -> dict[str, Any]:
+    """The index at a glance, from what the file keeps (``Store.counts``); for the page, the
+    first ``DOCUMENTS_LISTED`` documents too (the filter box asks documents.json for others)."""
     store = engine.store
     return {
         "model": store.model,
         "counts": store.counts(),
-        "documents": store.documents(),
+        "documents": engine.documents(limit=DOCUMENTS_LISTED) if html else None,
         "size": render.human_size(store.size_bytes()),
         "meta": sorted(store.meta.items()),
         "settings": [row for row in describe(engine.config) if row[0] in SEARCH_SETTINGS],

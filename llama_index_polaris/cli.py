@@ -64,11 +64,54 @@ def cmd_index(args: argparse.Namespace) -> int:
             print(f"{kind}: {path}: {reason}", file=sys.stderr)
     if report.root_line():
         print(f"polaris: collection '{args.collection}': {report.root_line()}", file=sys.stderr)
+    if report.nothing_line():
+        print(f"polaris: {' '.join(map(str, args.paths))}: {report.nothing_line()}", file=sys.stderr)
     if args.json:
-        lists = {k: [list(x) for x in getattr(report, k)] for k in ("failed", "skipped", "warnings")}
+        lists = {k: [list(x) for x in getattr(report, k)] for k in ("failed", "skipped", "warnings", "ignored")}
         print(json.dumps({**vars(report), **lists}, indent=2))
     else:
         print(report.summary())
+    if args.watch:
+        return _watch(args)
+    return 0
+
+
+def _watch(args: argparse.Namespace) -> int:
+    """After the first run of `polaris index --watch`: one line per change until Ctrl-C (or SIGTERM).
+
+    The first Ctrl-C lets the change being indexed finish, then stops; a second one stops at once
+    (the document being written is rolled back, as any interrupted run's)."""
+    import signal
+    import threading
+    import time
+
+    from .engine.watch import Follower
+
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: Any) -> None:
+        if stop.is_set():
+            raise KeyboardInterrupt
+        stop.set()
+
+    def on_change(change: Any) -> None:
+        line = json.dumps(change.to_dict()) if args.json else f"{time.strftime('%H:%M:%S')} {change.line()}"
+        print(line, flush=True)
+
+    def on_ready() -> None:
+        shown = " ".join(args.paths)
+        print(f"polaris: watching {shown} for changes (Ctrl-C to stop)", file=sys.stderr, flush=True)
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with _open(args, readonly=False, model_id=args.model) as index:
+            follower = Follower(index, args.paths, args.collection,
+                                on_wait=lambda msg: print(f"polaris: {msg}", file=sys.stderr, flush=True))
+            follower.follow(on_change, stop, on_ready)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    print("polaris: stopped watching; the index holds every change shown above", file=sys.stderr)
     return 0
 
 
@@ -94,36 +137,11 @@ def _remove_index(path: Any) -> None:
             pass
 
 
-class _progress_bar:
-    """One tqdm bar on a terminal (files, with chunks embedded and chunks/s); silent otherwise."""
+def _progress_bar(quiet: bool) -> Any:
+    """The indexing bar on a terminal (``progress``); silent otherwise."""
+    from .progress import IndexProgress
 
-    def __init__(self, quiet: bool) -> None:
-        self.bar: Any = None
-        self.enabled = not quiet and sys.stderr.isatty()
-        self.started = 0.0
-
-    def update(self, stage: str, done: int, total: int) -> None:
-        if not self.enabled:
-            return
-        if self.bar is None:
-            import time
-
-            from tqdm import tqdm
-
-            self.started = time.perf_counter()
-            self.bar = tqdm(total=total, unit="file", desc="indexing", leave=False, file=sys.stderr)
-        if stage == "documents":
-            self.bar.total = max(total, self.bar.total or 0)
-            self.bar.update(done - self.bar.n)
-        else:
-            import time
-
-            rate = done / max(time.perf_counter() - self.started, 1e-9)
-            self.bar.set_postfix_str(f"{done} chunks embedded, {rate:.1f} chunks/s")
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
+    return IndexProgress(enabled=not quiet and sys.stderr.isatty(), file=sys.stderr, leave=False)
 
 
 # -- search -----------------------------------------------------------------------
@@ -374,6 +392,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", metavar="ID", help="embedding model (see `polaris models`)")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--watch", action="store_true",
+                   help="after the run, follow changes under PATHs and index each one (Ctrl-C stops)")
     _common(p)
     p.set_defaults(func=cmd_index)
 
@@ -448,6 +468,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     _common(p)
     p.set_defaults(func=cmd_eval)
+
+    p = sub.add_parser("tune", help="fit the fusion to labelled questions; writes polaris.toml only when it helps",
+                       description="Fit the learned fusion (a weighted sum of each hit's explanation features) to"
+                                   " labelled questions with k-fold cross-validation, print the before/after table,"
+                                   " and write [fusion_weights] to polaris.toml only when the cross-validated gain's"
+                                   " 95% paired bootstrap interval is above 0. See docs/search.md.")
+    p.add_argument("labels", metavar="LABELS",
+                   help="a BEIR folder (as polaris eval reads) or a JSONL file: {\"question\": ..., \"path\": ..., \"heading\": ...}")
+    p.add_argument("--split", help="BEIR qrels split (default: train if qrels/train.tsv exists, else test)")
+    p.add_argument("--folds", type=int, default=5, help="cross-validation folds (default 5)")
+    p.add_argument("--dry-run", action="store_true", help="print the table and the decision, write nothing")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress line")
+    p.add_argument("--json", action="store_true")
+    _common(p)
+    p.set_defaults(func=cmd_tune)
     return parser
 
 
@@ -473,6 +508,79 @@ def cmd_eval(args: argparse.Namespace) -> int:
     for mode, r in results.items():
         print(f"| {mode} | " + " | ".join(f"{r[m]:.4f}" for m in METRICS) + f" | {r['ms_per_query']:.1f} |")
     return 0
+
+
+# -- tune -------------------------------------------------------------------------
+def cmd_tune(args: argparse.Namespace) -> int:
+    """polaris tune LABELS : fit the learned fusion to labelled questions; write it only when it helps."""
+    from pathlib import Path
+
+    from .engine import tune
+    from .engine.errors import InputError
+
+    labels = Path(args.labels)
+    if args.folds < 2:
+        raise InputError(f"--folds must be 2 or more (each question is ranked by weights fitted on the other folds), got {args.folds}.")
+    if not labels.exists():
+        raise InputError(f"{labels}: not found; give a BEIR folder (corpus.jsonl, queries.jsonl, qrels/) or a JSONL"
+                         " file of questions with their relevant path and heading (see docs/search.md, \"polaris tune\").")
+    index, questions, source = _tune_inputs(args, labels)
+    with index:
+        found = _tune_samples(index, questions, args.quiet)
+    result = tune.decide(found, k=args.folds)
+    target = Path(args.config) if args.config else Path("polaris.toml")
+    write = result.keep and not args.dry_run
+    if write:
+        from .engine.tune_labels import write_weights
+
+        write_weights(target, tune.weights_table(result.weights))
+    if args.json:
+        print(json.dumps({**vars(result), "source": source, "written": str(target) if write else None}, indent=2))
+        return 0
+    print(f"{source}: {result.questions} questions, {args.folds}-fold cross-validation (each question ranked by"
+          " weights fitted without it), nDCG@10 over each question's first candidate pool")
+    print("| ranking | nDCG@10 | first hit relevant |\n|---|---|---|")
+    print(f"| fixed fusion (before) | {result.before:.4f} | {result.hit1_before:.4f} |")
+    print(f"| learned fusion, cross-validated (after) | {result.after:.4f} | {result.hit1_after:.4f} |")
+    print(f"gain {result.gain:+.4f}, 95% paired bootstrap interval {result.low:+.4f} to {result.high:+.4f}"
+          f" ({tune.BOOTSTRAP} resamples of the questions); weights are written only when the whole interval is above 0.")
+    if write:
+        print(f"kept: {result.reason}. Wrote {len(result.weights)} weights to {target} ([fusion_weights]); every door"
+              " ranks with them now. Remove the table to go back to the fixed fusion.")
+    elif result.keep:
+        print(f"would keep: {result.reason}; --dry-run: nothing written.")
+    else:
+        print(f"not written: {result.reason}. {target} is unchanged.")
+    return 0
+
+
+def _tune_inputs(args: argparse.Namespace, labels: Any) -> tuple[Any, list, str]:
+    """The index and the labelled questions of a BEIR folder (indexed into the eval cache) or of
+    a JSONL file (asked of --db)."""
+    from .engine import tune_labels
+
+    if labels.is_dir():
+        from .engine.evaluate import build_eval_index, load_beir
+
+        split = args.split or ("train" if (labels / "qrels" / "train.tsv").is_file() else "test")
+        beir = load_beir(labels, split)
+        index, _ = build_eval_index(beir, load_config(config_file=args.config))
+        return index, tune_labels.beir_questions(beir), f"{labels.name} ({split})"
+    questions = tune_labels.read_jsonl(labels)
+    index = _open(args, readonly=True)
+    docs = [d.path or d.id for d in index.store.documents()] + [d.id for d in index.store.documents()]
+    tune_labels.check_known(questions, docs, str(labels))
+    return index, questions, labels.name
+
+
+def _tune_samples(index: Any, questions: list, quiet: bool) -> list:
+    from .engine.tune_labels import samples
+
+    def progress(done: int, total: int) -> None:
+        if not quiet and sys.stderr.isatty():
+            print(f"\rpolaris tune: {done}/{total} questions", end="" if done < total else "\n", file=sys.stderr)
+
+    return samples(index, questions, progress)
 
 
 def flag_query(argv: Sequence[str], parser: argparse.ArgumentParser) -> list[str]:

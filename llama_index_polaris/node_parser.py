@@ -147,9 +147,10 @@ class PolarisNodeParser(NodeParser):
         source = node.as_related_node_info()
         chunks = [self._text_node(node, doc, i, source, recipe) for i in range(len(doc.chunks))]
         if self.include_prev_next_rel:
-            for prev, nxt in zip(chunks, chunks[1:]):
-                prev.relationships[NodeRelationship.NEXT] = nxt.as_related_node_info()
-                nxt.relationships[NodeRelationship.PREVIOUS] = prev.as_related_node_info()
+            infos = [chunk.as_related_node_info() for chunk in chunks]  # each hashes its node: once per node
+            for k in range(1, len(chunks)):
+                chunks[k - 1].relationships[NodeRelationship.NEXT] = infos[k]
+                chunks[k].relationships[NodeRelationship.PREVIOUS] = infos[k - 1].model_copy()
         return chunks
 
     def _text_node(self, node: BaseNode, doc: ChunkedDocument, i: int, source: Any, recipe: Recipe) -> TextNode:

@@ -40,7 +40,7 @@ class PolarisRetriever(BaseRetriever):
     ``PolarisRetriever(vector_store=store, embed_model=embed, similarity_top_k=10,
     mode="hybrid", documents=None, collections=None, filters=None, alpha=None)``. The
     store's collection bounds every search; ``documents`` (ids or paths) and
-    ``collections`` narrow it as in 5ire: an empty list scopes to nothing. ``filters`` are
+    ``collections`` narrow it: an empty list scopes to nothing. ``filters`` are
     LlamaIndex ``MetadataFilters``; ``alpha`` weighs vector against BM25 in hybrid fusion
     (1 = vector only, 0 = BM25 only). ``similarity_top_k`` is returned as asked.
     ``context_tokens`` puts each section hit's whole section, cut to that many tokens, in

@@ -261,6 +261,32 @@ class PolarisVectorStore(BasePydanticVectorStore):
         """Close the database connection."""
         self._index.close()
 
+    def recorded_embed_model(self) -> BaseEmbedding:
+        """The embed model to reopen this file with: the one given, else a ``PolarisEmbedding`` of
+        the model the file records (the configured one for a file that names none yet, which
+        the store then proves on first use)."""
+        if self._embed_model is not None:
+            return self._embed_model
+        from .embedding import PolarisEmbedding
+
+        recorded = self.client.model
+        if recorded is None or recorded.model_id == UNKNOWN_MODEL:  # the configured model (proven on first use)
+            return PolarisEmbedding(config=self.config)
+        if not _is_polaris_model(recorded.model_id):
+            raise InputError(
+                f"{self.client.path} was embedded by {recorded.model_id}, not a Polaris model: pass that model as"
+                " embed_model, e.g. VectorStoreIndex.from_vector_store(store, embed_model=...)."
+            )
+        return PolarisEmbedding(recorded.model_id, embedding_dim=recorded.dim, config=self.config)
+
+    def as_index(self, **kwargs: Any) -> Any:
+        """``VectorStoreIndex.from_vector_store(self, embed_model=self.recorded_embed_model(), **kwargs)``:
+        the file reopened with the model it records, whatever ``Settings.embed_model`` says."""
+        from llama_index.core import VectorStoreIndex
+
+        kwargs.setdefault("embed_model", self.recorded_embed_model())
+        return VectorStoreIndex.from_vector_store(self, **kwargs)
+
     def _writable(self) -> str:
         if self.collection is None:
             raise InputError("this store reads every collection (collection=None); open one with collection=NAME to write.")

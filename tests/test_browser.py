@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Iterator
@@ -35,9 +36,27 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+LONG_FILLER = "".join(f"Paragraph {i} of the field guide says nothing that anyone searches for.\n\n" for i in range(30))
+LONG_TEXT = LONG_FILLER + "The zeppelin mooring mast stands at the far end of the field.\n"
+
+
+def add_long_document(db: Path) -> None:
+    """A chunk whose only matched words come after thirty paragraphs (far below its box's fold)."""
+    from llama_index_polaris.engine.embed import load_embedder
+    from llama_index_polaris.engine.store import ChunkRecord, DocumentRecord, Store
+
+    embedder = load_embedder("all-minilm-l6-v2")
+    with Store(db) as store:
+        chunk = ChunkRecord(node_id="notes/field.md#0", text=LONG_TEXT, heading_path="Field guide",
+                            start_char=0, end_char=len(LONG_TEXT))
+        store.upsert_document(DocumentRecord(id="notes/field.md", path="notes/field.md", collection="notes"),
+                              [chunk], embedder.embed_documents([LONG_TEXT]))
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     db = build_polaris_db(tmp_path_factory.mktemp("browser") / "polaris.db")
+    add_long_document(db)
     port = free_port()
     log = open(db.parent / "datasette.log", "w+")
     proc = subprocess.Popen(
@@ -121,6 +140,8 @@ def test_search_in_the_browser(server: str, page) -> None:
     assert first.locator("code").first.inner_text() == "token_expired"
     # the legend states the formula with the settings in effect; every figure has a tooltip
     rrf_k = _settings(server)["rrf_k"]
+    assert not page.locator(".polaris-formula").is_visible()  # folded: the hits come first
+    page.click(".polaris-legend summary")
     assert f"1/({rrf_k} + vector rank)" in page.locator(".polaris-formula").inner_text()
     labels = first.locator(".polaris-stages dt")
     assert labels.count() == 14
@@ -177,19 +198,19 @@ def test_panels_stay_open_when_another_opens(server: str, page) -> None:
     page.set_viewport_size({"width": 1280, "height": 900})
     page.goto(server + "/polaris/-/polaris?q=session")
     panels = page.locator("details.polaris-panel")
-    assert panels.count() == 3  # the legend's terms, the settings, polaris_meta
-    for i in range(3):
+    assert panels.count() == 4  # the scope, the score legend, the settings, polaris_meta
+    for i in range(4):
         panels.nth(i).locator("summary").click()
     page.locator(".polaris-hit .polaris-text").first.click()  # a click elsewhere on the page
-    assert panels.evaluate_all("ps => ps.map(p => p.open)") == [True, True, True]
-    panels.nth(1).locator("summary").click()  # the reader can still close one
-    assert panels.evaluate_all("ps => ps.map(p => p.open)") == [True, False, True]
+    assert panels.evaluate_all("ps => ps.map(p => p.open)") == [True, True, True, True]
+    panels.nth(2).locator("summary").click()  # the reader can still close one
+    assert panels.evaluate_all("ps => ps.map(p => p.open)") == [True, True, False, True]
     menu = page.locator("details.nav-menu")  # Datasette's own menu keeps its behaviour
     menu.locator("summary").click()
     assert menu.evaluate("m => m.open")
     page.locator("h1").click()
     assert not menu.evaluate("m => m.open")
-    assert panels.evaluate_all("ps => ps.map(p => p.open)") == [True, False, True]
+    assert panels.evaluate_all("ps => ps.map(p => p.open)") == [True, True, False, True]
     assert page.problems == []
 
 
@@ -234,4 +255,72 @@ def test_chunk_view_and_payloads_stay_inert(server: str, page) -> None:
     assert page.locator(".polaris-chunk").count() == 3
     assert page.locator("main h2.polaris-heading").count() == 3
     page.screenshot(path=str(ARTIFACTS / "polaris-document-1280.png"), full_page=True)
+    assert page.problems == []
+
+
+def _inside(inner: dict, outer: dict) -> bool:
+    return (outer["y"] - 0.5 <= inner["y"] and inner["y"] + inner["height"] <= outer["y"] + outer["height"] + 0.5
+            and outer["x"] - 0.5 <= inner["x"] and inner["x"] + inner["width"] <= outer["x"] + outer["width"] + 0.5)
+
+
+def test_phone_first_screen_shows_the_first_hit_and_why(server: str, page) -> None:
+    page.set_viewport_size({"width": 390, "height": 844})
+    screen = {"x": 0, "y": 0, "width": 390, "height": 844}
+    for q in ("how do expired sessions work", "zeppelin mooring"):
+        page.goto(server + "/polaris/-/polaris?" + urllib.parse.urlencode({"q": q}))
+        page.wait_for_selector(".polaris-hit")
+        first = page.locator(".polaris-hit").first
+        assert page.evaluate("scrollY") == 0
+        for part in (".polaris-rank", ".polaris-heading", ".polaris-score", ".polaris-text mark"):
+            box = first.locator(part).first.bounding_box()
+            assert box is not None and _inside(box, screen), (q, part, box)
+        assert not page.locator(".polaris-formula").is_visible()  # the legend is folded
+        assert not page.locator(".polaris-doc-filter").is_visible()  # so is the scope
+        _no_page_scroll(page)
+    page.screenshot(path=str(ARTIFACTS / "polaris-first-screen-390.png"))
+    assert page.problems == []
+
+
+def test_each_hit_opens_at_its_first_marked_word(server: str, page) -> None:
+    for width, height in ((1280, 900), (390, 844)):
+        page.set_viewport_size({"width": width, "height": height})
+        page.goto(server + "/polaris/-/polaris?q=zeppelin+mooring&mode=bm25")
+        page.wait_for_selector(".polaris-hit")
+        text = page.locator(".polaris-hit").first.locator(".polaris-text")
+        assert text.evaluate("t => t.scrollHeight > 3 * t.clientHeight")  # the words are far below the fold
+        assert text.evaluate("t => t.scrollTop") > 0
+        mark = text.locator("mark").first
+        assert mark.inner_text().lower() == "zeppelin"
+        assert _inside(mark.bounding_box(), text.bounding_box())
+        page.goto(server + "/polaris/-/polaris?q=session")  # boxes whose match is in view stay at their top
+        page.wait_for_selector(".polaris-hit")
+        for box in page.locator(".polaris-hit .polaris-text").all():
+            marks = box.locator("mark")
+            if marks.count():
+                assert _inside(marks.first.bounding_box(), box.bounding_box())
+    assert page.problems == []
+
+
+def test_document_filter_asks_a_bounded_query_as_one_types(server: str, page) -> None:
+    asked: list[str] = []
+    page.on("request", lambda r: "/documents.json" in r.url and asked.append(r.url))
+    page.set_viewport_size({"width": 1280, "height": 900})
+    page.goto(server + "/polaris/-/polaris?q=session")
+    page.click(".polaris-scope summary")
+    page.locator(".polaris-doc-filter").press_sequentially("AUTH", delay=30)
+    page.wait_for_function("document.querySelectorAll('#polaris-doc-options option').length > 0")
+    options = page.locator("#polaris-doc-options option")
+    assert options.evaluate_all("os => os.map(o => o.value)") == ["docs/auth.md"]  # any case, any part of the path
+    assert "_size=20" in asked[-1] and "q=AUTH" in asked[-1]
+    assert page.locator(".polaris-doc-found").inner_text() == "1 document"
+    page.locator(".polaris-doc-filter").fill("docs/auth.md")  # what picking the suggestion types
+    chip = page.locator(".polaris-doc-chosen input[name=document]")
+    assert chip.evaluate_all("cs => cs.map(c => [c.value, c.checked])") == [["docs/auth.md", True]]
+    assert page.locator(".polaris-doc-filter").input_value() == ""
+    page.click(".polaris-searchbar button")
+    page.wait_for_selector(".polaris-hit")
+    assert "document=docs%2Fauth.md" in page.url and page.url.count("document=") == 1
+    assert set(page.locator(".polaris-hit .polaris-source a:first-child").all_inner_texts()) == {"docs/auth.md"}
+    assert page.locator(".polaris-scope").evaluate("d => d.open")  # a scoped search shows its scope
+    page.screenshot(path=str(ARTIFACTS / "polaris-document-filter-1280.png"))
     assert page.problems == []

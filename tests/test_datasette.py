@@ -539,7 +539,7 @@ async def test_score_legend_shows_the_settings_in_effect(tmp_path: Path) -> None
     tuned = Datasette([str(db)])
     r = await tuned.client.get("/tuned/-/polaris", params={"q": "expired sessions", "k": "3"})
     assert r.status_code == 200
-    legend_html = r.text.split('class="polaris-legend"')[1].split("</section>")[0]
+    legend_html = r.text.split('polaris-legend"')[1].split("</details>")[0]
     assert "RRF = 1/(33 + vector rank) + 1/(33 + BM25 rank)" in legend_html
     assert "0.07 × heading match" in legend_html and "Score = (0.6 × relevance − MMR penalty + 0.4)" in legend_html
     assert "Each list returns up to 60 chunks (candidate_pool, whatever k is" in legend_html

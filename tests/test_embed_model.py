@@ -21,7 +21,7 @@ BUNDLED_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2
 def isolated(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf"))
-    monkeypatch.setenv("POLARIS_MODEL_BASE_URL", "http://127.0.0.1:9")  # never the network
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # never the network
     yield
 
 

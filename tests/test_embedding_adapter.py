@@ -17,7 +17,7 @@ def isolated(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf"))
-    monkeypatch.setenv("POLARIS_MODEL_BASE_URL", "http://127.0.0.1:9")
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
     monkeypatch.chdir(tmp_path)
     yield
 

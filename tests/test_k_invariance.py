@@ -6,6 +6,8 @@ as_retriever, the Datasette page, its JSON and polaris_search(), the MCP server)
 The example handbook (59 chunks) on the bundled model, indexed once per module into a
 real polaris.db. Its polaris.toml sets a small candidate pool (8 chunks per list), so that
 larger k read the deeper pools (8, 32, 128) in every door; one test runs the default pool.
+Every test runs twice: with the fixed fusion, and with learned fusion weights in
+polaris.toml (``[fusion_weights]``, #27), which every door must rank with.
 """
 
 from __future__ import annotations
@@ -38,11 +40,16 @@ WORDS = ("token", "refresh", "sessions", "retry", "incident", "deploy", "backup"
          "error", "onboarding", "week", "search", "configuration", "how", "the", "RRF_K", "--verbose", "429")
 
 
-@pytest.fixture(scope="module")
-def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+# learned fusion weights that move the head away from the fixed fusion's on these queries
+LEARNED = "\n[fusion_weights]\nfixed = 0.5\nbm25_rr = 1.0\nvector_rr = 0.3\ndepth = -0.5\nsame_chunk = 0.2\n"
+
+
+@pytest.fixture(scope="module", params=("fixed", "learned"))
+def project(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("kinvariance")
     shutil.copytree(REPO / "examples" / "handbook", root / "handbook")
-    (root / "polaris.toml").write_text(f'model_id = "{MODEL}"\ncandidate_pool = {POOL}\n')
+    fusion = LEARNED if request.param == "learned" else ""
+    (root / "polaris.toml").write_text(f'model_id = "{MODEL}"\ncandidate_pool = {POOL}\n{fusion}')
     with PolarisIndex(root / "polaris.db", config=cfg(root)) as index:
         report = index.index_paths([root / "handbook"])
         assert report.failed == [] and index.store.counts()["chunks"] > 4 * POOL  # deeper pools are read
@@ -87,6 +94,21 @@ def test_the_engine_answers_the_same_head_at_every_k(project: Path, words, ks, m
         assert scores == sorted(scores, reverse=True)
 
 
+def test_the_learned_weights_change_the_head(project: Path) -> None:
+    """With [fusion_weights] the engine's head differs from the fixed fusion's (so the door
+    tests below would see a door that ignored them), and each hit's contributions add up."""
+    with PolarisIndex(project / "polaris.db", config=cfg(project), readonly=True) as index:
+        if index.config.fusion_weights is None:
+            pytest.skip("the fixed-fusion project")
+        learned = [[h.node_id for h in index.search(q, top_k=5)] for q in QUERIES]
+        for h in index.search(QUERIES[0], top_k=5):
+            assert sum(h.explain.contributions.values()) == pytest.approx(h.score)
+    with PolarisIndex(project / "polaris.db", config=cfg(project, fusion_weights={"fixed": 1.0}),
+                      readonly=True) as index:
+        fixed = [[h.node_id for h in index.search(q, top_k=5)] for q in QUERIES]
+    assert learned != fixed
+
+
 def test_the_head_is_ranked_in_the_first_pool_and_the_tail_in_deeper_ones(project: Path) -> None:
     with PolarisIndex(project / "polaris.db", config=cfg(project), readonly=True) as index:
         hits = index.search(QUERIES[0], top_k=40)
@@ -97,7 +119,8 @@ def test_the_head_is_ranked_in_the_first_pool_and_the_tail_in_deeper_ones(projec
 
 
 def test_the_default_pool_gives_the_same_head_at_every_k(tmp_path: Path, project: Path) -> None:
-    (tmp_path / "polaris.toml").write_text(f'model_id = "{MODEL}"\n')
+    fusion = LEARNED if "[fusion_weights]" in (project / "polaris.toml").read_text() else ""
+    (tmp_path / "polaris.toml").write_text(f'model_id = "{MODEL}"\n{fusion}')
     with PolarisIndex(project / "polaris.db", config=cfg(tmp_path), readonly=True) as index:
         assert index.config.candidate_pool == 60
         for q in QUERIES:

@@ -75,6 +75,12 @@ def _unit(v: str) -> str | None:
     return None if v in ("section", "chunk") else "must be section or chunk"
 
 
+def _fusion_weights(v: Any) -> str | None:
+    from .search.learned import check_weights
+
+    return check_weights(v)
+
+
 def _threads(v: Any) -> str | None:
     return None if v >= 1 else "must be 1 or greater"
 
@@ -90,6 +96,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("score_fusion", 0.5, (int, float), "share of score fusion mixed into RRF's ranks; 0 = RRF alone (spec; 0.5 measured better, docs/search.md)", _unit_interval),
     Setting("score_fusion_vector", 0.4, (int, float), "the vector list's weight in score fusion (BM25's: 1 minus it); LlamaIndex's alpha replaces it", _unit_interval),
     Setting("score_fusion_depth", 50, int, "score fusion rescales each list between its best score (1) and the score at this rank (0)", _positive),
+    Setting("fusion_weights", None, dict, "learned fusion: a table of feature = weight over each hit's explanation (`polaris tune` writes it; see docs/search.md); unset = the fixed fusion", _fusion_weights, nullable=True),
     Setting("heading_boost", 0.2, (int, float), "bonus for query terms in the heading path, on the scale where the best fused score is 1.0; 0 disables (spec: 0.05; 0.2 measured better on sections)", _non_negative),
     Setting("mmr_lambda", 1.0, (int, float), "1.0 = pure relevance (MMR off), 0.0 = pure diversity (spec: 0.7; measured to lose)", _unit_interval),
     Setting("candidate_pool", 60, int, "chunks each list (vector, BM25) returns for ranking, whatever top_k is (spec: top_k x 3; this is the pool of top_k 10 in section unit), deeper only for hits past what it gives", _pool),

@@ -5,7 +5,7 @@ page of documents: ``search/names.py``, ``search/scope.py``, ``documents.py``) a
 SQL that both backends answer alike, so they are written once, in SQLite's spelling, and
 run through ``execute``. For a Postgres connection (one whose ``dialect`` is
 ``"postgres"``) two things change: ``?`` becomes ``%s``, and a JSON array parameter read
-as a set, ``(SELECT value FROM json_each(?))``, becomes ``jsonb_array_elements_text``.
+as a set, ``(SELECT value FROM json_each(?))``, becomes ``jsonb_array_elements_text``, and ``instr(`` ``strpos(`` (the same arguments and answer).
 Nothing else is translated: a query that needs more (FTS5, vec0, JSON paths) belongs to
 one backend and is written there.
 """
@@ -29,7 +29,8 @@ def to_postgres(sql: str) -> str:
     """``sql`` (SQLite spelling, see the module docstring) in Postgres's."""
     if "%" in sql:
         raise ValueError(f"a catalog query must not contain '%': {sql[:60]}")
-    return _JSON_SET.sub("(SELECT jsonb_array_elements_text(?::jsonb))", sql).replace("?", "%s")
+    sql = _JSON_SET.sub("(SELECT jsonb_array_elements_text(?::jsonb))", sql).replace("instr(", "strpos(")
+    return sql.replace("?", "%s")
 
 
 def execute(conn: Any, sql: str, args: Sequence[Any] = ()) -> Any:

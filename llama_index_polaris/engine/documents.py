@@ -200,29 +200,49 @@ def load_document(conn: Any, name: str | None = None, collection: str | None = N
     return LoadedDocument(ref, tuple(ChunkRow(*r) for r in rows), node_id)
 
 
-def list_documents(conn: Any, collection: str | None = None, prefix: str | None = None,
-                   limit: int = 100, offset: int = 0) -> DocumentPage:
+def list_documents(conn: Any, collection: str | Sequence[str] | None = None, prefix: str | None = None,
+                   limit: int = 100, offset: int = 0, contains: str | None = None) -> DocumentPage:
     """The documents of ``collection`` (all when None) whose path (or id) starts with
-    ``prefix``, ``limit`` of them from ``offset``, with their chunk and section counts."""
+    ``prefix`` (and, with ``contains``, holds that text in any case), ``limit`` of them from
+    ``offset``, with their chunk and section counts.
+
+    They come in the order of the ``(collection, path)`` index (documents without a path, added
+    through LlamaIndex, first, as they were added), and only the chunks of the listed documents
+    are counted (``chunks_document_ordinal``): without a filter a page of 20 out of 100k
+    documents reads 20 index entries and their chunks, never the whole file."""
     for value, what, low in ((limit, "limit", 1), (offset, "offset", 0)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise InputError(f"{what} must be a whole number of at least {low}, got {value!r}.")
     where, args = ["1 = 1"], []
-    if collection is not None:
+    if collection is not None:  # a name, or several
         where.append("d.collection IN (SELECT value FROM json_each(?))")
-        args.append(_json(collections_named(conn, [collection])))
+        args.append(_json(collections_named(conn, [collection] if isinstance(collection, str) else list(collection))))
     if prefix:
         where.append("substr(coalesce(d.path, d.id), 1, length(?)) = ?")
         args += [nfc(prefix), nfc(prefix)]
+    if contains:
+        where.append("instr(lower(coalesce(d.path, d.id)), lower(?)) > 0")
+        args.append(nfc(contains))
     condition = " AND ".join(where)
-    total = execute(conn, f"SELECT count(*) FROM documents d WHERE {condition}", args).fetchone()[0]
-    rows = execute(conn, 
-        "SELECT d.id, d.path, d.collection, d.status, d.error, count(c.id), count(DISTINCT c.heading_path),"
-        f" d.updated_at, d.content_hash FROM documents d LEFT JOIN chunks c ON c.document_id = d.id WHERE {condition}"
-        " GROUP BY d.id ORDER BY d.collection, coalesce(d.path, d.id) LIMIT ? OFFSET ?",
+    filtered = bool(prefix or contains)  # a filter reads every row once: the page and the count in one pass
+    docs = execute(conn,
+        "SELECT d.id, d.path, d.collection, d.status, d.error, d.updated_at, d.content_hash,"
+        f" {'count(*) OVER ()' if filtered else 'NULL'} FROM documents d WHERE {condition}"
+        " ORDER BY d.collection, d.path LIMIT ? OFFSET ?",  # the order of documents_collection_path: no sort
         [*args, limit, offset],
     ).fetchall()
-    return DocumentPage(total, offset, [DocumentRow(*r) for r in rows])
+    if filtered and docs:
+        total = docs[0][-1]
+    else:  # unfiltered: counted from an index
+        total = execute(conn, f"SELECT count(*) FROM documents d WHERE {condition}", args).fetchone()[0]
+    docs = [r[:-1] for r in docs]
+    counts = dict.fromkeys((r[0] for r in docs), (0, 0))
+    counts.update((r[0], (r[1], r[2])) for r in execute(conn,
+        "SELECT document_id, count(*), count(DISTINCT heading_path) FROM chunks"
+        " WHERE document_id IN (SELECT value FROM json_each(?)) GROUP BY document_id",
+        (_json([r[0] for r in docs]),),
+    ))
+    return DocumentPage(total, offset, [DocumentRow(*r[:5], *counts[r[0]], *r[5:]) for r in docs])
 
 
 def _ref(row: Sequence[Any]) -> DocumentRef:

@@ -259,12 +259,12 @@ class PolarisIndex:
         return (doc.ref, *documents.text_of(doc, self.count_tokens, max_tokens))
 
     def documents(self, collection: str | None = None, prefix: str | None = None, limit: int = 100,
-                  offset: int = 0) -> Any:
+                  offset: int = 0, contains: str | None = None) -> Any:
         """A page of the documents of ``collection`` (``documents.DocumentPage``)."""
         from . import documents
 
         with self.store.read() as conn:
-            return documents.list_documents(conn, collection, prefix, limit, offset)
+            return documents.list_documents(conn, collection, prefix, limit, offset, contains)
 
     def _chunk_budget(self) -> dict[str, Any] | None:
         """The budget chunks were cut at (recorded when indexing) and why it is that number."""

@@ -34,7 +34,8 @@ from .db.schema import file_document_id
 from .errors import InputError, NodeIdError
 from .lock import index_lock
 from .recipe import DEFAULT_CONTEXT, Recipe, make_recipe, node_id
-from .sources import RootPlan, SourceFile, check_unrooted, covers, plan_root, read_source, walk
+from .sources import (EXTENSIONS, RootPlan, SourceFile, check_unrooted, covers, ignored_summary, plan_root,
+                      read_source, walk)
 from .store import ChunkRecord, DocumentRecord, ModelBinding, Store, text_hash
 from .text import nfc
 from .vectors import problem, valid_rows
@@ -73,9 +74,11 @@ class IndexReport:
     failed: list[tuple[str, str]] = field(default_factory=list)
     skipped: list[tuple[str, str]] = field(default_factory=list)
     warnings: list[tuple[str, str]] = field(default_factory=list)
+    ignored: list[tuple[str, str]] = field(default_factory=list)  # (path, rule): passed over by design
     root: str | None = None
     root_change: str = ""  # "", "new", "widened" or "moved" (then ``previous_root`` is set)
     previous_root: str | None = None
+    nothing_found: bool = False  # a first run that found no file to index (and so set no root)
     chunks: int = 0
     chunks_embedded: int = 0
     chunks_reused: int = 0
@@ -89,6 +92,17 @@ class IndexReport:
             f"{self.added} added, {self.updated} updated, {self.unchanged} unchanged, {self.removed} removed,"
             f" {len(self.failed)} failed{skipped}{warned}; {self.chunks_embedded} chunks embedded, {self.chunks_reused}"
             f" reused in {self.seconds:.1f}s"
+        )
+
+    def nothing_line(self) -> str | None:
+        """What an empty first run ignored and why, for people (None when it found files)."""
+        if not self.nothing_found:
+            return None
+        ignored = ignored_summary(self.ignored) if self.ignored else "no files at all"
+        return (
+            f"nothing to index: {ignored}. Polaris indexes {', '.join(EXTENSIONS)} files, not hidden ones nor"
+            " paths a .gitignore names; symlinks outside the folder need follow_symlinks = true."
+            " No root was recorded for the collection."
         )
 
     def root_line(self) -> str | None:
@@ -174,9 +188,13 @@ class Indexer:
             if plan.change == "new":  # documents already here came through a door that recorded no root
                 check_unrooted(plan.root, list(self.store.files(self.collection)), self.collection)
             report = IndexReport()
-            self._set_root(plan, report)
             found = walk(paths, plan.root, self.config.follow_symlinks)
-            report.skipped = found.skipped
+            report.skipped, report.ignored = found.skipped, found.ignored
+            if not found.files and plan.change == "new":  # nothing here: the collection gets no root from it
+                report.nothing_found = True
+                self.store.add_collection(self.collection)  # but it exists, empty: a scope to it answers []
+                return report
+            self._set_root(plan, report)
             self._vanished: set[str] = set()
             docs = (self._file_document(f) for f in found.files)
             self._index(docs, len(found.files), report)

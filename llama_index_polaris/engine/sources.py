@@ -74,6 +74,29 @@ class Walk:
     files: list[SourceFile] = field(default_factory=list)
     skipped: list[tuple[str, str]] = field(default_factory=list)
     unlisted: list[Path] = field(default_factory=list)  # folders that could not be listed
+    ignored: list[tuple[str, str]] = field(default_factory=list)  # (path, rule) passed over by design
+
+
+IGNORE_RULES = {
+    "extension": f"not a file type Polaris indexes: {', '.join(EXTENSIONS)}",
+    "gitignore": "matched by a .gitignore",
+    "hidden": "hidden: the name starts with a dot",
+}
+
+
+def ignored_summary(ignored: Sequence[tuple[str, str]]) -> str:
+    """``"3 .py, 1 .rst, 1 .png (not a file type ...); 1 hidden (...)"``: counts by extension and rule."""
+    by_rule: dict[str, dict[str, int]] = {}
+    for path, rule in ignored:
+        name = PurePosixPath(path.rstrip("/")).name
+        kind = "folder" if path.endswith("/") else (PurePosixPath(name).suffix.lower() or "no extension")
+        counts = by_rule.setdefault(rule, {})
+        counts[kind] = counts.get(kind, 0) + 1
+    parts = []
+    for rule, counts in sorted(by_rule.items(), key=lambda kv: list(IGNORE_RULES).index(kv[0])):
+        listed = ", ".join(f"{n} {kind}" for kind, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+        parts.append(f"{listed} ({IGNORE_RULES[rule]})")
+    return "; ".join(parts)
 
 
 def _resolved(paths: Sequence[str | os.PathLike[str]]) -> list[Path]:
@@ -175,9 +198,12 @@ def walk(paths: Sequence[str | os.PathLike[str]], root: Path, follow_symlinks: b
         found.unlisted.append(folder)
         found.skipped.append((nfc(folder.relative_to(root).as_posix()) + "/", reason))
 
+    def ignored(path: Path, is_dir: bool, rule: str) -> None:
+        found.ignored.append((nfc(path.relative_to(root).as_posix()) + ("/" if is_dir else ""), rule))
+
     for path in _resolved(paths):
         if path.is_dir():
-            candidates: Iterator[Path] = _walk_dir(path, None, unlisted)
+            candidates: Iterator[Path] = _walk_dir(path, None, unlisted, ignored)
         else:
             candidates = iter([path])
         for file in candidates:
@@ -319,8 +345,12 @@ def _ignored(path: Path, is_dir: bool, spec: object | None) -> bool:
     return False
 
 
-def _walk_dir(directory: Path, parent: object | None, unlisted: Callable[[Path, str], None]) -> Iterator[Path]:
-    """The indexable files under ``directory``; a folder that cannot be listed goes to ``unlisted``."""
+def _walk_dir(
+    directory: Path, parent: object | None, unlisted: Callable[[Path, str], None],
+    ignored: Callable[[Path, bool, str], None] = lambda path, is_dir, rule: None,
+) -> Iterator[Path]:
+    """The indexable files under ``directory``; a folder that cannot be listed goes to ``unlisted``,
+    an entry passed over by a rule (``IGNORE_RULES``) to ``ignored`` (an ignored folder is not entered)."""
     try:
         spec = _ignore_spec(directory, parent)
         entries = sorted(os.scandir(directory), key=lambda e: e.name)
@@ -329,15 +359,41 @@ def _walk_dir(directory: Path, parent: object | None, unlisted: Callable[[Path, 
                             " indexed before stay")
         return
     for entry in entries:
-        if entry.name.startswith("."):
-            continue
         path = Path(entry.path)
         try:
             is_dir = entry.is_dir(follow_symlinks=False)
         except OSError:
             is_dir = False  # reported by the file's own checks (``_skip_reason``)
-        if is_dir:
-            if not _ignored(path, True, spec):
-                yield from _walk_dir(path, spec, unlisted)
-        elif path.suffix.lower() in EXTENSIONS and not _ignored(path, False, spec):
+        if entry.name.startswith("."):
+            if entry.name != ".gitignore":
+                ignored(path, is_dir, "hidden")
+        elif _ignored(path, is_dir, spec):
+            ignored(path, is_dir, "gitignore")
+        elif is_dir:
+            yield from _walk_dir(path, spec, unlisted, ignored)
+        elif path.suffix.lower() in EXTENSIONS:
             yield path
+        else:
+            ignored(path, False, "extension")
+
+
+def walked(path: Path, top: Path, is_dir: bool = False) -> bool:
+    """Whether a walk of the folder ``top`` reaches ``path``: a Markdown or text file (or, with
+    ``is_dir``, a folder) under ``top`` with no hidden part and not excluded by a ``.gitignore``
+    on the way down (what ``walk`` skips, decided for one path: ``polaris index --watch``)."""
+    try:
+        rel = path.relative_to(top)
+    except ValueError:
+        return False
+    if any(part.startswith(".") for part in rel.parts) or not (is_dir or path.suffix.lower() in EXTENSIONS):
+        return False
+    spec, folder = None, top
+    try:
+        for part in rel.parts:
+            spec = _ignore_spec(folder, spec)
+            folder = folder / part
+            if _ignored(folder, is_dir or folder != path, spec):
+                return False
+    except OSError:
+        return False  # a folder on the way cannot be read: the walk skips it too
+    return True

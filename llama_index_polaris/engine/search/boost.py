@@ -32,6 +32,14 @@ def heading_match(terms: list[str], heading_path: str) -> float:
     return sum(t in heading for t in terms) / len(terms)
 
 
+def heading_matches(terms: list[str], heading_paths: list[str]) -> np.ndarray:
+    """``heading_match`` of each heading path (terms are distinct, as ``boost_terms`` gives them)."""
+    if not terms:
+        return np.zeros(len(heading_paths))
+    wanted = frozenset(terms)
+    return np.array([len(wanted & heading_stems(h)) if h else 0 for h in heading_paths], dtype=np.float64) / len(terms)
+
+
 @functools.lru_cache(maxsize=65536)
 def heading_stems(heading_path: str) -> frozenset[str]:
     """The stems of a heading path's words (cached: the same paths recur in every query)."""

@@ -2,7 +2,8 @@
 ``--explain``, the MCP server's answers). The figures are the ``Explanation`` the ranking
 computed (``rank.py``); these functions only format them.
 
-- ``explain_line``: every stage (vector, BM25, RRF, score fusion, boost, MMR, score).
+- ``explain_line``: every stage (vector, BM25, RRF, score fusion, boost, the learned
+  fusion's contributions when ``fusion_weights`` are set, MMR, score).
 - ``brief_line``: what found the hit and what moved it, for a reader paying per token:
   ``vector #1 · bm25 #5 · boost +0.10 · score 0.962``.
 
@@ -27,8 +28,17 @@ def explain_line(e: Explanation) -> str:
         f"bm25 #{_fmt(e.bm25_rank, 'd')} score {_fmt(e.bm25_score, '.3f')} | "
         f"rrf {_fmt(e.rrf, '.5f')} (v {_fmt(e.rrf_vector, '.5f')} + b {_fmt(e.rrf_bm25, '.5f')}) | "
         f"score fusion v {_fmt(e.fusion_vector, '.3f')} + b {_fmt(e.fusion_bm25, '.3f')} | fused {_fmt(e.fused, '.3f')} | "
-        f"boost {_fmt(e.boost, '.4f')} | mmr penalty {_fmt(e.mmr_penalty, '.4f')} | score {e.score:.3f}"
+        f"boost {_fmt(e.boost, '.4f')} | {learned_part(e)}mmr penalty {_fmt(e.mmr_penalty, '.4f')} | score {e.score:.3f}"
     )
+
+
+def learned_part(e: Explanation) -> str:
+    """The learned fusion's non-zero contributions, ``learned fixed 0.612 + bm25_rr 0.250 | ``
+    (they add up to the relevance; empty without ``fusion_weights``)."""
+    if not e.contributions:
+        return ""
+    parts = [f"{name} {c:.3f}" for name, c in e.contributions.items() if c]
+    return f"learned {' + '.join(parts) or '0'} | "
 
 
 def brief_line(e: Explanation) -> str:

@@ -22,7 +22,8 @@ from ..text import heuristic_tokens, nfc
 from ..vectors import check_query as check_query_vector
 from .boost import boost_terms
 from .context import bounded, excerpt, stitch
-from . import literal
+from .display import Hits
+from . import legend, literal
 from .filters import Filter
 from .rank import UNITS, Candidate, Explanation, RankParams, Ranked, rank
 from .scope import Scope
@@ -176,8 +177,9 @@ class Searcher:
         max_top_k: int | None = None,
         unit: str | None = None,
         context_tokens: int | None = None,
-    ) -> list[Hit]:
-        """The best ``top_k`` chunks for ``query`` in ``mode`` within the scope given.
+    ) -> Hits:
+        """The best ``top_k`` chunks for ``query`` in ``mode`` within the scope given (a list
+        of ``Hit`` that a notebook shows as a table, ``display.Hits``).
 
         ``mmr_lambda`` overrides the configured MMR trade-off for this query; in
         ``vector`` mode giving it re-ranks the vector candidate pool by MMR with the
@@ -211,13 +213,15 @@ class Searcher:
         with self.store.read():  # a scope naming what the index lacks is refused, even for no query
             scope = self.store.resolve_scope(documents=documents, collections=collections, filters=filters,
                                              node_ids=node_ids, within_collection=within_collection)
+        settings = {key: getattr(self.config, key) for key in legend.SETTINGS} | {"mmr_lambda": lam}
         if scope.empty or (not query and query_vector is None):
-            return []
+            return Hits(query=query, mode=mode, settings=settings)
         if _uses(mode, weights, "vector") and query_vector is None and self.store.model is not None:
             query_vector = self._check_vector(self._embed(query))  # outside the lock: other threads may read
         params = self.params(query, k, mode, unit, lam if mode == "hybrid" else mmr_lambda, weights)
         with self.store.read():  # one snapshot for every stage
-            return self._run(query, params, scope, query_vector, context_tokens)
+            return Hits(self._run(query, params, scope, query_vector, context_tokens), query=query, mode=mode,
+                        settings=settings)
 
     def params(self, query: str, k: int, mode: str = "hybrid", unit: str = "section", mmr_lambda: float | None = None,
                weights: Mapping[str, float] | None = None) -> RankParams:
@@ -227,6 +231,8 @@ class Searcher:
             k=k, mode=mode, unit=unit, rrf_k=c.rrf_k, heading_boost=c.heading_boost, boost_terms=tuple(boost_terms(query)),
             mmr_lambda=mmr_lambda, weights=weights, score_fusion=c.score_fusion,
             score_fusion_vector=c.score_fusion_vector, score_fusion_depth=c.score_fusion_depth,
+            fusion_weights=c.fusion_weights,
+            lookup=bool(c.fusion_weights and IDENTIFIER_LOOKUP and literal.lookup_terms(query)),
         )
 
     def _run(self, query: str, p: RankParams, scope: Scope, qvec: np.ndarray | None,

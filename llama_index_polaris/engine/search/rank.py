@@ -4,7 +4,8 @@
 the benchmarks call it with their own parameters): each retriever's list is reduced to
 sections (a section ranks at its best chunk in that list; its chunks' scores are never
 summed, so a long section does not win by length), then fusion (RRF mixed with score
-fusion, ``fuse.py``), the heading boost and MMR run over sections, and scores are
+fusion, ``fuse.py``), the heading boost, the learned fusion when ``fusion_weights`` are set
+(``learned.py``) and MMR run over sections, and scores are
 normalised so that the top hit reads 1.0. With
 ``unit="chunk"`` every chunk is its own section, which is the chunk-level ranking.
 """
@@ -17,10 +18,11 @@ from typing import Hashable, Mapping, Sequence
 
 import numpy as np
 
-from .boost import boosted_relevance, heading_boost
+from . import learned
+from .boost import boosted_relevance, heading_boost, heading_matches
 from .fuse import mix, rrf, score_fusion
 from .mmr import mmr
-from .normalise import mmr_scores, relative_to_top
+from .normalise import mmr_scores, relative_to_max, relative_to_top
 
 UNITS = ("section", "chunk")
 Hits = Sequence[tuple[int, float]]  # (chunk id, distance or BM25 score), best first
@@ -70,6 +72,9 @@ class Explanation:
     mmr_penalty: float | None = None
     score: float = 0.0
     chunks: list[ChunkMatch] | None = None
+    features: dict[str, float] | None = None  # learned fusion: the value of each feature its weights name
+    contributions: dict[str, float] | None = None  # each feature's share of ``relevance``: they add up to it
+    learned: float | None = None  # the learned model's score before it is divided by the best hit's
     pool: int | None = None  # chunks per list in the candidate pool that ranked this hit (``pipeline.pool_depths``)
 
 
@@ -88,6 +93,8 @@ class RankParams:
     score_fusion: float = 0.0  # share of score fusion mixed into RRF; 0: RRF alone (the spec)
     score_fusion_vector: float = 0.4  # the vector list's weight in score fusion when ``weights`` is None
     score_fusion_depth: int = 50  # each list's scores are rescaled between its best and this rank
+    fusion_weights: Mapping[str, float] | None = None  # learned fusion's weights by feature; None: the fixed fusion
+    lookup: bool = False  # the query is an identifier lookup (``literal.lookup_terms``), a learned-fusion feature
 
 
 @dataclass
@@ -188,10 +195,25 @@ def _hybrid(lists: Mapping[str, list[_Section]], candidates: Mapping[int, Candid
     shares = _score_shares(lists, p) if p.score_fusion > 0 else {}
     fused = mix(fused, shares, p.score_fusion)
     lam = float(p.mmr_lambda if p.mmr_lambda is not None else 1.0)
+    names = learned.named(p.fusion_weights) if p.fusion_weights else ()
+    weights = learned.weight_vector(p.fusion_weights, names) if p.fusion_weights else None
     # every chunk of a section has its heading path: any of them gives the section's
     first = [(index["vector"].get(f.id) or index["bm25"][f.id]).best for f in fused]
-    boosts = _boosts(fused, [candidates[c].heading_path for c in first], p, k=p.k if lam >= 1.0 else None)
+    headings = [candidates[c].heading_path for c in first]
+    if weights is None:
+        boosts = _boosts(fused, headings, p, k=p.k if lam >= 1.0 else None)
+    else:  # the learned score reads every section's heading match
+        matched = heading_matches(list(p.boost_terms), headings)
+        boosts = (p.heading_boost * matched).tolist() if p.heading_boost else [0.0] * len(fused)
     relevance = boosted_relevance(np.array([f.score for f in fused]), np.array(boosts))
+    x = parts = raw = None
+    if weights is not None:
+        x = learned.features(_figures(fused, lists, index, headings, relevance, matched, p), p.rrf_k, p.lookup, names)
+        raw = learned.scores(x, weights)
+        top = float(raw.max(initial=0.0))
+        if top > 0:  # else no feature the weights count is present: the fixed fusion's order stands
+            relevance = relative_to_max(raw)
+        parts = learned.contributions(x, weights) / top if top > 0 else np.zeros_like(x)
     best = {i: _representative(f.id, index, p) for i, f in enumerate(fused)} if lam < 1.0 else {}
     vectors = _matrix([candidates[best[i]].vector for i in range(len(fused))]) if lam < 1.0 else None
     picks = mmr(relevance, vectors, p.k, lam)
@@ -209,8 +231,35 @@ def _hybrid(lists: Mapping[str, list[_Section]], candidates: Mapping[int, Candid
             boost=boosts[pick.index], relevance=float(relevance[pick.index]), mmr_penalty=pick.penalty, score=score,
             chunks=_matches({name: index[name].get(f.id) for name in lists}) if p.unit == "section" else None,
         )
+        if x is not None:
+            i = pick.index
+            ex.features = dict(zip(names, x[i].tolist()))
+            ex.contributions = dict(zip(names, parts[i].tolist()))
+            ex.learned = float(raw[i])
         out.append(Ranked(chunk, score, ex))
     return out
+
+
+def _figures(fused: list, lists: Mapping[str, list[_Section]], index: Mapping[str, dict], headings: list[str],
+             relevance: np.ndarray, matched: np.ndarray, p: RankParams) -> learned.Figures:
+    """What the learned fusion reads of each fused section, as arrays: its explanation's figures."""
+    vec_of, bm_of = index["vector"], index["bm25"]
+    vr, br, chunks, same = [], [], [], []
+    for f in fused:
+        vec, bm = vec_of.get(f.id), bm_of.get(f.id)
+        vr.append(vec.rank if vec else 0)
+        br.append(bm.rank if bm else 0)
+        chunks.append(len(vec.ranks.keys() | bm.ranks.keys()) if vec and bm else len((vec or bm).ranks))
+        same.append(1.0 if vec and bm and vec.best == bm.best else 0.0)
+    v_rank, b_rank = np.array(vr, dtype=np.float64), np.array(br, dtype=np.float64)
+    sims = np.array([1.0 - s.value for s in lists["vector"]] + [np.nan])  # [-1] (NaN) for an absent section
+    bm25 = np.array([s.value for s in lists["bm25"]] + [np.nan])
+    v_at, b_at = np.array(vr) - 1, np.array(br) - 1  # rank 0 reads index -1: NaN, then 0 once rescaled
+    v_scaled = np.append(learned.rescaled(sims[:-1], p.score_fusion_depth), 0.0)[v_at]
+    b_scaled = np.append(learned.rescaled(bm25[:-1], p.score_fusion_depth), 0.0)[b_at]
+    depth = np.array([h.count(" > ") + 1 if h else 1 for h in headings], dtype=np.float64)
+    return learned.Figures(relevance, v_rank, sims[v_at], b_rank, bm25[b_at], v_scaled, b_scaled, matched, depth,
+                           np.array(chunks, dtype=np.float64), np.array(same))
 
 
 def _score_shares(lists: Mapping[str, list[_Section]], p: RankParams) -> dict[Hashable, dict[str, float]]:

@@ -1,0 +1,50 @@
+"""The progress bar of an indexing run, for the doors (the engine only reports progress):
+files done, with chunks embedded and chunks per second, on ``tqdm.auto`` (the notebook's
+own widget in Jupyter, text on a terminal).
+
+`polaris index` shows it on a terminal; from Python or a notebook::
+
+    with IndexProgress() as bar:
+        report = index.index_paths(["docs"], progress=bar.update)
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+
+class IndexProgress:
+    """``update(stage, done, total)`` is the indexer's ``progress`` callback; ``close()`` ends the bar."""
+
+    def __init__(self, enabled: bool = True, file: Any = None, leave: bool = True) -> None:
+        self.enabled, self.file, self.leave = enabled, file, leave
+        self.bar: Any = None
+        self.started = 0.0
+
+    def update(self, stage: str, done: int, total: int) -> None:
+        """One step of the run: ``documents`` (files done of ``total``) or ``chunks`` (embedded so far)."""
+        if not self.enabled:
+            return
+        if self.bar is None:
+            from tqdm.auto import tqdm
+
+            self.started = time.perf_counter()
+            self.bar = tqdm(total=total, unit="file", desc="indexing", leave=self.leave, file=self.file)
+        if stage == "documents":
+            self.bar.total = max(total, self.bar.total or 0)
+            self.bar.update(done - self.bar.n)
+        else:
+            rate = done / max(time.perf_counter() - self.started, 1e-9)
+            self.bar.set_postfix_str(f"{done} chunks embedded, {rate:.1f} chunks/s")
+
+    def close(self) -> None:
+        """End the bar (it stays shown when ``leave``)."""
+        if self.bar is not None:
+            self.bar.close()
+
+    def __enter__(self) -> "IndexProgress":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
