@@ -52,20 +52,21 @@ Filter = Union[Condition, FilterGroup]
 def filter_sql(f: Filter, column: str = "metadata") -> tuple[str, list[Any]]:
     """A WHERE fragment and its parameters for ``f`` over the JSON ``column``."""
     if isinstance(f, FilterGroup):
-        return _group_sql(f, column)
+        return _group_sql(f, column, filter_sql, "1")
     if isinstance(f, Condition):
         return _condition_sql(f, column)
     raise InputError(f"a filter must be a Condition or FilterGroup, got {type(f).__name__}.")
 
 
-def _group_sql(g: FilterGroup, column: str) -> tuple[str, list[Any]]:
+def _group_sql(g: FilterGroup, column: str, child_sql: Any, true: str) -> tuple[str, list[Any]]:
+    """A group's fragment in either dialect: ``child_sql`` renders each child, ``true`` an empty group."""
     if g.condition not in CONDITIONS:
         raise InputError(f"filter condition must be one of {', '.join(CONDITIONS)}, got {g.condition!r}.")
     if not g.filters:
-        return "1", []
+        return true, []
     parts, params = [], []
     for child in g.filters:
-        sql, args = filter_sql(child, column)
+        sql, args = child_sql(child, column)
         parts.append(f"({sql})")
         params += args
     if g.condition == "and":
@@ -207,17 +208,7 @@ _LOWER = "translate({0}, 'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwx
 def filter_sql_pg(f: Filter, column: str = "metadata") -> tuple[str, list[Any]]:
     """``filter_sql`` for a jsonb ``column``: a WHERE fragment that is true or false, never NULL."""
     if isinstance(f, FilterGroup):
-        if f.condition not in CONDITIONS:
-            raise InputError(f"filter condition must be one of {', '.join(CONDITIONS)}, got {f.condition!r}.")
-        if not f.filters:
-            return "TRUE", []
-        parts, params = [], []
-        for child in f.filters:
-            sql, args = filter_sql_pg(child, column)
-            parts.append(f"({sql})")
-            params += args
-        joined = (" AND " if f.condition == "and" else " OR ").join(parts)
-        return (f"NOT ({joined})", params) if f.condition == "not" else (joined, params)
+        return _group_sql(f, column, filter_sql_pg, "TRUE")
     if isinstance(f, Condition):
         _check_value(f)
         _path(f.key)
