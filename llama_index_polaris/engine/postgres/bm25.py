@@ -6,7 +6,7 @@ and heading path), ``D`` the row's length in tokens, ``avgdl`` the average over 
 and ``idf = log((N - n + 0.5) / (n + 0.5))`` (at least 1e-6), ``n`` the rows holding the
 phrase. Here ``f`` and ``D`` come from ``chunks_bm25`` (written with the chunks, terms from
 the index's own FTS5 tokenizer), ``N`` and the total length from ``chunks_bm25_stats``. A
-query word of one term is read from its postings; a word of several terms (``rrf_k``,
+query word of one term is scored from its postings on the server; a word of several terms (``rrf_k``,
 ``codegen-units``) is a phrase, found in the chunks holding all its terms by tokenizing
 their text again. Sums run in the query's phrase order, as FTS5's do; ties go by chunk id.
 """
@@ -19,7 +19,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..search.terms import query_words
-from ..search.scoring import B, K1, top_hits
+from ..search.scoring import B, K1
 from ..search.scope import Scope
 from ..tokenize import Tokenizer
 
@@ -57,7 +57,12 @@ def scope_sql(scope: Scope, column: str) -> tuple[str, list[Any]]:
 
 
 def bm25(conn: Any, tokenizer: Tokenizer, query: str, limit: int, scope: Scope = Scope()) -> list[tuple[int, float]]:
-    """Up to ``limit`` chunks by BM25 in ``scope``: (chunk id, score), best first, ties by id."""
+    """Up to ``limit`` chunks by BM25 in ``scope``: (chunk id, score), best first, ties by id.
+
+    Scored on the server: each one-term phrase's postings are joined and summed in SQL, in the
+    query's phrase order with FTS5's order of operations (so the sums are the same doubles), and
+    only the best ``limit`` rows come back; a phrase of several terms is counted here
+    (``_phrase``) and its terms sent along as arrays."""
     words = query_words(query)
     if not words or scope.empty or limit <= 0:
         return []
@@ -66,41 +71,38 @@ def bm25(conn: Any, tokenizer: Tokenizer, query: str, limit: int, scope: Scope =
         return []
     avgdl = total / n_rows
     phrases = [p for p in tokenizer.terms(words) if p]
-    where, args = scope_sql(scope, "chunk_id")
-    singles = _singles(conn, sorted({p[0] for p in phrases if len(p) == 1}), where, args)
-    parts: list[tuple[np.ndarray, np.ndarray]] = []
-    for phrase in phrases:
+    where, args = scope_sql(scope, "p.chunk_id")
+    singles = sorted({p[0] for p in phrases if len(p) == 1})
+    df = dict(conn.execute("SELECT term, df FROM chunks_bm25_terms WHERE term = ANY(%s)", (singles,)).fetchall()) \
+        if singles else {}
+    terms, term_ords, idfs = [], [], []
+    extra_ids, extra_ords, extra_values = [], [], []
+    for ord_, phrase in enumerate(phrases):
         if len(phrase) == 1:
-            found = singles.get(phrase[0])
-        else:
-            found = _phrase(conn, tokenizer, phrase, n_rows, where, args)
+            if phrase[0] in df:
+                terms.append(phrase[0])
+                term_ords.append(ord_)
+                idfs.append(fts5_idf(n_rows, int(df[phrase[0]])))
+            continue
+        found = _phrase(conn, tokenizer, phrase, n_rows, where.replace("p.chunk_id", "chunk_id"), args)
         if found is not None:
             ids, tf, dl, n_hit = found
-            parts.append((ids, fts5_terms(fts5_idf(n_rows, n_hit), tf, dl, avgdl)))
-    if not parts:
+            extra_ids.extend(int(i) for i in ids)
+            extra_ords.extend([ord_] * len(ids))
+            extra_values.extend(float(v) for v in fts5_terms(fts5_idf(n_rows, n_hit), tf, dl, avgdl))
+    if not terms and not extra_ids:
         return []
-    ids = np.unique(np.concatenate([p[0] for p in parts]))
-    scores = np.zeros(len(ids))
-    for part_ids, values in parts:  # phrase by phrase, as FTS5 adds them
-        scores[np.searchsorted(ids, part_ids)] += values
-    return top_hits(scores, limit, None, ids)
-
-
-def _singles(conn: Any, terms: list[str], where: str, args: list[Any]) -> dict[str, tuple[np.ndarray, ...]]:
-    """Each one-term phrase's postings in scope and its document frequency: two statements in all."""
-    if not terms:
-        return {}
-    df = dict(conn.execute("SELECT term, df FROM chunks_bm25_terms WHERE term = ANY(%s)", (terms,)).fetchall())
-    rows = conn.execute(f"SELECT term, chunk_id, tf, dl FROM chunks_bm25 WHERE term = ANY(%s){where} ORDER BY term",
-                        (list(df), *args)).fetchall()
-    out: dict[str, tuple[np.ndarray, ...]] = {}
-    start = 0
-    for end in range(1, len(rows) + 1):
-        if end == len(rows) or rows[end][0] != rows[start][0]:
-            data = np.array([r[1:] for r in rows[start:end]], dtype=np.int64)
-            out[rows[start][0]] = (data[:, 0], data[:, 1], data[:, 2], int(df[rows[start][0]]))
-            start = end
-    return out
+    rows = conn.execute(
+        "WITH q(term, ord, idf) AS (SELECT * FROM unnest(%s::text[], %s::int[], %s::float8[])),"
+        " parts(chunk_id, ord, v) AS ("
+        "  SELECT p.chunk_id, q.ord, q.idf * ((p.tf::float8 * %s::float8) / (p.tf::float8 + %s::float8"
+        f"   * (%s::float8 + %s::float8 * p.dl::float8 / %s::float8))) FROM q JOIN chunks_bm25 p ON p.term = q.term{where}"
+        "  UNION ALL SELECT * FROM unnest(%s::bigint[], %s::int[], %s::float8[]))"
+        " SELECT chunk_id, sum(v ORDER BY ord) AS score FROM parts GROUP BY chunk_id"
+        " HAVING sum(v ORDER BY ord) > 0 ORDER BY score DESC, chunk_id LIMIT %s",
+        (terms, term_ords, idfs, K1 + 1.0, K1, 1.0 - B, B, avgdl, *args, extra_ids, extra_ords, extra_values,
+         limit)).fetchall()
+    return [(int(r[0]), float(r[1])) for r in rows]
 
 
 def _phrase(conn: Any, tokenizer: Tokenizer, phrase: Sequence[str], n_rows: int, where: str,
