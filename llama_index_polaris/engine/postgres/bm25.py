@@ -92,17 +92,56 @@ def bm25(conn: Any, tokenizer: Tokenizer, query: str, limit: int, scope: Scope =
             extra_values.extend(float(v) for v in fts5_terms(fts5_idf(n_rows, n_hit), tf, dl, avgdl))
     if not terms and not extra_ids:
         return []
-    rows = conn.execute(
-        "WITH q(term, ord, idf) AS (SELECT * FROM unnest(%s::text[], %s::int[], %s::float8[])),"
-        " parts(chunk_id, ord, v) AS ("
-        "  SELECT p.chunk_id, q.ord, q.idf * ((p.tf::float8 * %s::float8) / (p.tf::float8 + %s::float8"
-        f"   * (%s::float8 + %s::float8 * p.dl::float8 / %s::float8))) FROM q JOIN chunks_bm25 p ON p.term = q.term{where}"
-        "  UNION ALL SELECT * FROM unnest(%s::bigint[], %s::int[], %s::float8[]))"
-        " SELECT chunk_id, sum(v ORDER BY ord) AS score FROM parts GROUP BY chunk_id"
-        " HAVING sum(v ORDER BY ord) > 0 ORDER BY score DESC, chunk_id LIMIT %s",
-        (terms, term_ords, idfs, K1 + 1.0, K1, 1.0 - B, B, avgdl, *args, extra_ids, extra_ords, extra_values,
-         limit)).fetchall()
+    dfs = {t: int(df[t]) for t in terms}
+    inputs = (terms, term_ords, idfs, [False] * len(terms), K1 + 1.0, K1, 1.0 - B, B, avgdl)
+    extras = (extra_ids, extra_ords, extra_values)
+    common = _common_terms(dfs, n_rows)
+    if common:
+        # MaxScore: chunks holding none of the rarer terms score below ``bound`` (the most the
+        # common terms can add); when the limit-th best chunk holding one reaches it, the list is exact
+        bound = sum(fts5_idf(n_rows, dfs[t]) * (K1 + 1.0) for t in terms if t in common)
+        flags = [t in common for t in terms]
+        rows = conn.execute(PRUNED.format(where=where), (terms, term_ords, idfs, flags, *inputs[4:], *args, *extras,
+                                                          max(limit - 1, 0), bound, *inputs[4:], limit)).fetchall()
+        if len(rows) == limit and rows[-1][1] >= bound:
+            return [(int(r[0]), float(r[1])) for r in rows]
+    rows = conn.execute(FULL.format(where=where), (*inputs, *args, *extras, limit)).fetchall()
     return [(int(r[0]), float(r[1])) for r in rows]
+
+
+COMMON_SHARE, COMMON_MIN_ROWS = 0.02, 2_000  # a term in more rows than both is first left out
+
+
+def _common_terms(dfs: dict[str, int], n_rows: int) -> set[str]:
+    """The terms whose postings are first left out of the candidates (never all of them)."""
+    cutoff = max(COMMON_MIN_ROWS, int(COMMON_SHARE * n_rows))
+    common = {t for t, n in dfs.items() if n > cutoff}
+    if common and len(common) == len(dfs):
+        common.discard(min(common, key=lambda t: (dfs[t], t)))
+    return common
+
+
+# one phrase's BM25 term in FTS5's order of operations (parameters: k1 + 1, k1, 1 - b, b, avgdl)
+TERM = ("q.idf * ((p.tf::float8 * %s::float8) / (p.tf::float8 + %s::float8"
+        " * (%s::float8 + %s::float8 * p.dl::float8 / %s::float8)))")
+QUERY = "q(term, ord, idf, common) AS (SELECT * FROM unnest(%s::text[], %s::int[], %s::float8[], %s::bool[]))"
+EXTRAS = "SELECT * FROM unnest(%s::bigint[], %s::int[], %s::float8[])"
+TOP = (" SELECT chunk_id, sum(v ORDER BY ord) AS score FROM {parts} GROUP BY chunk_id"
+       " HAVING sum(v ORDER BY ord) > 0 ORDER BY score DESC, chunk_id LIMIT %s")
+# every posting of every term, summed in the query's phrase order
+FULL = (f"WITH {QUERY}, parts(chunk_id, ord, v) AS (SELECT p.chunk_id, q.ord, {TERM}"
+        " FROM q JOIN chunks_bm25 p ON p.term = q.term{where} UNION ALL " + EXTRAS + ")"
+        + TOP.format(parts="parts"))
+# the rarer terms' postings; the chunks among them that could still reach the limit-th best
+# partial score once the common terms are added; the common terms looked up for those alone
+PRUNED = (f"WITH {QUERY}, rare(chunk_id, ord, v) AS (SELECT p.chunk_id, q.ord, {TERM}"
+          " FROM q JOIN chunks_bm25 p ON p.term = q.term{where} WHERE NOT q.common UNION ALL " + EXTRAS + "),"
+          " partial AS (SELECT chunk_id, sum(v) AS s FROM rare GROUP BY chunk_id),"
+          " floor AS (SELECT coalesce((SELECT s FROM partial ORDER BY s DESC OFFSET %s LIMIT 1), 0) AS f),"
+          " kept AS MATERIALIZED (SELECT chunk_id FROM partial, floor WHERE s + %s::float8 >= f * (1 - 1e-9)),"
+          f" parts AS (SELECT r.* FROM rare r JOIN kept USING (chunk_id) UNION ALL SELECT p.chunk_id, q.ord, {TERM}"
+          " FROM kept k CROSS JOIN q JOIN chunks_bm25 p ON p.term = q.term AND p.chunk_id = k.chunk_id WHERE q.common)"
+          + TOP.format(parts="parts"))
 
 
 def _phrase(conn: Any, tokenizer: Tokenizer, phrase: Sequence[str], n_rows: int, where: str,
