@@ -92,56 +92,88 @@ def bm25(conn: Any, tokenizer: Tokenizer, query: str, limit: int, scope: Scope =
             extra_values.extend(float(v) for v in fts5_terms(fts5_idf(n_rows, n_hit), tf, dl, avgdl))
     if not terms and not extra_ids:
         return []
-    dfs = {t: int(df[t]) for t in terms}
-    inputs = (terms, term_ords, idfs, [False] * len(terms), K1 + 1.0, K1, 1.0 - B, B, avgdl)
-    extras = (extra_ids, extra_ords, extra_values)
-    common = _common_terms(dfs, n_rows)
+    query_arrays, extras = (terms, term_ords, idfs), (extra_ids, extra_ords, extra_values)
+    common, bound = _common_terms(conn, where, args, query_arrays, extras, avgdl, limit,
+                                  {t: int(df[t]) for t in terms}, n_rows)
     if common:
-        # MaxScore: chunks holding none of the rarer terms score below ``bound`` (the most the
-        # common terms can add); when the limit-th best chunk holding one reaches it, the list is exact
-        bound = sum(fts5_idf(n_rows, dfs[t]) * (K1 + 1.0) for t in terms if t in common)
-        flags = [t in common for t in terms]
-        rows = conn.execute(PRUNED.format(where=where), (terms, term_ords, idfs, flags, *inputs[4:], *args, *extras,
-                                                          max(limit - 1, 0), bound, *inputs[4:], limit)).fetchall()
+        # MaxScore: a chunk holding none of the other terms scores below ``bound`` (the most the
+        # common terms can add); once the limit-th best chunk holding one reaches it, the list is exact
+        rows = _ranked(conn, where, args, (*query_arrays, [t in common for t in terms]), extras, avgdl, bound, limit)
         if len(rows) == limit and rows[-1][1] >= bound:
-            return [(int(r[0]), float(r[1])) for r in rows]
-    rows = conn.execute(FULL.format(where=where), (*inputs, *args, *extras, limit)).fetchall()
-    return [(int(r[0]), float(r[1])) for r in rows]
+            return rows
+    return _ranked(conn, where, args, (*query_arrays, [False] * len(terms)), extras, avgdl, 0.0, limit)
 
 
-COMMON_SHARE, COMMON_MIN_ROWS = 0.02, 2_000  # a term in more rows than both is first left out
+COMMON_SHARE, COMMON_MIN_ROWS = 0.1, 2_000  # a term in more rows than both may be left out
+HEADROOM = 0.5  # the common terms' bound is kept below this share of the other terms' limit-th best
 
 
-def _common_terms(dfs: dict[str, int], n_rows: int) -> set[str]:
-    """The terms whose postings are first left out of the candidates (never all of them)."""
+def _common_terms(conn: Any, where: str, args: list[Any], query: tuple[list, ...], extras: tuple[list, ...],
+                  avgdl: float, limit: int, dfs: dict[str, int], n_rows: int) -> tuple[set[str], float]:
+    """The terms left out of the candidates, and the most they can add to a score: the terms in
+    many rows, least weight first, while their bound stays under ``HEADROOM`` of the limit-th best
+    score the other terms give (one statement over the other terms' postings)."""
+    terms = query[0]
     cutoff = max(COMMON_MIN_ROWS, int(COMMON_SHARE * n_rows))
-    common = {t for t, n in dfs.items() if n > cutoff}
-    if common and len(common) == len(dfs):
-        common.discard(min(common, key=lambda t: (dfs[t], t)))
-    return common
+    weight = {t: terms.count(t) * fts5_idf(n_rows, dfs[t]) * (K1 + 1.0) for t in dfs}
+    heavy = sorted((t for t in dfs if dfs[t] > cutoff), key=lambda t: (weight[t], t))
+    if not heavy:
+        return set(), 0.0
+    if len(heavy) == len(dfs) and not extras[0]:
+        heavy.pop()  # the rarest stays
+    if not heavy:
+        return set(), 0.0
+    flags = [t in heavy for t in terms]
+    floor = conn.execute(FLOOR.format(where=where), (*query, flags, K1 + 1.0, K1, 1.0 - B, B, avgdl, *args, *extras,
+                                                     limit - 1)).fetchone()[0]
+    common, bound = set(), 0.0
+    for t in heavy:
+        if bound + weight[t] > HEADROOM * floor:
+            break
+        common.add(t)
+        bound += weight[t]
+    return common, bound
+
+
+def _ranked(conn: Any, where: str, args: list[Any], query: tuple[list, ...], extras: tuple[list, ...],
+            avgdl: float, bound: float, limit: int) -> list[tuple[int, float]]:
+    """The best ``limit`` chunks holding a term not flagged common (or an ``extras`` row), each
+    scored with every term in the query's phrase order."""
+    constants = (K1 + 1.0, K1, 1.0 - B, B, avgdl)
+    rows = conn.execute(RANKED.format(where=where), (*query, *constants, *args, *extras, bound, limit - 1, *constants,
+                                                     limit - 1, limit)).fetchall()
+    return [(int(r[0]), float(r[1])) for r in rows]
 
 
 # one phrase's BM25 term in FTS5's order of operations (parameters: k1 + 1, k1, 1 - b, b, avgdl)
 TERM = ("q.idf * ((p.tf::float8 * %s::float8) / (p.tf::float8 + %s::float8"
         " * (%s::float8 + %s::float8 * p.dl::float8 / %s::float8)))")
-QUERY = "q(term, ord, idf, common) AS (SELECT * FROM unnest(%s::text[], %s::int[], %s::float8[], %s::bool[]))"
-EXTRAS = "SELECT * FROM unnest(%s::bigint[], %s::int[], %s::float8[])"
-TOP = (" SELECT chunk_id, sum(v ORDER BY ord) AS score FROM {parts} GROUP BY chunk_id"
-       " HAVING sum(v ORDER BY ord) > 0 ORDER BY score DESC, chunk_id LIMIT %s")
-# every posting of every term, summed in the query's phrase order
-FULL = (f"WITH {QUERY}, parts(chunk_id, ord, v) AS (SELECT p.chunk_id, q.ord, {TERM}"
-        " FROM q JOIN chunks_bm25 p ON p.term = q.term{where} UNION ALL " + EXTRAS + ")"
-        + TOP.format(parts="parts"))
-# the rarer terms' postings; the chunks among them that could still reach the limit-th best
-# partial score once the common terms are added; the common terms looked up for those alone
-PRUNED = (f"WITH {QUERY}, rare(chunk_id, ord, v) AS (SELECT p.chunk_id, q.ord, {TERM}"
-          " FROM q JOIN chunks_bm25 p ON p.term = q.term{where} WHERE NOT q.common UNION ALL " + EXTRAS + "),"
-          " partial AS (SELECT chunk_id, sum(v) AS s FROM rare GROUP BY chunk_id),"
-          " floor AS (SELECT coalesce((SELECT s FROM partial ORDER BY s DESC OFFSET %s LIMIT 1), 0) AS f),"
-          " kept AS MATERIALIZED (SELECT chunk_id FROM partial, floor WHERE s + %s::float8 >= f * (1 - 1e-9)),"
-          f" parts AS (SELECT r.* FROM rare r JOIN kept USING (chunk_id) UNION ALL SELECT p.chunk_id, q.ord, {TERM}"
-          " FROM kept k CROSS JOIN q JOIN chunks_bm25 p ON p.term = q.term AND p.chunk_id = k.chunk_id WHERE q.common)"
-          + TOP.format(parts="parts"))
+# ``rare``: the postings of the terms not flagged common (and the phrases' rows); ``kept``: the
+# chunks among them whose partial sum plus ``bound`` can reach the limit-th best partial sum;
+# ``common``: the common terms looked up for those chunks alone (an index probe each); ``top``:
+# the kept chunks whose unordered sum is within rounding of the limit-th best; only those are
+# summed again in the query's phrase order (FTS5's doubles) and ordered, ties by chunk id.
+RARE = (
+    "WITH q(term, ord, idf, common) AS (SELECT * FROM unnest(%s::text[], %s::int[], %s::float8[], %s::bool[])),"
+    f" rare(chunk_id, ord, v) AS MATERIALIZED (SELECT p.chunk_id, q.ord, {TERM} FROM q JOIN chunks_bm25 p"
+    " ON p.term = q.term{where} WHERE NOT q.common"
+    " UNION ALL SELECT * FROM unnest(%s::bigint[], %s::int[], %s::float8[])),")
+# the limit-th best partial sum of the terms not flagged common (0 when fewer chunks hold one)
+FLOOR = (RARE + " partial AS (SELECT sum(v) AS s FROM rare GROUP BY chunk_id)"
+         " SELECT coalesce((SELECT s FROM partial ORDER BY s DESC OFFSET %s LIMIT 1), 0)")
+RANKED = (RARE +
+    " partial AS MATERIALIZED (SELECT chunk_id, sum(v) AS s FROM rare GROUP BY chunk_id),"
+    " kept AS MATERIALIZED (SELECT chunk_id FROM partial WHERE s + %s::float8 >= (1 - 1e-9) * coalesce("
+    "  (SELECT s FROM partial ORDER BY s DESC OFFSET %s LIMIT 1), 0))"
+    + f", common(chunk_id, ord, v) AS MATERIALIZED (SELECT k.chunk_id, q.ord, x.v FROM kept k CROSS JOIN q"
+    f" CROSS JOIN LATERAL (SELECT {TERM} AS v FROM chunks_bm25 p WHERE p.term = q.term AND p.chunk_id = k.chunk_id"
+    " OFFSET 0) x WHERE q.common),"
+    " parts AS MATERIALIZED (SELECT r.* FROM rare r JOIN kept USING (chunk_id) UNION ALL SELECT * FROM common),"
+    " total AS MATERIALIZED (SELECT chunk_id, sum(v) AS s FROM parts GROUP BY chunk_id),"
+    " top AS (SELECT chunk_id FROM total WHERE s >= (1 - 1e-9) * coalesce("
+    "  (SELECT s FROM total ORDER BY s DESC OFFSET %s LIMIT 1), 0))"
+    " SELECT chunk_id, sum(v ORDER BY ord) AS score FROM parts JOIN top USING (chunk_id) GROUP BY chunk_id"
+    " HAVING sum(v ORDER BY ord) > 0 ORDER BY score DESC, chunk_id LIMIT %s")
 
 
 def _phrase(conn: Any, tokenizer: Tokenizer, phrase: Sequence[str], n_rows: int, where: str,
