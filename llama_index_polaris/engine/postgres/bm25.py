@@ -191,7 +191,7 @@ def _phrase(conn: Any, tokenizer: Tokenizer, phrase: Sequence[str], n_rows: int,
         ([r[0] for r in holders], *args))} if where else None
     texts = conn.execute("SELECT id, text, heading_path, bm25_length FROM chunks WHERE id = ANY(%s) ORDER BY id",
                          ([r[0] for r in holders],)).fetchall()
-    positions = tokenizer.positions([(r[0], r[1], r[2]) for r in texts])
+    positions = tokenizer.positions([(r[0], r[1], r[2]) for r in texts], sorted(set(phrase)))
     found = [(r[0], phrase_counts(positions[r[0]], phrase), r[3]) for r in texts]
     found = [f for f in found if f[1] > 0]
     n_hit = len(found)
