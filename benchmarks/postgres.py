@@ -43,6 +43,7 @@ from llama_index_polaris.engine.config import load_config  # noqa: E402
 from llama_index_polaris.engine.copy import copy_index  # noqa: E402
 from llama_index_polaris.engine.evaluate import documents_in_order, load_beir, ndcg_at_k  # noqa: E402
 from llama_index_polaris.engine.index import PolarisIndex  # noqa: E402
+import speed  # noqa: E402
 
 OUT = REPO / "benchmarks" / "out"
 MAIN_DOCSETS = Path("/work/main/benchmarks/out/docsets")
@@ -241,8 +242,7 @@ def build_pair(args: argparse.Namespace, work: Path, base: str, words: list[str]
             start = int(rng.integers(0, len(words) - 1000))
             chunks = [ChunkRecord(f"n{d}-{i}", " ".join(words[start + 37 * i:start + 37 * i + 60]), ordinal=i,
                                   heading_path=f"Doc {d} > Part {i}") for i in range(per_doc)]
-            vecs = rng.normal(size=(per_doc, args.dim)).astype(np.float32)
-            vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+            vecs = speed.sample(per_doc, args.dim, seed=d)
             store.upsert_document(DocumentRecord(f"d{d}", path=f"d{d}.md"), chunks, vecs)
     timings["sqlite_build_s"] = round(time.perf_counter() - t, 1)
     store.close()
@@ -277,6 +277,49 @@ def parts(store: Any, queries: list[str], qvecs: np.ndarray, pool: int = 60) -> 
     return {"knn_p50_ms": pct(knn, 50), "bm25_p50_ms": pct(bm25, 50)}
 
 
+def exact_knn(store: Any, qvecs: np.ndarray, k: int = 10) -> list[list[int]]:
+    """Each query's exact k nearest (the scan, index scans turned off for the transaction)."""
+    with store.read() as conn:
+        conn.execute("SET LOCAL enable_indexscan = off")
+        scope = store.resolve_scope()
+        return [[h[0] for h in store.knn(v, k, scope)] for v in qvecs]
+
+
+def hnsw(ix: Any, queries: list[str], qvecs: np.ndarray) -> dict[str, Any]:
+    """Build HNSW (unless there), then recall@10 and KNN p50 at several ef_search, and hybrid."""
+    from llama_index_polaris.engine.postgres import store as pg_store
+
+    store, out = ix.store, {}
+    exact = exact_knn(store, qvecs)
+    if not store.has_ann_index():
+        t = time.perf_counter()
+        store.ensure_ann_index(force=True)
+        out["hnsw_build_s"] = round(time.perf_counter() - t, 1)
+    store._ann_checked = (False, 0.0)
+    default = pg_store.EF_SEARCH
+    sweep = {}
+    for ef in (40, 100, 200, 400):
+        pg_store.EF_SEARCH = ef
+        knn, got = [], []
+        with store.read():
+            scope = store.resolve_scope()
+            for v in qvecs:
+                t0 = time.perf_counter()
+                got.append([h[0] for h in store.knn(v, 10, scope)])
+                knn.append(1000 * (time.perf_counter() - t0))
+        sweep[ef] = {"recall@10": statistics.fmean(len(set(g) & set(e)) / 10 for g, e in zip(got, exact)),
+                     "knn_p50_ms": pct(knn, 50)}
+        print("ef_search", ef, json.dumps(sweep[ef]), flush=True)
+    pg_store.EF_SEARCH = default
+    out["hnsw_sweep"] = sweep
+    out["hnsw_recall@10"] = sweep[default]["recall@10"] if default in sweep else None
+    times = timed(ix.searcher(embed_query=lambda q: None), queries, qvecs)
+    out["postgres_hnsw"] = {"hybrid_p50_ms": pct(times, 50), "hybrid_p95_ms": pct(times, 95),
+                            "size_mb": round(store.size_bytes() / 1e6, 1), **parts(store, queries, qvecs)}
+    print("postgres_hnsw", json.dumps(out["postgres_hnsw"]), flush=True)
+    return out
+
+
 def cmd_speed(args: argparse.Namespace) -> int:
     rng = np.random.default_rng(0)
     beir = load_beir(SCIFACT, "test")
@@ -292,7 +335,7 @@ def cmd_speed(args: argparse.Namespace) -> int:
             result.update(timings)
         cfg = load_config(work, use_user_config=False)
         queries = [" ".join(words[int(i):int(i) + 8]) for i in rng.integers(0, len(words) - 10, args.queries)]
-        qvecs = rng.normal(size=(args.queries, args.dim)).astype(np.float32)
+        qvecs = speed.queries(args.queries, args.dim)  # from the distribution of the chunks' vectors
         opened = {"sqlite": PolarisIndex(db, config=cfg, readonly=True, fast_start=True),
                   "postgres": PolarisIndex(uri, config=cfg, readonly=not args.hnsw)}
         for label, ix in opened.items():
@@ -302,31 +345,7 @@ def cmd_speed(args: argparse.Namespace) -> int:
                              "size_mb": round(ix.store.size_bytes() / 1e6, 1), **parts(ix.store, queries, qvecs)}
             print(label, json.dumps(result[label]), flush=True)
         if args.hnsw:
-            store = opened["postgres"].store
-            exact: dict[int, list[int]] = {}
-            with store.read():
-                scope = store.resolve_scope()
-                if not store.has_ann_index():
-                    for i, v in enumerate(qvecs[:50]):
-                        exact[i] = [h[0] for h in store.knn(v, 10, scope)]
-            if exact:
-                t = time.perf_counter()
-                store.ensure_ann_index(force=True)
-                result["hnsw_build_s"] = round(time.perf_counter() - t, 1)
-                with store.read():
-                    got = {i: [h[0] for h in store.knn(v, 10, scope)] for i, v in enumerate(qvecs[:50])}
-                result["hnsw_recall@10"] = statistics.fmean(len(set(got[i]) & set(exact[i])) / 10 for i in exact)
-                (OUT / f"postgres-exact-{args.n}.json").write_text(json.dumps(exact))
-            elif (OUT / f"postgres-exact-{args.n}.json").exists():
-                exact = {int(k): v for k, v in json.loads((OUT / f"postgres-exact-{args.n}.json").read_text()).items()}
-                with store.read():
-                    got = {i: [h[0] for h in store.knn(qvecs[i], 10, scope)] for i in exact}
-                result["hnsw_recall@10"] = statistics.fmean(len(set(got[i]) & set(exact[i])) / 10 for i in exact)
-            store._ann_checked = (False, 0.0)
-            times = timed(opened["postgres"].searcher(embed_query=lambda q: None), queries, qvecs)
-            result["postgres_hnsw"] = {"hybrid_p50_ms": pct(times, 50), "hybrid_p95_ms": pct(times, 95),
-                                       "size_mb": round(store.size_bytes() / 1e6, 1), **parts(store, queries, qvecs)}
-            print("postgres_hnsw", json.dumps(result["postgres_hnsw"]), flush=True)
+            result.update(hnsw(opened["postgres"], queries, qvecs))
         for ix in opened.values():
             ix.close()
     finally:
