@@ -77,44 +77,52 @@ def test_bm25_gives_fts5_scores_and_ties(pair, words: list[str], scoped) -> None
     assert [h[1] for h in got] == pytest.approx([h[1] for h in expected], rel=1e-12)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(words=st.lists(st.sampled_from(VOCAB + ("missing", "RRF_K")), min_size=2, max_size=6),
-       scoped=st.sampled_from((None, ("doc1", "doc3", "doc4"))), limit=st.sampled_from((1, 3, 10, 50)),
-       share=st.sampled_from((0.0, 0.2, 0.5)))
-def test_bm25_left_out_common_terms_give_the_same_list(pair, monkeypatch, words, scoped, limit, share) -> None:
-    """MaxScore (common terms looked up only for the chunks that can still make the list) is exact."""
-    from llama_index_polaris.engine.postgres import bm25 as pg_bm25
+def test_kept_posting_lists_are_never_stale(pg_uri: str, tmp_path: Path) -> None:
+    """A reader keeps posting lists between queries; another writer's add, replace (the same terms,
+    other counts: no document frequency changes) and delete are seen at the next query, as the
+    file sees them."""
+    sqlite, reader, writer = Store(tmp_path / "polaris.db"), PgStore(pg_uri), PgStore(pg_uri)
+    for store in (sqlite, writer):
+        store.bind_model(fake_binding(8))
+    steps = [
+        ("add", DocumentRecord("a", path="a.md"), ["session token", "deploy the session"]),
+        ("add", DocumentRecord("b", path="b.md"), ["token token cookie", "session"]),
+        ("add", DocumentRecord("a", path="a.md"), ["session session token", "deploy the session token"]),
+        ("delete", DocumentRecord("b", path="b.md"), []),
+        ("add", DocumentRecord("c", path="c.md"), ["cookie session", "alpha"]),
+    ]
+    queries = ("session", "token cookie", "deploy session", "alpha cookie token")
+    for kind, doc, texts in steps:
+        for store in (sqlite, writer):
+            if kind == "add":
+                chunks = [ChunkRecord(f"{doc.id}-{i}", t, ordinal=i) for i, t in enumerate(texts)]
+                store.upsert_document(doc, chunks, unit_vectors(len(chunks), 8, seed=len(texts)))
+            else:
+                store.delete_document(doc.id)
+        for query in queries:
+            with sqlite.read() as conn:
+                expected = fts5_bm25(conn, query, 10, Scope())
+            with reader.read():
+                got = reader.bm25(query, 10, Scope())
+            assert [h[0] for h in got] == [h[0] for h in expected], (kind, doc.id, query)
+            assert [h[1] for h in got] == pytest.approx([h[1] for h in expected], rel=1e-12)
+    assert reader._postings._kept  # the lists were kept (and so checked against the writes above)
+    for store in (sqlite, reader, writer):
+        store.close()
 
-    sqlite, pg = pair
-    monkeypatch.setattr(pg_bm25, "COMMON_MIN_ROWS", 0)
-    monkeypatch.setattr(pg_bm25, "COMMON_SHARE", share)
-    query = " ".join(words)
-    scope = Scope() if scoped is None else Scope(document_ids=scoped)
-    with sqlite.read() as conn:
-        expected = fts5_bm25(conn, query, limit, scope)
-    with pg.read():
-        got = pg.bm25(query, limit, scope)
-    assert [h[0] for h in got] == [h[0] for h in expected]
-    assert [h[1] for h in got] == pytest.approx([h[1] for h in expected], rel=1e-12)
 
+def test_posting_lists_past_the_budget_are_read_again_and_the_oldest_go(pair) -> None:
+    """Lists read again give the same arrays; the postings kept never pass the budget."""
+    from llama_index_polaris.engine.postgres.bm25 import Postings
 
-def test_bm25_answers_from_the_rare_terms_when_they_decide(pair, monkeypatch) -> None:
-    """Words in most rows (idf 1e-6) cannot change the best chunk: one statement, with them left out
-    of the candidates, gives the list."""
-    from llama_index_polaris.engine.postgres import bm25 as pg_bm25
-
-    sqlite, pg = pair
-    monkeypatch.setattr(pg_bm25, "COMMON_MIN_ROWS", 0)
-    monkeypatch.setattr(pg_bm25, "COMMON_SHARE", 0.3)
-    with sqlite.read() as conn:
-        expected = fts5_bm25(conn, "cookie session token", 1, Scope())
-    calls, ranked = [], pg_bm25._ranked
-    monkeypatch.setattr(pg_bm25, "_ranked", lambda *a: calls.append(a[3][3]) or ranked(*a))
-    with pg.read():
-        got = pg.bm25("cookie session token", 1, Scope())
-    assert calls == [[False, True, True]]  # cooki is the rarest; session and token were left out
-    assert [h[0] for h in got] == [h[0] for h in expected]
-    assert [h[1] for h in got] == pytest.approx([h[1] for h in expected], rel=1e-12)
+    _, pg = pair
+    kept = Postings(budget=60)
+    with pg.read() as conn:
+        first = kept.lists(conn, ["session", "token"])
+        again = kept.lists(conn, ["session", "token", "cooki"])
+    assert all(np.array_equal(first[t][0], again[t][0]) for t in first)
+    assert sum(len(first[t][0]) for t in first) > 60  # more than the budget was asked for
+    assert 0 < kept._size <= 60 and len(kept._kept) < 3  # and the least recently used went
 
 
 FILTERS = [

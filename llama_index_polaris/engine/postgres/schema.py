@@ -97,6 +97,9 @@ INSERT INTO chunks_bm25_stats VALUES (1, 0, 0);
 MIGRATIONS: tuple[tuple[int, str, Callable[[Any], None]], ...] = (
     (1, "tables: meta, collections, documents, chunks with vectors, BM25 postings and statistics",
      lambda conn: _script(conn, TABLES_SQL)),
+    (2, "a version per BM25 term, new whenever its postings change (readers keep lists by it)",
+     lambda conn: _script(conn, "CREATE SEQUENCE chunks_bm25_version; ALTER TABLE chunks_bm25_terms ADD COLUMN"
+                                " version bigint NOT NULL DEFAULT nextval('chunks_bm25_version')")),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 SCHEMA_LOCK = 0x706F6C61_72697301  # advisory lock keys ("polaris" + a purpose byte)

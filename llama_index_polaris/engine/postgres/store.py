@@ -92,6 +92,7 @@ class PgStore:
         self._runs = 0
         self._proven: ModelBinding | None = None
         self._delta = _Delta()
+        self._postings = bm25_module.Postings()
         self._model: ModelBinding | None = None
         self._tokenizer_name: str | None = None
         self._ann_checked = (False, 0.0)
@@ -739,7 +740,7 @@ class PgStore:
 
     def bm25(self, query: str, k: int, scope: Scope) -> list[tuple[int, float]]:
         """FTS5's BM25 candidates in ``scope`` (``postgres/bm25.py``)."""
-        return bm25_module.bm25(self.conn, self.tokenizer(), query, k, scope)
+        return bm25_module.bm25(self.conn, self.tokenizer(), query, k, scope, self._postings)
 
     def chunk_texts(self, ids: Sequence[int]) -> dict[int, tuple[str, str]]:
         """Each chunk's (heading path, text)."""
@@ -829,7 +830,7 @@ class _Delta:
 
     def __init__(self) -> None:
         self.rows = self.tokens = 0
-        self.df: dict[str, int] = {}
+        self.df: dict[str, int] = {}  # every term touched, even when its count comes back to the same
 
     def add(self, rows: int, tokens: int, terms: Iterable[str], sign: int = 1) -> None:
         self.rows += rows
@@ -847,6 +848,9 @@ class _Delta:
             conn.execute("INSERT INTO chunks_bm25_terms (term, df) SELECT * FROM unnest(%s::text[], %s::bigint[])"
                          " ON CONFLICT (term) DO UPDATE SET df = chunks_bm25_terms.df + excluded.df", (terms, counts))
             conn.execute("DELETE FROM chunks_bm25_terms WHERE term = ANY(%s) AND df <= 0", (terms,))
+        if self.df:  # their postings changed: readers holding the lists read them again (``bm25.Postings``)
+            conn.execute("UPDATE chunks_bm25_terms SET version = nextval('chunks_bm25_version') WHERE term = ANY(%s)",
+                         (sorted(self.df),))
 
 
 def as_array(value: Any) -> np.ndarray:
