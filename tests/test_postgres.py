@@ -111,6 +111,32 @@ def test_kept_posting_lists_are_never_stale(pg_uri: str, tmp_path: Path) -> None
         store.close()
 
 
+def test_polaris_status_upgrades_an_older_database(pg_uri: str, tmp_path: Path) -> None:
+    """A schema-1 database (no term versions) is refused read-only with the command that upgrades
+    it; that command upgrades it, and search reads it."""
+    import psycopg
+
+    from llama_index_polaris.engine.index import upgrade_schema
+
+    store = PgStore(pg_uri)
+    store.bind_model(fake_binding(8))
+    store.upsert_document(DocumentRecord("a", path="a.md"), [ChunkRecord("a-0", "session token", ordinal=0)],
+                          unit_vectors(1, 8, seed=1))
+    store.close()
+    with psycopg.connect(pg_uri, autocommit=True) as conn:  # back to schema 1
+        conn.execute("ALTER TABLE chunks_bm25_terms DROP COLUMN version")
+        conn.execute("DROP SEQUENCE chunks_bm25_version")
+        conn.execute("UPDATE polaris_meta SET value = '1' WHERE key = 'schema_version'")
+    with pytest.raises(DatabaseError, match="older than this Polaris.*polaris status --db"):
+        PgStore(pg_uri, readonly=True)
+    assert upgrade_schema(pg_uri) == (1, 2)
+    assert upgrade_schema(pg_uri) is None
+    reader = PgStore(pg_uri, readonly=True)
+    with reader.read():
+        assert [h[0] for h in reader.bm25("session", 5, Scope())] == [1]
+    reader.close()
+
+
 def test_posting_lists_past_the_budget_are_read_again_and_the_oldest_go(pair) -> None:
     """Lists read again give the same arrays; the postings kept never pass the budget."""
     from llama_index_polaris.engine.postgres.bm25 import Postings

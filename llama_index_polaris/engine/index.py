@@ -22,7 +22,18 @@ def upgrade_schema(path: str | Path) -> tuple[int, int] | None:
     from .store import _read_only_reason
 
     if is_server_uri(str(path)):
-        return None  # a server's schema is upgraded by every open (``postgres.schema.migrate``)
+        from .postgres import schema as pg_schema
+        from .postgres.connect import connect
+
+        conn = connect(str(path))
+        try:
+            version = pg_schema.schema_version(conn)
+        finally:
+            conn.close()
+        if version == 0 or version >= pg_schema.SCHEMA_VERSION:
+            return None
+        open_store(str(path)).close()  # a writer's open migrates (each step in its transaction)
+        return version, pg_schema.SCHEMA_VERSION
     target = Path(path)
     if not target.exists() or _read_only_reason(str(target)) is not None:
         return None
