@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 
+import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from llama_index_polaris.engine.config import load_config
 from llama_index_polaris.engine.search.bm25 import bm25, fts_query
@@ -94,3 +97,11 @@ def test_empty_fts_table_and_broken_fts_degrade_to_vector_only(open_store, db_pa
     assert bm25(s.conn, "sessions", 10) == []
     hits = searcher(s).search("expired sessions token lifetime", mode="hybrid", top_k=2)
     assert hits and all(h.explain.bm25_rank is None and h.explain.vector_rank for h in hits)
+
+
+@given(st.lists(st.integers(-2**62, 2**62), max_size=200))
+def test_sorted_unique_is_numpys_unique(values: list[int]) -> None:
+    from llama_index_polaris.engine.search.scoring import sorted_unique
+
+    array = np.array(values, dtype=np.int64)
+    assert np.array_equal(sorted_unique(array), np.unique(array))

@@ -19,7 +19,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..search.terms import query_words
-from ..search.scoring import B, K1, top_hits
+from ..search.scoring import B, K1, sorted_unique, top_hits
 from ..search.scope import Scope
 from ..tokenize import Tokenizer
 
@@ -90,7 +90,7 @@ def bm25(conn: Any, tokenizer: Tokenizer, query: str, limit: int, scope: Scope =
             parts.append((ids, fts5_terms(fts5_idf(n_rows, n_hit), tf, dl, avgdl)))
     if not parts:
         return []
-    ids = np.unique(np.concatenate([p[0] for p in parts]))
+    ids = sorted_unique(np.concatenate([p[0] for p in parts]))
     scores = np.zeros(len(ids))
     for part_ids, values in parts:  # phrase by phrase, as FTS5 adds them
         scores[np.searchsorted(ids, part_ids)] += values

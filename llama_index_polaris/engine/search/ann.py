@@ -34,6 +34,7 @@ from ..db.schema import BITS_TABLE, has_table
 from ..vectors import decode_rows
 from .cosine import rescore
 from .scope import Scope
+from .scoring import sorted_unique
 
 OVERFETCH = 30  # candidates re-scored per result asked for (recall@10 0.996 at 100k: docs/benchmarks.md)
 MIN_FETCH = 1_000  # and never fewer: small k would otherwise leave too few candidates
@@ -169,7 +170,7 @@ def scope_chunk_ids(conn: Any, scope: Scope) -> np.ndarray | None:
     if scope.chunk_ids is not None:
         chunk_ids = np.fromiter(scope.chunk_ids, dtype=np.int64, count=len(scope.chunk_ids))
         allowed = chunk_ids if allowed is None else np.intersect1d(allowed, chunk_ids)
-    return None if allowed is None else np.unique(allowed)
+    return None if allowed is None else sorted_unique(allowed)
 
 
 def search_bits(

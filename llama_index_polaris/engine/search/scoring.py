@@ -25,6 +25,15 @@ def phrase_scores(tf: np.ndarray, lengths: np.ndarray, avg_length: float, weight
     return weight * tf * (K1 + 1.0) / (tf + K1 * (1.0 - B + B * lengths / avg_length))
 
 
+def sorted_unique(values: np.ndarray) -> np.ndarray:
+    """The distinct values of a 1-d array, sorted: ``np.unique`` by a sort (numpy 2.4's hashing
+    ``np.unique`` took 68 ms for 90k chunk ids where this takes 2.6 ms)."""
+    ordered = np.sort(values)
+    if len(ordered) < 2:
+        return ordered
+    return ordered[np.concatenate(([True], ordered[1:] != ordered[:-1]))]
+
+
 def top_hits(scores: np.ndarray, limit: int, allowed: np.ndarray | None = None,
              ids: np.ndarray | None = None) -> list[tuple[int, float]]:
     """The ``limit`` best positive scores as (chunk id, score), best first, ties by chunk id
