@@ -85,13 +85,13 @@ def test_kept_posting_lists_are_never_stale(pg_uri: str, tmp_path: Path) -> None
     for store in (sqlite, writer):
         store.bind_model(fake_binding(8))
     steps = [
-        ("add", DocumentRecord("a", path="a.md"), ["session token", "deploy the session"]),
-        ("add", DocumentRecord("b", path="b.md"), ["token token cookie", "session"]),
-        ("add", DocumentRecord("a", path="a.md"), ["session session token", "deploy the session token"]),
+        ("add", DocumentRecord("a", path="a.md"), ["session token rrf_k", "deploy the session"]),
+        ("add", DocumentRecord("b", path="b.md"), ["token token cookie", "session k rrf"]),
+        ("add", DocumentRecord("a", path="a.md"), ["session session token", "deploy the session token rrf k"]),
         ("delete", DocumentRecord("b", path="b.md"), []),
-        ("add", DocumentRecord("c", path="c.md"), ["cookie session", "alpha"]),
+        ("add", DocumentRecord("c", path="c.md"), ["cookie session rrf-k", "alpha"]),
     ]
-    queries = ("session", "token cookie", "deploy session", "alpha cookie token")
+    queries = ("session", "token cookie", "deploy session", "alpha cookie token", "rrf_k", "RRF_K session")
     for kind, doc, texts in steps:
         for store in (sqlite, writer):
             if kind == "add":

@@ -72,19 +72,16 @@ def bm25(conn: Any, tokenizer: Tokenizer, query: str, limit: int, scope: Scope =
         return []
     avgdl = total / n_rows
     phrases = [p for p in tokenizer.terms(words) if p]
-    where, args = scope_sql(scope, "chunk_id")
     singles = sorted({p[0] for p in phrases if len(p) == 1})
-    lists = (postings or Postings(0)).lists(conn, singles)
+    postings = postings or Postings(0)
+    lists = postings.lists(conn, singles)
     allowed = _in_scope(conn, scope)
     parts: list[tuple[np.ndarray, np.ndarray]] = []
     for phrase in phrases:
-        if len(phrase) == 1:
-            found = lists.get(phrase[0])
-            if found is not None and allowed is not None:
-                keep = np.isin(found[0], allowed, assume_unique=True)
-                found = (found[0][keep], found[1][keep], found[2][keep], found[3])
-        else:
-            found = _phrase(conn, tokenizer, phrase, n_rows, where, args)
+        found = lists.get(phrase[0]) if len(phrase) == 1 else postings.phrase(conn, tokenizer, phrase)
+        if found is not None and allowed is not None:
+            keep = np.isin(found[0], allowed, assume_unique=True)
+            found = (found[0][keep], found[1][keep], found[2][keep], found[3])
         if found is not None and len(found[0]):
             ids, tf, dl, n_hit = found
             parts.append((ids, fts5_terms(fts5_idf(n_rows, n_hit), tf, dl, avgdl)))
@@ -135,7 +132,7 @@ class Postings:
                 kept = self._kept.get(term)
                 if kept is not None and kept[0] == version:
                     self._kept.move_to_end(term)
-                    out[term] = (*kept[1:], int(df))
+                    out[term] = (*kept[1:4], int(df))
                 else:
                     missing.append(term)
         if missing:
@@ -150,42 +147,55 @@ class Postings:
                 self._keep(term, seen[term][0], arrays)
         return out
 
-    def _keep(self, term: str, version: int, arrays: tuple[np.ndarray, ...]) -> None:
-        size = len(arrays[0])
+    def phrase(self, conn: Any, tokenizer: Tokenizer, phrase: Sequence[str]) -> tuple[np.ndarray, ...] | None:
+        """A phrase's (chunk ids, counts, lengths, rows holding it) over the whole index, kept
+        while the versions of all its terms are unchanged; None when no chunk holds it."""
+        terms = sorted(set(phrase))
+        versions = dict(conn.execute("SELECT term, version FROM chunks_bm25_terms WHERE term = ANY(%s)",
+                                     (terms,)).fetchall())
+        if len(versions) < len(terms):
+            return None
+        key, version = "\x00".join(phrase), tuple(versions[t] for t in terms)
+        with self._lock:
+            kept = self._kept.get(key)
+            if kept is not None and kept[0] == version:
+                self._kept.move_to_end(key)
+                return kept[1]
+        found = _phrase(conn, tokenizer, phrase)
+        if found is not None:
+            self._keep(key, version, (found,), len(found[0]))
+        return found
+
+    def _keep(self, term: str, version: Any, arrays: tuple[Any, ...], size: int | None = None) -> None:
+        size = len(arrays[0]) if size is None else size
         if size > self.budget:
             return
         with self._lock:
             old = self._kept.pop(term, None)
             if old is not None:
-                self._size -= len(old[1])
-            self._kept[term] = (version, *arrays)
+                self._size -= old[-1]
+            self._kept[term] = (version, *arrays, size)
             self._size += size
             while self._size > self.budget:
                 _, dropped = self._kept.popitem(last=False)
-                self._size -= len(dropped[1])
+                self._size -= dropped[-1]
 
 
-def _phrase(conn: Any, tokenizer: Tokenizer, phrase: Sequence[str], n_rows: int, where: str,
-            args: list[Any]) -> tuple[np.ndarray, ...] | None:
-    """A phrase's rows: every chunk holding all its terms is tokenized again (its count of rows,
-    ``n_hit``, is over the whole index, as FTS5's; the rows returned are those in scope)."""
+def _phrase(conn: Any, tokenizer: Tokenizer, phrase: Sequence[str]) -> tuple[np.ndarray, ...] | None:
+    """A phrase's rows in the whole index (its count of rows, ``n_hit``, is FTS5's): every chunk
+    holding all its terms is tokenized again and the phrase counted in it."""
     terms = sorted(set(phrase))
     holders = conn.execute(
         "SELECT chunk_id FROM chunks_bm25 WHERE term = ANY(%s) GROUP BY chunk_id HAVING count(*) = %s",
         (terms, len(terms))).fetchall()
     if not holders:
         return None
-    in_scope = {r[0] for r in conn.execute(
-        f"SELECT chunk_id FROM unnest(%s::bigint[]) AS u(chunk_id) WHERE TRUE{where}",
-        ([r[0] for r in holders], *args))} if where else None
     texts = conn.execute("SELECT id, text, heading_path, bm25_length FROM chunks WHERE id = ANY(%s) ORDER BY id",
                          ([r[0] for r in holders],)).fetchall()
-    positions = tokenizer.positions([(r[0], r[1], r[2]) for r in texts], sorted(set(phrase)))
+    positions = tokenizer.positions([(r[0], r[1], r[2]) for r in texts], terms)
     found = [(r[0], phrase_counts(positions[r[0]], phrase), r[3]) for r in texts]
     found = [f for f in found if f[1] > 0]
-    n_hit = len(found)
-    kept = [f for f in found if in_scope is None or f[0] in in_scope]
-    if not kept:
+    if not found:
         return None
-    data = np.array(kept, dtype=np.int64)
-    return data[:, 0], data[:, 1], data[:, 2], n_hit
+    data = np.array(found, dtype=np.int64)
+    return data[:, 0], data[:, 1], data[:, 2], len(found)
