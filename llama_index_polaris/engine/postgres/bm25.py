@@ -141,8 +141,8 @@ class Postings:
                     " string_agg(int4send(tf), ''::bytea ORDER BY chunk_id),"
                     " string_agg(int4send(dl), ''::bytea ORDER BY chunk_id)"
                     " FROM chunks_bm25 WHERE term = ANY(%s) GROUP BY term", (missing,), binary=True).fetchall():
-                arrays = (np.frombuffer(ids, ">i8").astype(np.int64), np.frombuffer(tf, ">i4").astype(np.int64),
-                          np.frombuffer(dl, ">i4").astype(np.int64))
+                arrays = (np.frombuffer(ids, ">i8").astype(np.int64), np.frombuffer(tf, ">i4").astype(np.int32),
+                          np.frombuffer(dl, ">i4").astype(np.int32))
                 out[term] = (*arrays, int(seen[term][1]))
                 self._keep(term, seen[term][0], arrays)
         return out
