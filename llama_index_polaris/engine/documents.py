@@ -228,7 +228,9 @@ def list_documents(conn: Any, collection: str | Sequence[str] | None = None, pre
     docs = execute(conn,
         "SELECT d.id, d.path, d.collection, d.status, d.error, d.updated_at, d.content_hash,"
         f" {'count(*) OVER ()' if filtered else 'NULL'} FROM documents d WHERE {condition}"
-        " ORDER BY d.collection, d.path LIMIT ? OFFSET ?",  # the order of documents_collection_path: no sort
+        # the order of documents_collection_path, no sort: SQLite's NULLs come first and equal keys go
+        # by rowid anyway; Postgres's index is built so (postgres/schema.py, migration 2)
+        " ORDER BY d.collection, d.path NULLS FIRST, d.rowid LIMIT ? OFFSET ?",
         [*args, limit, offset],
     ).fetchall()
     if filtered and docs:

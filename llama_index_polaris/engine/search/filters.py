@@ -15,6 +15,7 @@ substring on a string value. ``text_match_insensitive`` folds ASCII case only (S
 
 from __future__ import annotations
 
+import decimal
 import json
 import math
 from dataclasses import dataclass
@@ -201,6 +202,10 @@ assert set(_OPS) == set(OPERATORS)
 _V = "f.v"
 _NUM = ("(CASE jsonb_typeof({0}) WHEN 'number' THEN ({0} #>> '{{}}')::float8 WHEN 'boolean' THEN"
         " (CASE WHEN {0} = 'true'::jsonb THEN 1.0 ELSE 0.0 END) END)")
+# SQLite reads a JSON integer as a 64-bit INTEGER and compares it exactly (with an integer, or
+# with a double); only other numbers are doubles. float8 alone would make 2**53 + 1 equal 2**53
+# (ids, nanosecond timestamps): an integer under the key is compared as numeric (exact) instead.
+_INT = "(jsonb_typeof({0}) = 'number' AND ({0} #>> '{{}}') !~ '[.eE]')"
 _TXT = "(CASE jsonb_typeof({0}) WHEN 'string' THEN ({0} #>> '{{}}') END)"
 _LOWER = "translate({0}, 'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz')"
 
@@ -221,7 +226,9 @@ def _pg_compare(op: str) -> Any:
     def build(v: Any) -> tuple[str, list[Any]]:
         if isinstance(v, str):
             return f'{_TXT.format(_V)} COLLATE "C" {op} ?::text COLLATE "C"', [v]
-        return f"{_NUM.format(_V)} {op} ?::float8", [float(v)]
+        exact = v if isinstance(v, int) else decimal.Decimal(v)  # a double's exact value
+        return (f"(CASE WHEN {_INT.format(_V)} THEN ({_V} #>> '{{}}')::numeric {op} ?::numeric"
+                f" ELSE {_NUM.format(_V)} {op} ?::float8 END)", [exact, float(v)])
     return build
 
 
@@ -236,7 +243,8 @@ def _pg_same(x: str, item: str) -> str:
     """Two JSON scalars equal as SQLite compares them: strings as text, numbers and booleans by value."""
     return (f"(CASE WHEN jsonb_typeof({x}) = 'string' AND jsonb_typeof({item}) = 'string' THEN {x} = {item}"
             f" WHEN jsonb_typeof({x}) IN ('number', 'boolean') AND jsonb_typeof({item}) IN ('number', 'boolean')"
-            f" THEN {_NUM.format(x)} = {_NUM.format(item)} ELSE FALSE END)")
+            f" THEN (CASE WHEN {_INT.format(x)} AND {_INT.format(item)} THEN ({x} #>> '{{}}')::numeric ="
+            f" ({item} #>> '{{}}')::numeric ELSE {_NUM.format(x)} = {_NUM.format(item)} END) ELSE FALSE END)")
 
 
 def _pg_in(v: Any) -> tuple[str, list[Any]]:
