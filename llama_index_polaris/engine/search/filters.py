@@ -226,7 +226,7 @@ def _pg_compare(op: str) -> Any:
     def build(v: Any) -> tuple[str, list[Any]]:
         if isinstance(v, str):
             return f'{_TXT.format(_V)} COLLATE "C" {op} ?::text COLLATE "C"', [v]
-        exact = v if isinstance(v, int) else decimal.Decimal(v)  # a double's exact value
+        exact = int(v) if isinstance(v, int) else decimal.Decimal(v)  # a double's exact value (True is 1)
         return (f"(CASE WHEN {_INT.format(_V)} THEN ({_V} #>> '{{}}')::numeric {op} ?::numeric"
                 f" ELSE {_NUM.format(_V)} {op} ?::float8 END)", [exact, float(v)])
     return build
