@@ -173,3 +173,24 @@ def test_filters_on_nested_values_combine_the_same_way(nested: dict) -> None:
     expected = passing(metadata, f)
     assert expected == {"doc0:1", "doc0:2", "doc1:1", "doc1:2", "doc1:3"}
     assert {n.node_id for n in vector_store.get_nodes(filters=f)} == expected
+
+
+# -- names that are not valid Unicode (a file name's undecodable byte, as the shell passes it) -------
+def test_a_scope_named_with_a_lone_surrogate_finds_the_escaped_name(backend_target: str) -> None:
+    from llama_index_polaris.engine.search.names import documents_named
+
+    store = open_store(backend_target)
+    try:
+        store.bind_model(fake_binding(4))
+        store.upsert_document(DocumentRecord("default:bad\udcffname.md", path="bad\udcffname.md"),
+                              make_chunks("bad\udcffname", 2), unit_vectors(2, 4))
+        (doc,) = store.documents()
+        assert doc.path == "bad\\xffname.md"  # stored escaped (text.storable)
+        with store.read() as conn:
+            for name in ("bad\udcffname.md", "bad\\xffname.md", doc.id):
+                assert documents_named(conn, [name]) == ([doc.id], [])
+            scope = store.resolve_scope(documents=["bad\udcffname.md"], node_ids=["bad\udcffname:1"])
+        assert len(scope.chunk_ids) == 1 and [c.node_id for c in store.get_chunks(node_ids=["bad\udcffname:1"])] == \
+            ["bad\\xffname:1"]
+    finally:
+        store.close()

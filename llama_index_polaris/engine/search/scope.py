@@ -20,6 +20,7 @@ from typing import Any, Sequence
 
 from ..dialect import dialect, execute
 from ..errors import InputError, ScopeError
+from ..text import storable
 from .filters import Filter, filter_sql, filter_sql_pg
 from .names import collections_named, known_documents
 
@@ -111,7 +112,7 @@ def resolve_chunks(conn: Any, filters: Filter | None, node_ids: Sequence[str] | 
         where.append(f"({sql})")
         args += params
     if node_ids:
-        node_ids = _unique(node_ids, "node_ids")
+        node_ids = [storable(i) for i in _unique(node_ids, "node_ids")]  # as stored, as get_chunks reads them
         where.append("c.node_id IN (SELECT value FROM json_each(?))")
         args.append(json.dumps(list(node_ids)))
     if not where:
