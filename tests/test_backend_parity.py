@@ -56,6 +56,37 @@ def test_documents_without_a_path_come_first_in_the_order_they_were_added(backen
         store.close()
 
 
+def test_documents_with_the_same_path_in_two_collections_and_a_copy_list_alike(
+        backend_target: str, tmp_path, request: pytest.FixtureRequest) -> None:
+    """``documents()`` orders equal paths by collection (then id) on both; ``polaris copy`` writes the
+    documents in the order they were added, so the copy lists them as the source does."""
+    from llama_index_polaris.engine.copy import copy_index
+    from polaris_testing import new_database
+
+    store = open_store(backend_target)
+    try:
+        store.bind_model(fake_binding(4))
+        for i, (doc_id, path, collection) in enumerate([("z:README.md", "README.md", "zeta"), ("n2", None, "default"),
+                                                        ("a:README.md", "README.md", "alpha"), ("n1", None, "default")]):
+            store.upsert_document(DocumentRecord(doc_id, path=path, collection=collection), make_chunks(doc_id, 1),
+                                  unit_vectors(1, 4, seed=i))
+        assert [d.id for d in store.documents()] == ["a:README.md", "z:README.md", "n1", "n2"]
+        with store.read() as conn:
+            listed = [r.id for r in documents.list_documents(conn).rows]
+        assert listed == ["a:README.md", "n2", "n1", "z:README.md"]  # by collection, no path first, as added
+    finally:
+        store.close()
+    for dest in (str(tmp_path / "copy.db"), new_database(request.getfixturevalue("pg_server"), "polaris_copy")):
+        copy_index(backend_target, dest)
+        copied = open_store(dest)
+        try:
+            with copied.read() as conn:
+                assert [r.id for r in documents.list_documents(conn).rows] == listed, dest
+            assert [d.id for d in copied.documents()] == ["a:README.md", "z:README.md", "n1", "n2"]
+        finally:
+            copied.close()
+
+
 # -- nested metadata and every filter operator ----------------------------------------------
 DOC_META = {
     "team": {"name": "core", "size": 3, "deep": {"a": 1, "b": 2}},
