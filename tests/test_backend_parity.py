@@ -225,3 +225,23 @@ def test_a_scope_named_with_a_lone_surrogate_finds_the_escaped_name(backend_targ
             ["bad\\xffname:1"]
     finally:
         store.close()
+
+
+def test_a_filter_with_a_lone_surrogate_matches_the_metadata_as_stored(backend_target: str) -> None:
+    from llama_index_polaris.engine.search.filters import Condition
+
+    store = open_store(backend_target)
+    try:
+        store.bind_model(fake_binding(4))
+        store.upsert_document(DocumentRecord("d", metadata={"note": "x\ud800y"}),
+                              [ChunkRecord("n", "text", 0, metadata={"k\udcff": ["a\udcffb"]})], unit_vectors(1, 4))
+        assert store.get_chunks()[0].metadata == {"note": "x\\ud800y", "k\\xff": ["a\\xffb"]}
+        for c in (Condition("note", "==", "x\ud800y"), Condition("note", "text_match", "\ud800"),
+                  Condition("k\udcff", "contains", "a\udcffb"), Condition("k\udcff", "any", ["a\udcffb", "z"]),
+                  Condition("note", "in", ["x\\ud800y"])):
+            assert [x.node_id for x in store.get_chunks(filters=c)] == ["n"], c
+            with store.read():
+                assert len(store.resolve_scope(filters=c).chunk_ids) == 1, c
+        assert store.get_chunks(filters=Condition("note", "!=", "x\ud800y")) == []
+    finally:
+        store.close()

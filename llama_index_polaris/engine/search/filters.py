@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Union
 
 from ..errors import InputError
+from ..text import storable, storable_value
 
 SCALAR_OPS = ("==", "!=", ">", "<", ">=", "<=")
 LIST_OPS = ("in", "nin", "any", "all")
@@ -111,7 +112,15 @@ NUMBER_TYPES = "('integer', 'real', 'true', 'false')"
 TEXT_TYPES = "('text')"
 
 
+def _as_stored(c: Condition) -> Condition:
+    """``c`` with its key and text values as metadata is stored (``text.storable``: a lone surrogate
+    written out), so that it can match what it names and is never refused by the driver."""
+    key = storable(c.key) if isinstance(c.key, str) else c.key
+    return Condition(key, c.op, storable_value(c.value))
+
+
 def _condition_sql(c: Condition, column: str) -> tuple[str, list[Any]]:
+    c = _as_stored(c)
     _check_value(c)
     sql, params = _OPS[c.op](c.value, _path(c.key), column)
     return f"coalesce(({sql}), 0)", params
@@ -215,6 +224,7 @@ def filter_sql_pg(f: Filter, column: str = "metadata") -> tuple[str, list[Any]]:
     if isinstance(f, FilterGroup):
         return _group_sql(f, column, filter_sql_pg, "TRUE")
     if isinstance(f, Condition):
+        f = _as_stored(f)
         _check_value(f)
         _path(f.key)
         sql, params = _PG_OPS[f.op](f.value)
