@@ -245,3 +245,26 @@ def test_a_filter_with_a_lone_surrogate_matches_the_metadata_as_stored(backend_t
         assert store.get_chunks(filters=Condition("note", "!=", "x\ud800y")) == []
     finally:
         store.close()
+
+
+def test_a_postgres_index_made_before_documents_had_a_rowid_is_upgraded(pg_uri: str, monkeypatch) -> None:
+    """Postgres only (the file has had its rowid all along): migration 2 numbers the documents a
+    version-1 database holds and lists them as the file does from then on."""
+    from llama_index_polaris.engine.postgres import schema
+
+    with monkeypatch.context() as m:
+        m.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:1])
+        m.setattr(schema, "SCHEMA_VERSION", 1)
+        old = open_store(pg_uri)
+        old.bind_model(fake_binding(4))
+        for i, (doc_id, path) in enumerate([("b", "b.md"), ("n", None), ("a", "a.md")]):
+            old.upsert_document(DocumentRecord(doc_id, path=path), make_chunks(doc_id, 1), unit_vectors(1, 4, seed=i))
+        old.close()
+    store = open_store(pg_uri)
+    try:
+        store.upsert_document(DocumentRecord("m", path=None), make_chunks("m", 1), unit_vectors(1, 4))
+        with store.read() as conn:
+            assert conn.execute("SELECT value FROM polaris_meta WHERE key = 'schema_version'").fetchone()[0] == "2"
+            assert [r.id for r in documents.list_documents(conn).rows] == ["n", "m", "a", "b"]
+    finally:
+        store.close()
