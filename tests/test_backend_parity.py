@@ -268,3 +268,24 @@ def test_a_postgres_index_made_before_documents_had_a_rowid_is_upgraded(pg_uri: 
             assert [r.id for r in documents.list_documents(conn).rows] == ["n", "m", "a", "b"]
     finally:
         store.close()
+
+
+def test_nan_and_infinity_in_metadata_are_stored_as_null_and_filters_still_answer(backend_target: str) -> None:
+    from llama_index_polaris.engine.search.filters import Condition
+
+    store = open_store(backend_target)
+    try:
+        store.bind_model(fake_binding(4))
+        store.upsert_document(DocumentRecord("d", metadata={"x": float("nan"), "y": float("inf"), "s": "NaN"}),
+                              [ChunkRecord("n", "text", 0, metadata={"k": 1, "z": [float("-inf"), 2]})],
+                              unit_vectors(1, 4))
+        store.upsert_document(DocumentRecord("e"), [ChunkRecord("m", "more", 0, metadata={"k": float("nan")})],
+                              unit_vectors(1, 4, seed=1))
+        shown = {c.node_id: c.metadata for c in store.get_chunks()}
+        assert shown == {"n": {"x": None, "y": None, "s": "NaN", "k": 1, "z": [None, 2]}, "m": {"k": None}}
+        for c, expected in ((Condition("k", "==", 1), ["n"]), (Condition("x", "is_empty"), ["n", "m"]),
+                            (Condition("k", "is_empty"), ["m"]), (Condition("z", "contains", 2), ["n"]),
+                            (Condition("s", "==", "NaN"), ["n"])):
+            assert [x.node_id for x in store.get_chunks(filters=c)] == expected, c
+    finally:
+        store.close()
