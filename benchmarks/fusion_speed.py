@@ -26,7 +26,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import DEFAULT_EVAL, machine, machine_line, pcts, save_json, table  # noqa: E402
-from speed import MODEL, hybrid_db, queries, scifact_pieces  # noqa: E402
+from speed import alternated, warm_searchers  # noqa: E402
 
 
 HEAD = ["searcher", "k", "fixed p50 / p95 ms", "learned p50 / p95 ms", "p50 difference ms", "p50 ratio"]
@@ -69,12 +69,7 @@ def _scope(s: Any) -> Any:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from llama_index_polaris.engine.config import load_config
     from llama_index_polaris.engine.search.learned import NAMES
-    from llama_index_polaris.engine.search.bm25_cache import Bm25Cache
-    from llama_index_polaris.engine.search.pipeline import Searcher
-    from llama_index_polaris.engine.search.vector_cache import VectorCache
-    from llama_index_polaris.engine.store import Store
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("eval_dir", nargs="?", default=str(DEFAULT_EVAL))
@@ -83,29 +78,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--ks", default="10")
     ap.add_argument("--rank-only", action="store_true", help="only the CPU time of rank() on each query's real pool")
     args = ap.parse_args(argv)
-    path, _ = hybrid_db(args.n, 384, Path(args.eval_dir))
-    _, _, texts = scifact_pieces(Path(args.eval_dir))
-    texts, qvecs = texts[: args.queries], queries(args.queries, 384)
-    cfg = load_config(use_user_config=False, model_id=MODEL)
-    store = Store(path, readonly=True)
-    searchers = {"one-shot": Searcher(store, None, cfg),
-                 "long-lived": Searcher(store, None, cfg, vector_cache=VectorCache(store), bm25_cache=Bm25Cache(store))}
-    for s in searchers.values():  # warm: caches loaded, pages read
-        for i in range(min(20, len(texts))):
-            s.search(texts[i], top_k=10, query_vector=qvecs[i])
+    cfg, texts, qvecs, searchers = warm_searchers(args.n, Path(args.eval_dir), args.queries)
     rows, out = [], {"n": args.n, "queries": len(texts), "machine": machine_line(machine()), "loadavg_start": os.getloadavg()}
     weights = {n: 0.1 * (j + 1) * (-1) ** j for j, n in enumerate(NAMES)}
     for name, s in ({} if args.rank_only else searchers).items():
         for k in (int(x) for x in args.ks.split(",")):
             configs = {"fixed": cfg, "learned": cfg.replace(fusion_weights=weights)}
-            secs: dict[str, list[float]] = {p: [] for p in configs}
-            for i, text in enumerate(texts):
-                for label, c in (configs.items() if i % 2 else reversed(configs.items())):
-                    s.config = c
-                    t = time.perf_counter()
-                    s.search(text, top_k=k, query_vector=qvecs[i])
-                    secs[label].append(time.perf_counter() - t)
-            s.config = cfg
+            secs = alternated(s, texts, qvecs, k, configs)
             f, o = pcts(secs["fixed"]), pcts(secs["learned"])
             out[f"{name} k={k}"] = {"fixed": f, "learned": o}
             rows.append([name, k, f"{f['p50']:.2f} / {f['p95']:.2f}", f"{o['p50']:.2f} / {o['p95']:.2f}",

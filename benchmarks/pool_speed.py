@@ -14,53 +14,31 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import DEFAULT_EVAL, machine, machine_line, pcts, save_json, table  # noqa: E402
-from speed import MODEL, hybrid_db, queries, scifact_pieces  # noqa: E402
+from speed import alternated, warm_searchers  # noqa: E402
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from llama_index_polaris.engine.config import load_config
-    from llama_index_polaris.engine.search.bm25_cache import Bm25Cache
-    from llama_index_polaris.engine.search.pipeline import Searcher
-    from llama_index_polaris.engine.search.vector_cache import VectorCache
-    from llama_index_polaris.engine.store import Store
-
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("eval_dir", nargs="?", default=str(DEFAULT_EVAL))
     ap.add_argument("--n", type=int, default=100_000)
     ap.add_argument("--queries", type=int, default=100)
     ap.add_argument("--ks", default="1,3,5,10,20")
     args = ap.parse_args(argv)
-    path, _ = hybrid_db(args.n, 384, Path(args.eval_dir))
-    _, _, texts = scifact_pieces(Path(args.eval_dir))
-    texts, qvecs = texts[: args.queries], queries(args.queries, 384)
-    cfg = load_config(use_user_config=False, model_id=MODEL)
-    store = Store(path, readonly=True)
-    searchers = {"one-shot": Searcher(store, None, cfg),
-                 "long-lived": Searcher(store, None, cfg, vector_cache=VectorCache(store), bm25_cache=Bm25Cache(store))}
-    for s in searchers.values():  # warm: caches loaded, pages read
-        for i in range(min(20, len(texts))):
-            s.search(texts[i], top_k=10, query_vector=qvecs[i])
+    cfg, texts, qvecs, searchers = warm_searchers(args.n, Path(args.eval_dir), args.queries)
     rows, out = [], {"n": args.n, "queries": len(texts), "machine": machine_line(machine()), "loadavg_start": os.getloadavg()}
     for name, s in searchers.items():
         for k in (int(x) for x in args.ks.split(",")):
             pools = {"fixed": cfg.candidate_pool, "followed k": min(k * 3 * 2, 4096)}
-            secs: dict[str, list[float]] = {p: [] for p in pools}
-            for i, text in enumerate(texts):
-                for label, pool in (pools.items() if i % 2 else reversed(pools.items())):
-                    s.config = cfg.replace(candidate_pool=pool)
-                    t = time.perf_counter()
-                    s.search(text, top_k=k, query_vector=qvecs[i])
-                    secs[label].append(time.perf_counter() - t)
-            s.config = cfg
+            secs = alternated(s, texts, qvecs, k, {label: cfg.replace(candidate_pool=pool)
+                                                   for label, pool in pools.items()})
             f, o = pcts(secs["fixed"]), pcts(secs["followed k"])
             out[f"{name} k={k}"] = {"fixed": f, "followed k": o, "pools": pools}
             rows.append([name, k, pools["fixed"], f"{f['p50']:.2f} / {f['p95']:.2f}", pools["followed k"],

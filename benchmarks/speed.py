@@ -357,6 +357,43 @@ def _fill(store: Any, n: int, per_doc: int, rng: random.Random, titles: list[str
         store.upsert_document(DocumentRecord(id=f"doc{d // per_doc}", name=title), chunks, vecs[d:d + len(chunks)])
 
 
+def warm_searchers(n: int, eval_dir: Path, n_queries: int) -> tuple[Any, list[str], np.ndarray, dict[str, Any]]:
+    """The ``hybrid-N-384.db`` file's config, query texts and vectors, and a one-shot and a
+    long-lived (vector and BM25 caches) searcher on it, warmed by 20 queries."""
+    from llama_index_polaris.engine.config import load_config
+    from llama_index_polaris.engine.search.bm25_cache import Bm25Cache
+    from llama_index_polaris.engine.search.pipeline import Searcher
+    from llama_index_polaris.engine.search.vector_cache import VectorCache
+    from llama_index_polaris.engine.store import Store
+
+    path, _ = hybrid_db(n, 384, eval_dir)
+    _, _, texts = scifact_pieces(eval_dir)
+    texts, qvecs = texts[:n_queries], queries(n_queries, 384)
+    cfg = load_config(use_user_config=False, model_id=MODEL)
+    store = Store(path, readonly=True)
+    searchers = {"one-shot": Searcher(store, None, cfg),
+                 "long-lived": Searcher(store, None, cfg, vector_cache=VectorCache(store), bm25_cache=Bm25Cache(store))}
+    for s in searchers.values():  # warm: caches loaded, pages read
+        for i in range(min(20, len(texts))):
+            s.search(texts[i], top_k=10, query_vector=qvecs[i])
+    return cfg, texts, qvecs, searchers
+
+
+def alternated(searcher: Any, texts: list[str], qvecs: np.ndarray, k: int, configs: dict[str, Any]) -> dict[str, list[float]]:
+    """Seconds per query under each config, the configs alternated query by query (their order
+    flipped every other query) on one searcher; its config is put back."""
+    base = searcher.config
+    secs: dict[str, list[float]] = {label: [] for label in configs}
+    for i, text in enumerate(texts):
+        for label, c in (configs.items() if i % 2 else reversed(configs.items())):
+            searcher.config = c
+            t = time.perf_counter()
+            searcher.search(text, top_k=k, query_vector=qvecs[i])
+            secs[label].append(time.perf_counter() - t)
+    searcher.config = base
+    return secs
+
+
 def exact_ids(vecs: np.ndarray, q: np.ndarray, k: int, rows: np.ndarray | None = None) -> list[int]:
     """Exact top-k chunk ids (row + 1, as hybrid_db stores them), optionally among ``rows`` only."""
     m = vecs if rows is None else vecs[rows]

@@ -77,6 +77,46 @@ def test_bm25_gives_fts5_scores_and_ties(pair, words: list[str], scoped) -> None
     assert [h[1] for h in got] == pytest.approx([h[1] for h in expected], rel=1e-12)
 
 
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(words=st.lists(st.sampled_from(VOCAB + ("missing", "RRF_K")), min_size=2, max_size=6),
+       scoped=st.sampled_from((None, ("doc1", "doc3", "doc4"))), limit=st.sampled_from((1, 3, 10, 50)),
+       share=st.sampled_from((0.0, 0.2, 0.5)))
+def test_bm25_left_out_common_terms_give_the_same_list(pair, monkeypatch, words, scoped, limit, share) -> None:
+    """MaxScore (common terms looked up only for the chunks that can still make the list) is exact."""
+    from llama_index_polaris.engine.postgres import bm25 as pg_bm25
+
+    sqlite, pg = pair
+    monkeypatch.setattr(pg_bm25, "COMMON_MIN_ROWS", 0)
+    monkeypatch.setattr(pg_bm25, "COMMON_SHARE", share)
+    query = " ".join(words)
+    scope = Scope() if scoped is None else Scope(document_ids=scoped)
+    with sqlite.read() as conn:
+        expected = fts5_bm25(conn, query, limit, scope)
+    with pg.read():
+        got = pg.bm25(query, limit, scope)
+    assert [h[0] for h in got] == [h[0] for h in expected]
+    assert [h[1] for h in got] == pytest.approx([h[1] for h in expected], rel=1e-12)
+
+
+def test_bm25_answers_from_the_rare_terms_when_they_decide(pair, monkeypatch) -> None:
+    """Words in most rows (idf 1e-6) cannot change the best chunk: one statement, with them left out
+    of the candidates, gives the list."""
+    from llama_index_polaris.engine.postgres import bm25 as pg_bm25
+
+    sqlite, pg = pair
+    monkeypatch.setattr(pg_bm25, "COMMON_MIN_ROWS", 0)
+    monkeypatch.setattr(pg_bm25, "COMMON_SHARE", 0.3)
+    with sqlite.read() as conn:
+        expected = fts5_bm25(conn, "cookie session token", 1, Scope())
+    calls, ranked = [], pg_bm25._ranked
+    monkeypatch.setattr(pg_bm25, "_ranked", lambda *a: calls.append(a[3][3]) or ranked(*a))
+    with pg.read():
+        got = pg.bm25("cookie session token", 1, Scope())
+    assert calls == [[False, True, True]]  # cooki is the rarest; session and token were left out
+    assert [h[0] for h in got] == [h[0] for h in expected]
+    assert [h[1] for h in got] == pytest.approx([h[1] for h in expected], rel=1e-12)
+
+
 FILTERS = [
     Condition("tag", "==", "a"), Condition("tag", "!=", "a"), Condition("n", ">", 1), Condition("n", "<=", 0),
     Condition("year", ">=", 2022), Condition("author", "in", ["ann"]), Condition("author", "nin", ["ann"]),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from typing import Sequence
 
 from .search.terms import STOP_WORDS
 
@@ -42,14 +43,16 @@ class Tokenizer:
             out[doc].append(term)
         return [tuple(t) for t in out]
 
-    def positions(self, rows: list[tuple[int, str, str]]) -> dict[int, list[tuple[str, int, int]]]:
+    def positions(self, rows: list[tuple[int, str, str]],
+                  terms: Sequence[str] | None = None) -> dict[int, list[tuple[str, int, int]]]:
         """For (id, text, heading path) rows: each id's (term, column, offset) in order, as
-        FTS5 counts them (column 0 is the text, 1 the heading path)."""
+        FTS5 counts them (column 0 is the text, 1 the heading path); only ``terms``' when given."""
         self.conn.execute("DELETE FROM words")
         self.conn.executemany("INSERT INTO words(rowid, text, heading_path) VALUES (?, ?, ?)", rows)
         out: dict[int, list[tuple[str, int, int]]] = {r[0]: [] for r in rows}
+        only = "" if terms is None else f" WHERE term IN ({', '.join('?' * len(terms))})"
         for doc, term, col, offset in self.conn.execute(
-                "SELECT doc, term, col, offset FROM words_terms ORDER BY doc, col, offset"):
+                f"SELECT doc, term, col, offset FROM words_terms{only} ORDER BY doc, col, offset", tuple(terms or ())):
             out[doc].append((term, 0 if col == "text" else 1, offset))
         return out
 

@@ -787,7 +787,7 @@ class PgStore:
 
     def import_rows(self, items: Iterable[tuple[str, Any]]) -> None:
         """Write what ``export_rows`` gives (of any backend) into this empty index, ids and vectors
-        as they are, in one transaction."""
+        as they are, in one transaction; then VACUUM (ANALYZE) the tables."""
         with self._write() as conn:
             if conn.execute("SELECT 1 FROM documents LIMIT 1").fetchone() is not None:
                 raise InputError(f"{self.path} already holds documents; copy into a new, empty index.")
@@ -813,6 +813,8 @@ class PgStore:
                         self._insert_chunks(conn, doc_id, chunks, [c.embedding for c in chunks], [c.id for c in chunks])
             conn.execute("SELECT setval(pg_get_serial_sequence('chunks', 'id'), coalesce(max(id), 0) + 1, false)"
                          " FROM chunks")
+        with self._lock:  # the planner's statistics and the visibility map now, not at autovacuum's next visit
+            self.conn.execute("VACUUM (ANALYZE) documents, chunks, chunks_bm25, chunks_bm25_terms")
 
 
 class _Delta:
