@@ -79,3 +79,30 @@ def copy_index(src: Path, dest_dir: Path) -> Path:
         if Path(f"{src}{suffix}").exists():
             shutil.copy(f"{src}{suffix}", dest_dir / f"polaris.db{suffix}")
     return dest_dir / "polaris.db"
+
+
+# -- both backends ---------------------------------------------------------------------------
+BACKENDS = ("sqlite", "postgres")
+
+
+def new_database(server_uri: str, prefix: str = "polaris") -> str:
+    """A new, empty database on the session's PostgreSQL server; its URI. (The server, and every
+    database on it, goes at the end of the session.)"""
+    import urllib.parse
+    import uuid
+
+    import psycopg
+
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(server_uri, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    parts = urllib.parse.urlsplit(server_uri)
+    return urllib.parse.urlunsplit(parts._replace(path=f"/{name}"))
+
+
+def module_target(request, tmp_path_factory) -> str:
+    """For a module-scoped fixture with ``params=BACKENDS``: a polaris.db path in a new folder, or
+    a new database on the session's server (``pg_server``), built once per module and backend."""
+    if request.param == "sqlite":
+        return str(tmp_path_factory.mktemp("sqlite") / "polaris.db")
+    return new_database(request.getfixturevalue("pg_server"), "polaris_mod")

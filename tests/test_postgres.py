@@ -126,10 +126,12 @@ def test_polaris_status_upgrades_an_older_database(pg_uri: str, tmp_path: Path) 
     with psycopg.connect(pg_uri, autocommit=True) as conn:  # back to schema 1
         conn.execute("ALTER TABLE chunks_bm25_terms DROP COLUMN version")
         conn.execute("DROP SEQUENCE chunks_bm25_version")
+        conn.execute("ALTER TABLE documents DROP COLUMN rowid")
+        conn.execute("CREATE INDEX documents_collection_path ON documents (collection, path)")
         conn.execute("UPDATE polaris_meta SET value = '1' WHERE key = 'schema_version'")
     with pytest.raises(DatabaseError, match="older than this Polaris.*polaris status --db"):
         PgStore(pg_uri, readonly=True)
-    assert upgrade_schema(pg_uri) == (1, 2)
+    assert upgrade_schema(pg_uri) == (1, 3)
     assert upgrade_schema(pg_uri) is None
     reader = PgStore(pg_uri, readonly=True)
     with reader.read():

@@ -1,4 +1,5 @@
-"""PolarisRetriever: hybrid by default, top score 1.0, scoping, explanations, inside a query engine."""
+"""PolarisRetriever: hybrid by default, top score 1.0, scoping, explanations, inside a query engine;
+every test on a polaris.db and on a Postgres database."""
 
 from __future__ import annotations
 
@@ -44,6 +45,12 @@ def nodes_for(embed_text) -> dict[str, list[TextNode]]:
             n.embedding = embed_text(f"{heading} {text}")
             out.setdefault(collection, []).append(n)
     return out
+
+
+@pytest.fixture
+def db_path(backend_target: str) -> str:
+    """Where this test's index goes: a polaris.db, or a fresh Postgres database (conftest's, overridden)."""
+    return backend_target
 
 
 @pytest.fixture
@@ -126,12 +133,13 @@ def test_unnamed_model_without_embed_model_is_a_clear_error(db_path):
         store.close()
 
 
-def test_left_out_arguments_come_from_polaris_toml(tmp_path, monkeypatch):
+def test_left_out_arguments_come_from_polaris_toml(tmp_path, monkeypatch, db_path):
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "polaris.toml").write_text('db_path = "from-toml.db"\ntop_k = 2\n')
+    where = "from-toml.db" if not db_path.startswith("postgres") else db_path  # a file relative to the folder
+    (tmp_path / "polaris.toml").write_text(f'db_path = "{where}"\ntop_k = 2\n')
     writer = PolarisVectorStore(model_id="fake-bow")
-    assert writer.db_path == "from-toml.db"
+    assert writer.db_path == where
     for nodes in nodes_for(lambda t: [float(x) for x in embed(t)]).values():
         writer.add(nodes)
     writer.close()

@@ -4,7 +4,8 @@ Each test puts a hostile input on disk next to ordinary files, indexes the folde
 the doors (`polaris index`, the engine, LlamaIndex with PolarisNodeParser), and checks
 what was stored (documents, chunks), that it is searchable, that the run said what it
 skipped or cut, and that the other files of the same run were indexed. Real files in
-tmp_path, real sqlite-vec, the bundled ONNX model.
+tmp_path, the bundled ONNX model, and every test on both backends: a real polaris.db (sqlite-vec)
+and a real Postgres database (``backend_target``); the Datasette page reads the file alone.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from llama_index_polaris import PolarisEmbedding, PolarisNodeParser, PolarisVect
 from llama_index_polaris.engine.config import load_config
 from llama_index_polaris.engine.errors import InputError
 from llama_index_polaris.engine.index import PolarisIndex
+from polaris_testing import new_database
 
 MODEL = "all-minilm-l6-v2"
 POLARIS = str(Path(sys.executable).with_name("polaris"))
@@ -45,6 +47,24 @@ def polaris(*args: str | bytes, cwd: Path, check: bool = True) -> subprocess.Com
     assert not check or proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr, proc.stderr
     return proc
+
+
+@pytest.fixture
+def db(backend_target: str) -> str:
+    """This test's index: a polaris.db in tmp_path, or a fresh Postgres database."""
+    return backend_target
+
+
+@pytest.fixture
+def second_db(request: pytest.FixtureRequest, db: str, tmp_path: Path) -> str:
+    """Another empty index on the same backend (the LlamaIndex door's, beside the CLI's)."""
+    if db.startswith("postgres"):
+        return new_database(request.getfixturevalue("pg_server"), "polaris_li")
+    return str(tmp_path / "li.db")
+
+
+def is_file(db: str) -> bool:
+    return not db.startswith("postgres")
 
 
 def paths_of(index: PolarisIndex) -> list[str]:
@@ -79,8 +99,8 @@ def handbook(root: Path) -> Path:
 # --- 2. a path run never removes documents it did not put there ---------------------------------
 
 
-def test_a_path_run_refuses_a_sibling_of_the_root_the_llamaindex_door_recorded(tmp_path, embed) -> None:
-    folder, db = handbook(tmp_path), tmp_path / "polaris.db"
+def test_a_path_run_refuses_a_sibling_of_the_root_the_llamaindex_door_recorded(tmp_path, db, embed) -> None:
+    folder = handbook(tmp_path)
     llamaindex_build(db, folder, embed, root_dir=str(folder)).close()
     with PolarisIndex(db, config=config()) as index:
         assert index.store.collection_root("default") == str(folder)  # the parser's root_dir, recorded
@@ -97,8 +117,8 @@ def test_a_path_run_refuses_a_sibling_of_the_root_the_llamaindex_door_recorded(t
         assert top_document(index, "nightly backup") == "other/notes.md"
 
 
-def test_a_path_run_refuses_a_folder_that_does_not_hold_documents_stored_without_a_root(tmp_path, embed) -> None:
-    folder, db = handbook(tmp_path), tmp_path / "polaris.db"
+def test_a_path_run_refuses_a_folder_that_does_not_hold_documents_stored_without_a_root(tmp_path, db, embed) -> None:
+    folder = handbook(tmp_path)
     docs = [Document(text=(folder / rel).read_text(), metadata={"file_path": rel}, id_=f"doc-{rel}")
             for rel in ("auth/tokens.md", "deploy.md")]  # relative paths, no root anywhere
     store = PolarisVectorStore(db, embed_model=embed, config=config())
@@ -119,8 +139,8 @@ def test_a_path_run_refuses_a_folder_that_does_not_hold_documents_stored_without
         assert top_document(index, "how long do access tokens last") == "auth/tokens.md"
 
 
-def test_documents_stored_by_absolute_path_are_found_again_not_duplicated_nor_lost(tmp_path, embed) -> None:
-    folder, db = handbook(tmp_path), tmp_path / "polaris.db"
+def test_documents_stored_by_absolute_path_are_found_again_not_duplicated_nor_lost(tmp_path, db, embed) -> None:
+    folder = handbook(tmp_path)
     llamaindex_build(db, folder, embed).close()  # no root_dir: file_path stays absolute
     with PolarisIndex(db, config=config()) as index:
         assert paths_of(index) == [str(folder / "auth" / "tokens.md"), str(folder / "deploy.md")]
@@ -130,8 +150,8 @@ def test_documents_stored_by_absolute_path_are_found_again_not_duplicated_nor_lo
         assert paths_of(index) == ["auth/tokens.md", "deploy.md"] and index.store.counts()["chunks"] == 2
 
 
-def test_a_parser_rooted_in_a_subfolder_keys_files_relative_to_the_collections_root(tmp_path, embed) -> None:
-    folder, db = handbook(tmp_path), tmp_path / "polaris.db"
+def test_a_parser_rooted_in_a_subfolder_keys_files_relative_to_the_collections_root(tmp_path, db, embed) -> None:
+    folder = handbook(tmp_path)
     with PolarisIndex(db, config=config()) as index:
         index.index_paths([folder])
     llamaindex_build(db, folder / "auth", embed, root_dir=str(folder / "auth")).close()
@@ -151,28 +171,30 @@ def test_a_parser_rooted_in_a_subfolder_keys_files_relative_to_the_collections_r
 HEADING_CHARS = 200  # what the engine lets one heading put in a heading path (config.HEADING_CHARS)
 
 
-def test_a_long_heading_adds_a_bounded_heading_path_to_each_chunk(tmp_path, embed) -> None:
+def test_a_long_heading_adds_a_bounded_heading_path_to_each_chunk(tmp_path, db, embed) -> None:
     docs = tmp_path / "docs"
     docs.mkdir()
     (docs / "h.md").write_text("# " + " ".join(f"w{i}" for i in range(2000)) + "\n\nThe body under it.\n")
     (docs / "deploy.md").write_text(ORDINARY)
-    proc = polaris("index", "docs", "--json", "-q", cwd=tmp_path)
+    proc = polaris("index", "docs", "--json", "-q", "--db", db, cwd=tmp_path)
     assert json.loads(proc.stdout)["added"] == 2
-    db = tmp_path / "polaris.db"
-    assert db.stat().st_size < 2_500_000  # 3.1 MB before (2.0 MB now): 33 chunks each carried the 11 KB heading
+    if is_file(db):
+        assert Path(db).stat().st_size < 2_500_000  # 3.1 MB before (2.0 MB now): 33 chunks each carried the 11 KB heading
     with PolarisIndex(db, config=config(), readonly=True) as index:
         chunks = index.store.get_chunks()
         assert len(chunks) > 20 and all(len(c.heading_path) <= HEADING_CHARS for c in chunks)
-        stored = index.store.conn.execute("SELECT sum(length(heading_path)) FROM chunks").fetchone()[0]
-        assert stored <= len(chunks) * HEADING_CHARS  # 360 KB before
+        with index.store.read() as conn:
+            stored = conn.execute("SELECT sum(length(heading_path)) FROM chunks").fetchone()[0]
+            assert stored <= len(chunks) * HEADING_CHARS  # 360 KB before
+            if is_file(db):  # the file's full-text index keeps its own copy of the heading path
+                fts = conn.execute("SELECT max(length(heading_path)) FROM chunks_fts").fetchone()[0]
+                assert fts <= HEADING_CHARS
         assert all(len(c.metadata["heading_path"]) <= HEADING_CHARS for c in chunks)
-        fts = index.store.conn.execute("SELECT max(length(heading_path)) FROM chunks_fts").fetchone()[0]
-        assert fts <= HEADING_CHARS
         assert top_document(index, "w1999", mode="bm25") == "h.md"  # the heading line itself is whole in the text
         assert top_document(index, "deploys main branch checks") == "deploy.md"
-    hit = json.loads(polaris("search", "w17", "-k", "1", "--json", cwd=tmp_path).stdout)[0]
+    hit = json.loads(polaris("search", "w17", "-k", "1", "--json", "--db", db, cwd=tmp_path).stdout)[0]
     assert hit["heading_path"].startswith("w0 w1 w2") and hit["heading_path"].endswith("…")
-    assert len(polaris("search", "w17", "-k", "1", cwd=tmp_path).stdout) < 1_000  # 11 KB before
+    assert len(polaris("search", "w17", "-k", "1", "--db", db, cwd=tmp_path).stdout) < 1_000  # 11 KB before
     nodes = PolarisNodeParser(config=config(), embed_model=embed, root_dir=str(docs)).get_nodes_from_documents(
         SimpleDirectoryReader(str(docs)).load_data())
     assert sorted((n.metadata["file_path"], n.metadata["heading_path"], n.text) for n in nodes) == sorted(
@@ -180,9 +202,11 @@ def test_a_long_heading_adds_a_bounded_heading_path_to_each_chunk(tmp_path, embe
     assert all(len(n.get_content(MetadataMode.EMBED)) <= len(n.text) + HEADING_CHARS + 20 for n in nodes)
 
 
-async def test_the_datasette_page_shows_a_bounded_heading(tmp_path) -> None:
+async def test_the_datasette_page_shows_a_bounded_heading(tmp_path, db) -> None:
     from datasette.app import Datasette
 
+    if not is_file(db):
+        pytest.skip("the Datasette explorer reads SQLite files (a Postgres index is browsed after `polaris copy`)")
     docs = tmp_path / "docs"
     docs.mkdir()
     (docs / "h.md").write_text("# " + " ".join(f"w{i}" for i in range(1200)) + "\n\nBody text.\n")
@@ -206,13 +230,13 @@ UNSPLITTABLE = {
 }
 
 
-def test_unsplittable_runs_are_cut_inside_at_the_budget_and_reported(tmp_path, embed) -> None:
+def test_unsplittable_runs_are_cut_inside_at_the_budget_and_reported(tmp_path, db, embed) -> None:
     docs = tmp_path / "docs"
     docs.mkdir()
     for name, text in UNSPLITTABLE.items():
         (docs / name).write_text(text)
     (docs / "deploy.md").write_text(ORDINARY)
-    with PolarisIndex(tmp_path / "polaris.db", config=config()) as index:
+    with PolarisIndex(db, config=config()) as index:
         report = index.index_paths([docs])
         budget = index.embedder.max_chunk_tokens
         raw = index.embedder._tokenizers_loaded().counter
@@ -242,41 +266,41 @@ def test_unsplittable_runs_are_cut_inside_at_the_budget_and_reported(tmp_path, e
 # --- 8. file names that are not UTF-8 -------------------------------------------------------
 
 
-def test_a_file_name_that_is_not_utf8_is_stored_escaped_through_every_door(tmp_path, embed) -> None:
+def test_a_file_name_that_is_not_utf8_is_stored_escaped_through_every_door(tmp_path, db, second_db, embed) -> None:
     docs = tmp_path / "docs"
     docs.mkdir()
     with open(os.path.join(os.fsencode(docs), b"bad\xffname.md"), "wb") as fh:
         fh.write(b"# Broken name\n\nThe quarterly report lives here.\n")
     (docs / "deploy.md").write_text(ORDINARY)
-    summary = polaris("index", "docs", "-q", cwd=tmp_path).stdout
+    summary = polaris("index", "docs", "-q", "--db", db, cwd=tmp_path).stdout
     assert summary.startswith("2 added") and "0 failed" in summary
-    hit = json.loads(polaris("search", "quarterly report", "-k", "1", "--json", cwd=tmp_path).stdout)[0]
+    hit = json.loads(polaris("search", "quarterly report", "-k", "1", "--json", "--db", db, cwd=tmp_path).stdout)[0]
     assert hit["document"] == "bad\\xffname.md"
-    scoped = polaris("search", "report", "--document", "bad\\xffname.md", "--json", cwd=tmp_path).stdout
+    scoped = polaris("search", "report", "--document", "bad\\xffname.md", "--json", "--db", db, cwd=tmp_path).stdout
     assert [h["document"] for h in json.loads(scoped)] == ["bad\\xffname.md"]
     raw_name = os.fsdecode(b"docs/bad\xffname.md")  # the name as a shell passes it
     assert json.loads(polaris("search", "report", "--document", os.fsdecode(b"bad\xffname.md"), "--json",
-                              cwd=tmp_path).stdout)[0]["document"] == "bad\\xffname.md"
-    assert polaris("remove", raw_name, cwd=tmp_path).stdout.strip() == "1 removed"
-    with PolarisIndex(tmp_path / "polaris.db", config=config()) as index:
+                              "--db", db, cwd=tmp_path).stdout)[0]["document"] == "bad\\xffname.md"
+    assert polaris("remove", raw_name, "--db", db, cwd=tmp_path).stdout.strip() == "1 removed"
+    with PolarisIndex(db, config=config()) as index:
         assert paths_of(index) == ["deploy.md"]
         report = index.index_paths([docs])
         assert report.added == 1 and paths_of(index) == ["bad\\xffname.md", "deploy.md"]
         cli_chunks = sorted((c.metadata["file_path"], c.text, c.node_id) for c in index.store.get_chunks())
-    store = llamaindex_build(tmp_path / "li.db", docs, embed, root_dir=str(docs))
+    store = llamaindex_build(second_db, docs, embed, root_dir=str(docs))
     assert sorted((c.metadata["file_path"], c.text) for c in store.client.get_chunks()) == [x[:2] for x in cli_chunks]
     assert sorted(d.path for d in store.client.documents()) == ["bad\\xffname.md", "deploy.md"]
     store.close()
 
 
-def test_a_name_spelled_like_another_files_escape_is_skipped_with_the_reason(tmp_path) -> None:
+def test_a_name_spelled_like_another_files_escape_is_skipped_with_the_reason(tmp_path, db) -> None:
     docs = tmp_path / "docs"
     docs.mkdir()
     (docs / "bad\\xffname.md").write_text("# Literal\n\nA backslash in the name.\n")  # sorts first
     with open(os.path.join(os.fsencode(docs), b"bad\xffname.md"), "wb") as fh:
         fh.write(b"# Byte\n\nAn undecodable byte in the name.\n")
     (docs / "deploy.md").write_text(ORDINARY)
-    with PolarisIndex(tmp_path / "polaris.db", config=config()) as index:
+    with PolarisIndex(db, config=config()) as index:
         report = index.index_paths([docs])
         assert report.added == 2 and paths_of(index) == ["bad\\xffname.md", "deploy.md"]
         ((name, why),) = report.skipped
@@ -284,11 +308,11 @@ def test_a_name_spelled_like_another_files_escape_is_skipped_with_the_reason(tmp
         assert top_document(index, "backslash in the name") == "bad\\xffname.md"
 
 
-def test_ids_and_metadata_that_are_not_valid_unicode_are_stored_and_found(tmp_path, embed) -> None:
+def test_ids_and_metadata_that_are_not_valid_unicode_are_stored_and_found(db, embed) -> None:
     bad = os.fsdecode(b"/srv/bad\xffname.md")
     doc = Document(text="# Broken\n\nThe quarterly report lives here.\n", id_=bad + "_part_0",
                    metadata={"file_path": bad, "file_name": os.path.basename(bad), "note": "x\ud800y"})
-    store = PolarisVectorStore(tmp_path / "li.db", embed_model=embed, config=config())
+    store = PolarisVectorStore(db, embed_model=embed, config=config())
     VectorStoreIndex.from_documents([doc, Document(text=ORDINARY, id_="ok", metadata={"file_path": "/srv/deploy.md"})],
                                     storage_context=StorageContext.from_defaults(vector_store=store), embed_model=embed,
                                     transformations=[PolarisNodeParser(config=config(), embed_model=embed)])
@@ -321,19 +345,19 @@ def deep_chain(base: Path, depth: int = 24) -> None:
         os.close(fd)
 
 
-def test_a_folder_chain_deeper_than_path_max_is_skipped_and_reported(tmp_path) -> None:
+def test_a_folder_chain_deeper_than_path_max_is_skipped_and_reported(tmp_path, db) -> None:
     docs = tmp_path / "docs"
     docs.mkdir()
     (docs / "deploy.md").write_text(ORDINARY)
     (docs / "zz.md").write_text("# Later\n\nA file walked after the deep folder.\n")
     deep_chain(docs)
-    proc = polaris("index", "docs", "--json", "-q", cwd=tmp_path)
+    proc = polaris("index", "docs", "--json", "-q", "--db", db, cwd=tmp_path)
     report = json.loads(proc.stdout)
     assert report["added"] == 2 and not report["failed"]
     ((where, why),) = report["skipped"]
     assert where.startswith("d" * 200 + "/") and "longer than this system allows" in why
     assert "skipped: " in proc.stderr
-    with PolarisIndex(tmp_path / "polaris.db", config=config()) as index:
+    with PolarisIndex(db, config=config()) as index:
         assert paths_of(index) == ["deploy.md", "zz.md"] and index.store.counts()["chunks"] == 2
         assert top_document(index, "walked after the deep folder") == "zz.md"
         with pytest.raises(InputError, match="cannot be used"):
@@ -343,7 +367,7 @@ def test_a_folder_chain_deeper_than_path_max_is_skipped_and_reported(tmp_path) -
 # --- 14. UTF-16 and UTF-32 with a byte order mark ----------------------------------------------
 
 
-def test_utf16_and_utf32_with_a_bom_are_decoded_and_the_rest_is_named(tmp_path) -> None:
+def test_utf16_and_utf32_with_a_bom_are_decoded_and_the_rest_is_named(tmp_path, db) -> None:
     docs = tmp_path / "docs"
     docs.mkdir()
     text = "# Sixteen\n\nThe ångström report, in UTF-16.\n"
@@ -353,7 +377,7 @@ def test_utf16_and_utf32_with_a_bom_are_decoded_and_the_rest_is_named(tmp_path) 
     (docs / "nobom.md").write_bytes(text.encode("utf-16-le"))
     (docs / "binary.md").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" * 10)
     (docs / "deploy.md").write_text(ORDINARY)
-    with PolarisIndex(tmp_path / "polaris.db", config=config()) as index:
+    with PolarisIndex(db, config=config()) as index:
         report = index.index_paths([docs])
         assert report.added == 4
         failed = dict(report.failed)
@@ -362,3 +386,58 @@ def test_utf16_and_utf32_with_a_bom_are_decoded_and_the_rest_is_named(tmp_path) 
         assert {c.text for c in index.store.get_chunks()} >= {text.strip(), text.replace("Sixteen", "Bigend").strip()}
         assert top_document(index, "Thirtytwo") == "u32.md"
         assert top_document(index, "deploys main branch checks") == "deploy.md"
+
+
+# --- queries full of FTS5 syntax and odd characters, on both backends ---------------------------
+HOSTILE = ['"', '""', "*", "NEAR", "NEAR(a b)", "-", ":", "a:b", "-token", "^", "(", ")", "AND", "OR NOT",
+           "'", "\\", "{text}: x", "text:rrf", "NEAR/2", "\x00", "🙂", "   ", "?!.,;", "tokens* AND NOT deploy^",
+           'text:"access tokens" OR heading_path:deploys', "x\ud800y", "ångström " * 200, "-- ; DROP TABLE chunks"]
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory: pytest.TempPathFactory, pg_server: str) -> dict:
+    """The handbook folder indexed once into a polaris.db and once into a Postgres database."""
+    root = tmp_path_factory.mktemp("hostile")
+    folder = handbook(root)
+    (folder / "syntax.md").write_text("# NEAR and OR\n\nThe words NEAR, AND, OR and NOT; text:rrf and a:b.\n")
+    targets = {"sqlite": str(root / "polaris.db"), "postgres": new_database(pg_server, "polaris_hostile")}
+    for target in targets.values():
+        with PolarisIndex(target, config=config()) as index:
+            index.index_paths([folder])
+    return {"root": root, **targets}
+
+
+@pytest.mark.parametrize("mode", ["hybrid", "vector", "bm25"])
+def test_hostile_queries_answer_the_same_on_both_backends(hostile: dict, mode: str) -> None:
+    opened = {b: PolarisIndex(hostile[b], config=config(), readonly=True) for b in ("sqlite", "postgres")}
+    try:
+        found = 0
+        for query in HOSTILE:
+            hits = {b: ix.search(query, top_k=5, mode=mode) for b, ix in opened.items()}
+            assert [(h.document, h.heading_path, h.text) for h in hits["postgres"]] == \
+                [(h.document, h.heading_path, h.text) for h in hits["sqlite"]], query
+            assert [h.score for h in hits["postgres"]] == pytest.approx([h.score for h in hits["sqlite"]], abs=1e-5)
+            found += bool(hits["sqlite"])
+        assert found >= 8  # the words inside the syntax are still searched
+    finally:
+        for ix in opened.values():
+            ix.close()
+
+
+@pytest.mark.parametrize("query", ['NEAR(a b) AND "', "text:rrf -token ^"])
+def test_hostile_queries_through_the_cli_and_llamaindex_on_both_backends(hostile: dict, query: str) -> None:
+    from llama_index.core.vector_stores.types import VectorStoreQuery, VectorStoreQueryMode
+
+    answers = {}
+    for backend in ("sqlite", "postgres"):
+        cli = json.loads(polaris("search", query, "--mode", "bm25", "--json", "--db", hostile[backend],
+                                 cwd=hostile["root"]).stdout)
+        store = PolarisVectorStore(hostile[backend], config=config())
+        try:
+            text = store.query(VectorStoreQuery(query_str=query, mode=VectorStoreQueryMode.TEXT_SEARCH,
+                                                similarity_top_k=5))
+        finally:
+            store.close()
+        answers[backend] = ([(h["document"], h["heading_path"]) for h in cli],
+                            [n.metadata.get("file_path") for n in text.nodes])
+    assert answers["sqlite"][0] and answers["postgres"] == answers["sqlite"]

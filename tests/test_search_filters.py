@@ -4,6 +4,9 @@ The reference is core's own ``build_metadata_filter_fn`` (llama_index/core/vecto
 utils.py), run on the same random metadata. Where core raises TypeError (ordering a string
 against a number and the like) Polaris documents that the condition is false; the test
 checks that rule separately from core's composite meaning.
+
+Every test runs on both backends: SQLite's JSON SQL (``filter_sql``) over a text column, and its
+jsonb twin (``filter_sql_pg``) on the session's PostgreSQL server.
 """
 
 from __future__ import annotations
@@ -19,8 +22,9 @@ from llama_index.core.vector_stores.utils import build_metadata_filter_fn
 
 from llama_index_polaris.engine.db import sqlite_module
 from llama_index_polaris.engine.errors import InputError
-from llama_index_polaris.engine.search.filters import Condition, FilterGroup, filter_sql
+from llama_index_polaris.engine.search.filters import Condition, FilterGroup, filter_sql, filter_sql_pg
 from llama_index_polaris.vector_store import to_engine_filter
+from polaris_testing import BACKENDS, new_database
 
 KEYS = ["a", "b", "c"]
 TEXT = st.text(alphabet="aAbé ", max_size=3)  # no non-ASCII capitals: SQLite lower() folds ASCII only
@@ -81,19 +85,55 @@ def core_tree(fs: MetadataFilters, meta: dict) -> bool:
     return all(results) if cond == FilterCondition.AND else any(results) if cond == FilterCondition.OR else not any(results)
 
 
-@pytest.fixture
-def conn():
-    c = sqlite_module().connect(":memory:")
-    c.execute("CREATE TABLE chunks (id INTEGER PRIMARY KEY, metadata TEXT NOT NULL)")
+@pytest.fixture(scope="module")
+def pg_conn(pg_server: str):
+    """One table of metadata as the Postgres store keeps it (JSON text, read as jsonb by the filters)."""
+    import psycopg
+
+    c = psycopg.connect(new_database(pg_server, "polaris_filters"), autocommit=True)
+    c.execute("CREATE TABLE chunks (id integer PRIMARY KEY, metadata text NOT NULL)")
     yield c
     c.close()
 
 
-def matching(conn, rows: list[dict], f) -> set[int]:
+@pytest.fixture(params=BACKENDS)
+def conn(request: pytest.FixtureRequest):
+    """A connection with a ``chunks (id, metadata)`` table, marked with its backend (``conn.backend``)."""
+    if request.param == "postgres":
+        yield Table(request.getfixturevalue("pg_conn"), "postgres")
+        return
+    c = sqlite_module().connect(":memory:")
+    c.execute("CREATE TABLE chunks (id INTEGER PRIMARY KEY, metadata TEXT NOT NULL)")
+    yield Table(c, "sqlite")
+    c.close()
+
+
+class Table:
+    def __init__(self, conn, backend: str) -> None:
+        self.conn, self.backend = conn, backend
+
+    def execute(self, sql: str, params=()):
+        return self.conn.execute(sql.replace("?", "%s") if self.backend == "postgres" else sql, params)
+
+
+def where(backend: str, f) -> tuple[str, list]:
+    """The WHERE fragment of each backend for the engine filter ``f`` (Postgres: jsonb, as its store reads it)."""
+    if backend == "postgres":
+        sql, params = filter_sql_pg(f, "(metadata::jsonb)")
+        return sql.replace("?", "%s"), params
+    return filter_sql(f)
+
+
+def matching(conn: Table, rows: list[dict], f) -> set[int]:
     conn.execute("DELETE FROM chunks")
-    conn.executemany("INSERT INTO chunks (id, metadata) VALUES (?, ?)", [(i, json.dumps(m)) for i, m in enumerate(rows)])
-    sql, params = filter_sql(to_engine_filter(f))
-    return {r[0] for r in conn.execute(f"SELECT id FROM chunks WHERE {sql}", params)}
+    insert = "INSERT INTO chunks (id, metadata) VALUES (?, ?)"
+    values = [(i, json.dumps(m)) for i, m in enumerate(rows)]
+    if conn.backend == "postgres":
+        conn.conn.cursor().executemany(insert.replace("?", "%s"), values)
+    else:
+        conn.conn.executemany(insert, values)
+    sql, params = where(conn.backend, to_engine_filter(f))
+    return {r[0] for r in conn.conn.execute(f"SELECT id FROM chunks WHERE {sql}", params)}
 
 
 SETTINGS = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -156,8 +196,9 @@ def test_sql_injection_in_keys_and_values_is_inert(conn, text):
     assert conn.execute("SELECT count(*) FROM chunks").fetchone()[0] == 2
 
 
-def test_values_are_bound_never_interpolated():
-    sql, params = filter_sql(Condition("k';--", "==", "x' OR 1=1"))
+@pytest.mark.parametrize("build", [filter_sql, filter_sql_pg])
+def test_values_are_bound_never_interpolated(build):
+    sql, params = build(Condition("k';--", "==", "x' OR 1=1"))
     assert "x' OR" not in sql and "k';--" not in sql
     assert "x' OR 1=1" in params
 
@@ -171,16 +212,18 @@ def test_values_are_bound_never_interpolated():
         Condition(3, "==", 1), FilterGroup((Condition("k", "==", 1),), "xor"),
     ],
 )
-def test_filters_of_the_wrong_type_are_clear_errors(condition):
+@pytest.mark.parametrize("build", [filter_sql, filter_sql_pg])
+def test_filters_of_the_wrong_type_are_clear_errors(condition, build):
     with pytest.raises(InputError):
-        filter_sql(condition)
+        build(condition)
 
 
-def test_wrong_filter_object_is_a_clear_error():
+@pytest.mark.parametrize("build", [filter_sql, filter_sql_pg])
+def test_wrong_filter_object_is_a_clear_error(build):
     with pytest.raises(InputError, match="MetadataFilters"):
         to_engine_filter({"k": 1})
     with pytest.raises(InputError):
-        filter_sql("k = 1")  # type: ignore[arg-type]
+        build("k = 1")  # type: ignore[arg-type]
 
 
 def test_empty_group_matches_everything_like_core(conn):

@@ -1,4 +1,5 @@
-"""PolarisVectorStore: LlamaIndex's vector store contract on a real polaris.db."""
+"""PolarisVectorStore: LlamaIndex's vector store contract on a real polaris.db and on a real
+Postgres database (every test that opens a store runs on both backends)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from llama_index_polaris import PolarisVectorStore
 from llama_index_polaris.engine.config import load_config
 from llama_index_polaris.engine.errors import InputError, ModelMismatchError
 from polaris_search_testing import DIM, embed
+from polaris_testing import new_database
 
 MODEL = "all-minilm-l6-v2"
 SECTIONS = [
@@ -44,6 +46,22 @@ def make_nodes(embed_fn=embed) -> list[TextNode]:
         node.embedding = [float(x) for x in embed_fn(f"{heading} {text}")]
         nodes.append(node)
     return nodes
+
+
+@pytest.fixture
+def db_path(backend_target: str) -> str:
+    """Where this test's index goes: a polaris.db, or a fresh Postgres database (conftest's, overridden)."""
+    return backend_target
+
+
+@pytest.fixture
+def other_target(request: pytest.FixtureRequest, backend_target: str, tmp_path):
+    """``other_target(name)``: a second, empty index on the same backend."""
+    def _other(name: str) -> str:
+        if backend_target.startswith("postgres"):
+            return new_database(request.getfixturevalue("pg_server"), "polaris_other")
+        return str(tmp_path / name)
+    return _other
 
 
 @pytest.fixture
@@ -185,7 +203,7 @@ async def test_async_variants(store):
     assert await store.aget_nodes() == []
 
 
-def test_model_binding_refuses_other_dims_and_models(new_store, tmp_path):
+def test_model_binding_refuses_other_dims_and_models(new_store, other_target):
     s = new_store(model_id="fake-bow")
     s.add(make_nodes())
     with pytest.raises(ModelMismatchError, match="dim"):
@@ -196,7 +214,7 @@ def test_model_binding_refuses_other_dims_and_models(new_store, tmp_path):
     anonymous = new_store()  # no model named: the recorded one is kept
     anonymous.add(make_nodes()[:1])
     assert anonymous.client.model.model_id == "fake-bow"
-    fresh = new_store(tmp_path / "anon.db")
+    fresh = new_store(other_target("anon.db"))
     fresh.add(make_nodes()[:1])
     assert fresh.client.model.model_id == "unknown" and fresh.client.model.dim == DIM
     fresh.add([TextNode(id_="more", text="more", embedding=[0.5] * DIM)])  # more vectors naming no model
@@ -206,7 +224,7 @@ def test_model_binding_refuses_other_dims_and_models(new_store, tmp_path):
     with pytest.raises(InputError, match="no embedding"):
         fresh.add([TextNode(id_="a", text="a", embedding=[0.0] * DIM), TextNode(id_="b", text="b")])
     with pytest.raises(InputError, match="BaseEmbedding such as PolarisEmbedding"):
-        new_store(tmp_path / "x.db", embed_model=object())
+        new_store(other_target("x.db"), embed_model=object())
 
 
 def test_text_only_nodes_are_searchable_by_bm25(new_store):
@@ -269,7 +287,8 @@ def test_from_vector_store_reads_a_db_written_by_another_process(run_python, db_
 
 
 def test_an_in_memory_store_makes_no_file(tmp_path, monkeypatch):
-    """':memory:' is SQLite's in-memory database, as LlamaIndex users pass it: no file appears."""
+    """':memory:' is SQLite's in-memory database, as LlamaIndex users pass it: no file appears
+    (SQLite only: a Postgres index is always on its server)."""
     monkeypatch.chdir(tmp_path)
     s = PolarisVectorStore(":memory:", model_id="fake-bow", config=load_config(use_user_config=False))
     s.add(make_nodes())

@@ -33,7 +33,8 @@ from .errors import InputError, ScopeError
 from .search.context import bounded, stitch
 from .dialect import execute
 from .search.names import close_names, collections_named, did_you_mean, documents_named, no_document
-from .text import nfc
+from .records import DocumentRecord, is_relative_path
+from .text import nfc, storable
 
 SEPARATOR = " > "  # between the headings of a heading path (``ChunkSpan.heading_path_str``)
 LISTED = 5  # sections an ambiguous name lists
@@ -151,6 +152,31 @@ class DocumentPage:
     rows: list[DocumentRow]
 
 
+# -- the document rows of both stores (Store and PgStore: get_document, documents, files) ------
+DOCUMENT_COLUMNS = "id, path, name, collection, status, error, content_hash, metadata, created_at, updated_at"
+
+
+def document_records(conn: Any, *, document_id: str | None = None, collection: str | None = None,
+                     as_added: bool = False) -> list[DocumentRecord]:
+    """The document with id ``document_id``, or the documents of ``collection``, or all of them, by
+    path (or id when there is none; equal ones by collection and id), or with ``as_added`` in the
+    order they were first added (rowid: what ``polaris copy`` writes, so that the copy lists its
+    documents as the source does). The same SQL in either dialect (``dialect.execute``)."""
+    where, args = "", ()
+    if document_id is not None:
+        where, args = "WHERE id = ?", (storable(document_id),)
+    elif collection is not None:
+        where, args = "WHERE collection = ?", (nfc(collection),)
+    order = "rowid" if as_added else "coalesce(path, id), collection, id"
+    rows = execute(conn, f"SELECT {DOCUMENT_COLUMNS} FROM documents {where} ORDER BY {order}", args).fetchall()
+    return [DocumentRecord(r[0], r[1], r[2], r[3], r[4], r[5], r[6], json.loads(r[7]), r[8], r[9]) for r in rows]
+
+
+def files_of(docs: Sequence[DocumentRecord]) -> dict[str, DocumentRecord]:
+    """The documents among ``docs`` that are files under their collection's root, by relative path."""
+    return {d.path: d for d in docs if d.path and is_relative_path(d.path)}
+
+
 # -- reading ------------------------------------------------------------------------------
 def find_document(conn: Any, name: str, collection: str | None = None) -> DocumentRef:
     """The document named ``name`` (path or id), in ``collection`` when given. A name the
@@ -228,7 +254,9 @@ def list_documents(conn: Any, collection: str | Sequence[str] | None = None, pre
     docs = execute(conn,
         "SELECT d.id, d.path, d.collection, d.status, d.error, d.updated_at, d.content_hash,"
         f" {'count(*) OVER ()' if filtered else 'NULL'} FROM documents d WHERE {condition}"
-        " ORDER BY d.collection, d.path LIMIT ? OFFSET ?",  # the order of documents_collection_path: no sort
+        # the order of documents_collection_path, no sort: SQLite's NULLs come first and equal keys go
+        # by rowid anyway; Postgres's index is built so (postgres/schema.py, migration 2)
+        " ORDER BY d.collection, d.path NULLS FIRST, d.rowid LIMIT ? OFFSET ?",
         [*args, limit, offset],
     ).fetchall()
     if filtered and docs:

@@ -164,10 +164,16 @@ def normal_chunk(chunk: ChunkRecord) -> ChunkRecord:
 
 
 def _storable_metadata(metadata: dict[str, Any]) -> dict[str, Any]:
-    """``metadata`` unchanged, or with its strings ``storable`` when one holds a lone surrogate."""
-    if "\\ud" not in json.dumps(metadata, default=str):  # ASCII JSON writes a surrogate as an escape
+    """``metadata`` unchanged, or as JSON holds it: with its strings ``storable`` when one holds a lone
+    surrogate, and a NaN or an infinity as null (what JSON.stringify writes). Python's json writes
+    them as NaN and Infinity, which SQLite reads (NaN as null, or as nan where no patch reads it) and
+    Postgres refuses: one such value failed every filtered query on a Postgres index."""
+    text = json.dumps(metadata, default=str)
+    surrogate = "\\ud" in text  # ASCII JSON writes a surrogate as an escape
+    if not surrogate and "NaN" not in text and "Infinity" not in text:
         return metadata
-    return storable_value(json.loads(json.dumps(metadata, default=str)))
+    value = json.loads(text, parse_constant=lambda _: None)
+    return storable_value(value) if surrogate else value
 
 
 def _check_unique(doc: DocumentRecord, chunks: Sequence[ChunkRecord]) -> None:

@@ -49,6 +49,7 @@ from .tokenize import Tokenizer
 from .search import bm25 as fts, postings as search_postings, vector as vector_search
 from .search.filters import Filter, filter_sql
 from .search.scope import Scope, resolve_scope
+from .documents import document_records, files_of
 from .search.names import collections_named
 from .text import is_valid, nfc, storable, storable_value
 
@@ -282,7 +283,7 @@ class Store:
             yield "meta", get_meta(conn)
             for row in conn.execute("SELECT name, root FROM collections ORDER BY name").fetchall():
                 yield "collection", tuple(row)
-            for doc in self._documents("", ()):
+            for doc in document_records(conn, as_added=True):
                 yield "document", doc
             last = -(2**63)
             while True:
@@ -754,29 +755,18 @@ class Store:
     # -- reads --------------------------------------------------------------------
     def get_document(self, document_id: str) -> DocumentRecord | None:
         """One document by id."""
-        rows = self._documents("WHERE id = ?", (storable(document_id),))
+        with self._lock:
+            rows = document_records(self.conn, document_id=document_id)
         return rows[0] if rows else None
 
     def documents(self, collection: str | None = None) -> list[DocumentRecord]:
         """All documents, or those of one collection, ordered by path."""
-        if collection is None:
-            return self._documents("", ())
-        return self._documents("WHERE collection = ?", (nfc(collection),))
+        with self._lock:
+            return document_records(self.conn, collection=collection)
 
     def files(self, collection: str) -> dict[str, DocumentRecord]:
         """The documents of ``collection`` that are files under its root, by relative path."""
-        return {d.path: d for d in self.documents(collection) if d.path and is_relative_path(d.path)}
-
-    def _documents(self, where: str, args: tuple) -> list[DocumentRecord]:
-        sql = (
-            "SELECT id, path, name, collection, status, error, content_hash, metadata, created_at, updated_at"
-            f" FROM documents {where} ORDER BY coalesce(path, id)"
-        )
-        with self._lock:
-            rows = self.conn.execute(sql, args).fetchall()
-        return [
-            DocumentRecord(r[0], r[1], r[2], r[3], r[4], r[5], r[6], json.loads(r[7]), r[8], r[9]) for r in rows
-        ]
+        return files_of(self.documents(collection))
 
     def get_chunks(
         self,

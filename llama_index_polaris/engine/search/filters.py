@@ -15,12 +15,14 @@ substring on a string value. ``text_match_insensitive`` folds ASCII case only (S
 
 from __future__ import annotations
 
+import decimal
 import json
 import math
 from dataclasses import dataclass
 from typing import Any, Union
 
 from ..errors import InputError
+from ..text import storable, storable_value
 
 SCALAR_OPS = ("==", "!=", ">", "<", ">=", "<=")
 LIST_OPS = ("in", "nin", "any", "all")
@@ -110,7 +112,15 @@ NUMBER_TYPES = "('integer', 'real', 'true', 'false')"
 TEXT_TYPES = "('text')"
 
 
+def _as_stored(c: Condition) -> Condition:
+    """``c`` with its key and text values as metadata is stored (``text.storable``: a lone surrogate
+    written out), so that it can match what it names and is never refused by the driver."""
+    key = storable(c.key) if isinstance(c.key, str) else c.key
+    return Condition(key, c.op, storable_value(c.value))
+
+
 def _condition_sql(c: Condition, column: str) -> tuple[str, list[Any]]:
+    c = _as_stored(c)
     _check_value(c)
     sql, params = _OPS[c.op](c.value, _path(c.key), column)
     return f"coalesce(({sql}), 0)", params
@@ -201,6 +211,10 @@ assert set(_OPS) == set(OPERATORS)
 _V = "f.v"
 _NUM = ("(CASE jsonb_typeof({0}) WHEN 'number' THEN ({0} #>> '{{}}')::float8 WHEN 'boolean' THEN"
         " (CASE WHEN {0} = 'true'::jsonb THEN 1.0 ELSE 0.0 END) END)")
+# SQLite reads a JSON integer as a 64-bit INTEGER and compares it exactly (with an integer, or
+# with a double); only other numbers are doubles. float8 alone would make 2**53 + 1 equal 2**53
+# (ids, nanosecond timestamps): an integer under the key is compared as numeric (exact) instead.
+_INT = "(jsonb_typeof({0}) = 'number' AND ({0} #>> '{{}}') !~ '[.eE]')"
 _TXT = "(CASE jsonb_typeof({0}) WHEN 'string' THEN ({0} #>> '{{}}') END)"
 _LOWER = "translate({0}, 'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz')"
 
@@ -210,6 +224,7 @@ def filter_sql_pg(f: Filter, column: str = "metadata") -> tuple[str, list[Any]]:
     if isinstance(f, FilterGroup):
         return _group_sql(f, column, filter_sql_pg, "TRUE")
     if isinstance(f, Condition):
+        f = _as_stored(f)
         _check_value(f)
         _path(f.key)
         sql, params = _PG_OPS[f.op](f.value)
@@ -221,7 +236,9 @@ def _pg_compare(op: str) -> Any:
     def build(v: Any) -> tuple[str, list[Any]]:
         if isinstance(v, str):
             return f'{_TXT.format(_V)} COLLATE "C" {op} ?::text COLLATE "C"', [v]
-        return f"{_NUM.format(_V)} {op} ?::float8", [float(v)]
+        exact = int(v) if isinstance(v, int) else decimal.Decimal(v)  # a double's exact value (True is 1)
+        return (f"(CASE WHEN {_INT.format(_V)} THEN ({_V} #>> '{{}}')::numeric {op} ?::numeric"
+                f" ELSE {_NUM.format(_V)} {op} ?::float8 END)", [exact, float(v)])
     return build
 
 
@@ -236,7 +253,8 @@ def _pg_same(x: str, item: str) -> str:
     """Two JSON scalars equal as SQLite compares them: strings as text, numbers and booleans by value."""
     return (f"(CASE WHEN jsonb_typeof({x}) = 'string' AND jsonb_typeof({item}) = 'string' THEN {x} = {item}"
             f" WHEN jsonb_typeof({x}) IN ('number', 'boolean') AND jsonb_typeof({item}) IN ('number', 'boolean')"
-            f" THEN {_NUM.format(x)} = {_NUM.format(item)} ELSE FALSE END)")
+            f" THEN (CASE WHEN {_INT.format(x)} AND {_INT.format(item)} THEN ({x} #>> '{{}}')::numeric ="
+            f" ({item} #>> '{{}}')::numeric ELSE {_NUM.format(x)} = {_NUM.format(item)} END) ELSE FALSE END)")
 
 
 def _pg_in(v: Any) -> tuple[str, list[Any]]:

@@ -27,7 +27,7 @@ from typing import Any, Sequence
 from ..dialect import execute, where as _where
 from ..records import DEFAULT_COLLECTION
 from ..errors import ScopeError
-from ..text import nfc, spellings
+from ..text import is_valid, nfc, spellings
 
 LISTED = 20  # collection names a message lists
 SUGGESTED = 3  # close matches a message suggests
@@ -61,7 +61,8 @@ def documents_named(conn: Any, names: Sequence[str]) -> tuple[list[str], list[st
     forms: dict[str, set[str]] = {}
     for name in names:
         for form in spellings(name):
-            forms.setdefault(form, set()).add(name)
+            if is_valid(form):  # what is stored is valid Unicode (``storable``): a lone surrogate's
+                forms.setdefault(form, set()).add(name)  # escaped form (nfc) is the one to look up
     keys = json.dumps(list(forms))
     rows = execute(conn, 
         "SELECT id, path FROM documents WHERE id IN (SELECT value FROM json_each(?))"

@@ -20,6 +20,7 @@ from typing import Any, Sequence
 
 from ..dialect import dialect, execute
 from ..errors import InputError, ScopeError
+from ..text import storable
 from .filters import Filter, filter_sql, filter_sql_pg
 from .names import collections_named, known_documents
 
@@ -104,6 +105,10 @@ def resolve_chunks(conn: Any, filters: Filter | None, node_ids: Sequence[str] | 
     """Chunk ids passing ``filters`` and in ``node_ids`` (an empty node_ids list means no filter)."""
     where, args = [], []
     if filters is not None:
+        # jsonb's || is a shallow merge and json_patch (the metadata shown) a deep one, but a filter reads
+        # one top-level key: both give it the chunk's value, else the document's; a null there (which
+        # json_patch removes) is a missing key to every operator, and no operator reads inside an object
+        # (tests/test_backend_parity.py checks every operator over nested metadata on both backends)
         if dialect(conn) == "postgres":  # jsonb: the document's metadata, then the chunk's own
             sql, params = filter_sql_pg(filters, "(d.metadata::jsonb || c.metadata::jsonb)")
         else:
@@ -111,7 +116,7 @@ def resolve_chunks(conn: Any, filters: Filter | None, node_ids: Sequence[str] | 
         where.append(f"({sql})")
         args += params
     if node_ids:
-        node_ids = _unique(node_ids, "node_ids")
+        node_ids = [storable(i) for i in _unique(node_ids, "node_ids")]  # as stored, as get_chunks reads them
         where.append("c.node_id IN (SELECT value FROM json_each(?))")
         args.append(json.dumps(list(node_ids)))
     if not where:
