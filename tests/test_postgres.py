@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from llama_index_polaris.engine.errors import DatabaseError, InputError, ModelMismatchError, NodeIdError
+from llama_index_polaris.engine.errors import DatabaseError, ModelMismatchError, NodeIdError
 from llama_index_polaris.engine.postgres import PgStore
 from llama_index_polaris.engine.search.bm25 import bm25 as fts5_bm25
 from llama_index_polaris.engine.search.filters import Condition, FilterGroup
