@@ -174,6 +174,24 @@ class Targets:
         self.made.append(database)
         return database_uri(self.server, database)
 
+    def copy_of(self, index: Path, name: str = "polaris.db") -> str:
+        """A new index holding what the polaris.db ``index`` holds: the file copied byte for byte, or
+        `polaris copy`'s engine into a new database (nothing re-embedded), for tests whose index is
+        where they start, not what they test."""
+        if self.backend == "sqlite":
+            import shutil
+
+            folder = Path(tempfile_dir(self.folder))
+            for suffix in ("", "-wal"):
+                if Path(f"{index}{suffix}").exists():
+                    shutil.copy(f"{index}{suffix}", folder / f"{name}{suffix}")
+            return str(folder / name)
+        from llama_index_polaris.engine.copy import copy_index
+
+        target = self.new()
+        copy_index(index, target)
+        return target
+
     @staticmethod
     def shown(target: str) -> str:
         """How the engine's messages name ``target`` (a URI without its password)."""
@@ -190,6 +208,12 @@ class Targets:
         with psycopg.connect(self.server, autocommit=True) as conn:
             for database in self.made:
                 conn.execute(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
+
+
+def tempfile_dir(parent: Path) -> str:
+    import tempfile
+
+    return tempfile.mkdtemp(dir=parent)
 
 
 def _targets(request: pytest.FixtureRequest, folder: Path) -> Targets:

@@ -47,10 +47,11 @@ def reader(folder: Path) -> list[Document]:
     return SimpleDirectoryReader(str(folder), recursive=True, required_exts=[".md"]).load_data()
 
 
-def test_the_handbook_indexed_both_ways_gives_the_same_chunks_and_vectors(targets, handbook, embed) -> None:
-    cli_db, li_db = targets.new("cli.db"), targets.new("li.db")
-    with PolarisIndex(cli_db, config=config()) as cli:
-        cli.index_paths([handbook])
+def test_the_handbook_indexed_both_ways_gives_the_same_chunks_and_vectors(targets, built_handbook, handbook,
+                                                                          embed) -> None:
+    # `polaris index`'s engine wrote built_handbook (on Postgres: copied there, nothing re-embedded)
+    cli_db, li_db = targets.copy_of(built_handbook, "cli.db"), targets.new("li.db")
+    with PolarisIndex(cli_db, config=config(), readonly=True) as cli:
         by_cli = {(c.heading_path, c.text): c for c in cli.store.get_chunks(with_embedding=True)}
     store = PolarisVectorStore(li_db, embed_model=embed, config=config())
     VectorStoreIndex.from_documents(
@@ -175,10 +176,9 @@ def test_nodes_come_back_as_they_were_added(targets, embed) -> None:
     store.close()
 
 
-def test_vectors_of_another_model_are_refused_at_add_and_at_query(targets, handbook, embed, settings_embed_model):
-    db = targets.new("p.db")
-    with PolarisIndex(db, config=config()) as cli:
-        cli.index_paths([handbook])
+def test_vectors_of_another_model_are_refused_at_add_and_at_query(targets, built_handbook, embed,
+                                                                 settings_embed_model):
+    db = targets.copy_of(built_handbook)  # the handbook as `polaris index` wrote it
     store = PolarisVectorStore(db, config=config())
     mock = MockEmbedding(embed_dim=384)  # the same size as MiniLM's vectors
     nodes = [TextNode(id_="m", text="sessions expire", embedding=mock.get_text_embedding("sessions expire"))]
@@ -206,7 +206,7 @@ def test_vectors_of_another_model_are_refused_at_add_and_at_query(targets, handb
         s.close()
 
 
-def test_query_options_are_honoured(targets, handbook, embed) -> None:
+def test_query_options_are_honoured(targets, built_handbook, embed) -> None:
     cfg = load_config(use_user_config=False)
     many = PolarisVectorStore(targets.new("many.db"), model_id="fake-8", config=cfg, default_mode="vector")
     many.add(fake_nodes(200, "n"))
@@ -214,9 +214,7 @@ def test_query_options_are_honoured(targets, handbook, embed) -> None:
     assert len(many.query(wide).nodes) == 150  # LlamaIndex's top_k, not the agents' 1..100 clamp
     many.close()
 
-    db = targets.new("p.db")
-    with PolarisIndex(db, config=config()) as cli:
-        cli.index_paths([handbook])
+    db = targets.copy_of(built_handbook)  # the handbook as `polaris index` wrote it
     # alpha alone decides fusion; DEFAULT is LlamaIndex's plain vector search here
     store = PolarisVectorStore(db, config=config(heading_boost=0.0), default_mode="vector")
     index = VectorStoreIndex.from_vector_store(store, embed_model=embed)
@@ -251,15 +249,14 @@ def test_query_options_are_honoured(targets, handbook, embed) -> None:
 QUESTION = "how do we handle expired sessions"
 
 
-def test_an_ingestion_pipeline_writes_what_polaris_index_writes(targets, handbook, embed) -> None:
+def test_an_ingestion_pipeline_writes_what_polaris_index_writes(targets, built_handbook, handbook, embed) -> None:
     store = PolarisVectorStore(targets.new("p.db"), embed_model=embed, config=config())
     pipeline = IngestionPipeline(
         transformations=[PolarisNodeParser(root_dir=str(handbook), config=config(), embed_model=embed), embed],
         vector_store=store,
     )
     pipeline.run(documents=reader(handbook))
-    with PolarisIndex(targets.new("cli.db"), config=config()) as cli:
-        cli.index_paths([handbook])
+    with PolarisIndex(targets.copy_of(built_handbook, "cli.db"), config=config(), readonly=True) as cli:
         expected = {(c.heading_path, c.text) for c in cli.store.get_chunks()}
         cli_hits = [(h.document, h.heading_path, round(h.score, 6)) for h in cli.search(QUESTION, top_k=2)]
     assert {(c.heading_path, c.text) for c in store.client.get_chunks()} == expected

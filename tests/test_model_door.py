@@ -29,7 +29,7 @@ from llama_index_polaris import PolarisEmbedding, PolarisNodeParser, PolarisRetr
 from llama_index_polaris.engine.config import load_config
 from llama_index_polaris.engine.errors import InputError, ModelMismatchError
 from llama_index_polaris.engine.index import PolarisIndex
-from polaris_testing import REPO
+from polaris_testing import REPO, copy_index
 
 MODEL = "all-minilm-l6-v2"
 K = 3
@@ -63,6 +63,17 @@ def project(tmp_path: Path, targets) -> Project:
     (tmp_path / "polaris.toml").write_text(f'model_id = "{MODEL}"\n')
     db = str(tmp_path / "polaris.db") if targets.backend == "sqlite" else targets.new()
     return Project(tmp_path, db, targets.backend)
+
+
+def index_handbook(project: Project, built_handbook: Path) -> None:
+    """The handbook in ``project.db`` as `polaris index` writes it: the module's built_handbook, copied
+    (the file byte for byte; into Postgres by `polaris copy`'s engine, nothing re-embedded)."""
+    if project.backend == "sqlite":
+        copy_index(built_handbook, project.root)
+    else:
+        from llama_index_polaris.engine.copy import copy_index as polaris_copy
+
+        polaris_copy(built_handbook, project.db)
 
 
 def config(project: Project):
@@ -161,13 +172,12 @@ async def test_every_idiom_is_answered_alike_by_every_door(idiom, project, embed
     store.close()
 
 
-def test_the_default_door_answers_what_polaris_search_answers(project, embed) -> None:
+def test_the_default_door_answers_what_polaris_search_answers(project, built_handbook, embed) -> None:
     """as_retriever() and as_query_engine() with no mode: the engine's hybrid sections with
     their explanations, at their own similarity_top_k; default_mode="vector" keeps
     LlamaIndex's plain vector search over chunks; the explicit modes keep their meaning."""
     cfg = config(project)
-    with PolarisIndex(project.db, config=cfg) as index:
-        index.index_paths([project.root / "handbook"])
+    index_handbook(project, built_handbook)
     questions = ["how do we handle expired sessions", "rrf_k", "what happens when a deploy goes wrong",
                  "how long do we keep backups", "what should I do in my first week"]
     store = PolarisVectorStore(project.db, config=cfg)
@@ -211,12 +221,12 @@ def test_the_default_door_answers_what_polaris_search_answers(project, embed) ->
 
 
 @pytest.mark.parametrize("vouching", ["no embed_model", "store embed_model", "Settings.embed_model"])
-def test_another_models_vectors_are_refused_at_add_whoever_vouches(vouching, project, embed, settings_embed_model):
+def test_another_models_vectors_are_refused_at_add_whoever_vouches(vouching, project, built_handbook, embed,
+                                                                   settings_embed_model):
     """MockEmbedding's 384-dim vectors into a file recorded as all-minilm-l6-v2 are refused,
     whatever the store was told: its embed_model names a model, it made none of these vectors."""
     cfg = config(project)
-    with PolarisIndex(project.db, config=cfg) as index:
-        index.index_paths([project.root / "handbook"])
+    index_handbook(project, built_handbook)
     store = PolarisVectorStore(project.db, config=cfg,
                                embed_model=embed if vouching == "store embed_model" else None)
     if vouching == "Settings.embed_model":
