@@ -180,8 +180,9 @@ class Targets:
         where they start, not what they test."""
         if self.backend == "sqlite":
             import shutil
+            import tempfile
 
-            folder = Path(tempfile_dir(self.folder))
+            folder = Path(tempfile.mkdtemp(dir=self.folder))
             for suffix in ("", "-wal"):
                 if Path(f"{index}{suffix}").exists():
                     shutil.copy(f"{index}{suffix}", folder / f"{name}{suffix}")
@@ -208,12 +209,6 @@ class Targets:
         with psycopg.connect(self.server, autocommit=True) as conn:
             for database in self.made:
                 conn.execute(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
-
-
-def tempfile_dir(parent: Path) -> str:
-    import tempfile
-
-    return tempfile.mkdtemp(dir=parent)
 
 
 def _targets(request: pytest.FixtureRequest, folder: Path) -> Targets:
