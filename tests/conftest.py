@@ -149,3 +149,84 @@ def backend_target(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return str(tmp_path / "polaris.db")
     return request.getfixturevalue("pg_uri")
+
+
+# -- door tests on both backends: where a module's (or a test's) indexes go ------------------------
+class Targets:
+    """Where indexes go on one backend (``backend`` is "sqlite" or "postgres"): ``new(name)`` is a
+    file ``name`` in ``folder``, or the URI of a new, empty database on the session's server.
+    ``close()`` drops the databases it made."""
+
+    def __init__(self, backend: str, folder: Path, server: str | None = None) -> None:
+        self.backend, self.folder, self.server = backend, folder, server
+        self.made: list[str] = []
+
+    def new(self, name: str = "polaris.db") -> str:
+        if self.backend == "sqlite":
+            return str(self.folder / name)
+        import uuid
+
+        import psycopg
+
+        database = f"polaris_{uuid.uuid4().hex[:12]}"
+        with psycopg.connect(self.server, autocommit=True) as conn:
+            conn.execute(f"CREATE DATABASE {database}")
+        self.made.append(database)
+        return database_uri(self.server, database)
+
+    def copy_of(self, index: Path, name: str = "polaris.db") -> str:
+        """A new index holding what the polaris.db ``index`` holds: the file copied byte for byte, or
+        `polaris copy`'s engine into a new database (nothing re-embedded), for tests whose index is
+        where they start, not what they test."""
+        if self.backend == "sqlite":
+            import shutil
+            import tempfile
+
+            folder = Path(tempfile.mkdtemp(dir=self.folder))
+            for suffix in ("", "-wal"):
+                if Path(f"{index}{suffix}").exists():
+                    shutil.copy(f"{index}{suffix}", folder / f"{name}{suffix}")
+            return str(folder / name)
+        from llama_index_polaris.engine.copy import copy_index
+
+        target = self.new()
+        copy_index(index, target)
+        return target
+
+    @staticmethod
+    def shown(target: str) -> str:
+        """How the engine's messages name ``target`` (a URI without its password)."""
+        from llama_index_polaris.engine.postgres.connect import shown
+        from llama_index_polaris.engine.storage import is_server_uri
+
+        return shown(target) if is_server_uri(target) else target
+
+    def close(self) -> None:
+        if not self.made:
+            return
+        import psycopg
+
+        with psycopg.connect(self.server, autocommit=True) as conn:
+            for database in self.made:
+                conn.execute(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
+
+
+def _targets(request: pytest.FixtureRequest, folder: Path) -> Targets:
+    server = request.getfixturevalue("pg_server") if request.param == "postgres" else None
+    return Targets(request.param, folder, server)
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def module_targets(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Targets]:
+    """A door-test module's index places on each backend in turn (module-scoped: build once per backend)."""
+    targets = _targets(request, tmp_path_factory.mktemp(f"targets-{request.param}"))
+    yield targets
+    targets.close()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def targets(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Targets]:
+    """One test's index places on each backend in turn: files in ``tmp_path`` or new databases."""
+    targets = _targets(request, tmp_path)
+    yield targets
+    targets.close()

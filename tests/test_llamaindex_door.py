@@ -1,7 +1,8 @@
 """The LlamaIndex door builds the same index as `polaris index` and keeps LlamaIndex's contracts.
 
 Through LlamaIndex's public API (VectorStoreIndex, as_retriever, as_query_engine with
-MockLLM, IngestionPipeline) on real files, a real polaris.db and the bundled model.
+MockLLM, IngestionPipeline) on real files, a real polaris.db and the bundled model; every test
+that opens an index runs on both backends (``targets``: files, or PostgreSQL databases, #26).
 """
 
 from __future__ import annotations
@@ -46,11 +47,13 @@ def reader(folder: Path) -> list[Document]:
     return SimpleDirectoryReader(str(folder), recursive=True, required_exts=[".md"]).load_data()
 
 
-def test_the_handbook_indexed_both_ways_gives_the_same_chunks_and_vectors(tmp_path, handbook, embed) -> None:
-    with PolarisIndex(tmp_path / "cli.db", config=config()) as cli:
-        cli.index_paths([handbook])
+def test_the_handbook_indexed_both_ways_gives_the_same_chunks_and_vectors(targets, built_handbook, handbook,
+                                                                          embed) -> None:
+    # `polaris index`'s engine wrote built_handbook (on Postgres: copied there, nothing re-embedded)
+    cli_db, li_db = targets.copy_of(built_handbook, "cli.db"), targets.new("li.db")
+    with PolarisIndex(cli_db, config=config(), readonly=True) as cli:
         by_cli = {(c.heading_path, c.text): c for c in cli.store.get_chunks(with_embedding=True)}
-    store = PolarisVectorStore(tmp_path / "li.db", embed_model=embed, config=config())
+    store = PolarisVectorStore(li_db, embed_model=embed, config=config())
     VectorStoreIndex.from_documents(
         reader(handbook), storage_context=StorageContext.from_defaults(vector_store=store),
         transformations=[PolarisNodeParser(root_dir=str(handbook), config=config())], embed_model=embed,
@@ -61,8 +64,8 @@ def test_the_handbook_indexed_both_ways_gives_the_same_chunks_and_vectors(tmp_pa
         other = by_li[key]
         assert float(chunk.embedding @ other.embedding) > 0.999, key[0]
         assert other.metadata["file_path"] == chunk.metadata["file_path"]  # relative to the root, both ways
-    assert {d.path for d in store.client.documents()} == {d.path for d in PolarisIndex(
-        tmp_path / "cli.db", config=config(), readonly=True).store.documents()}
+    with PolarisIndex(cli_db, config=config(), readonly=True) as cli:
+        assert {d.path for d in store.client.documents()} == {d.path for d in cli.store.documents()}
     store.close()
 
 
@@ -90,7 +93,7 @@ def test_a_parser_without_arguments_counts_in_the_tokens_of_the_model_that_embed
     assert "Settings.embed_model is MockEmbedding" in caplog.text and "count_tokens=" in caplog.text
 
 
-def test_llamaindex_constructor_habits_work_or_are_refused_with_a_message() -> None:
+def test_llamaindex_constructor_habits_work_or_are_refused_with_a_message(targets) -> None:
     cfg = load_config(use_user_config=False)
     assert PolarisNodeParser.from_defaults(config=cfg, chunk_size=128).max_chunk_tokens == 128
     assert PolarisNodeParser(config=cfg, chunk_size=100).max_chunk_tokens == 100
@@ -99,7 +102,7 @@ def test_llamaindex_constructor_habits_work_or_are_refused_with_a_message() -> N
     with pytest.raises(InputError, match="does not take paragraph_size"):
         PolarisNodeParser(config=cfg, paragraph_size=3)
     with pytest.raises(InputError, match="does not take persist_path"):
-        PolarisVectorStore("x.db", persist_path="y", config=cfg)
+        PolarisVectorStore(targets.new("x.db"), persist_path="y", config=cfg)
 
 
 def fake_nodes(n: int, collection_tag: str, dim: int = 8) -> list[TextNode]:
@@ -114,10 +117,11 @@ def fake_nodes(n: int, collection_tag: str, dim: int = 8) -> list[TextNode]:
     return nodes
 
 
-def test_a_collection_keeps_every_read_and_write_to_itself(tmp_path) -> None:
+def test_a_collection_keeps_every_read_and_write_to_itself(targets) -> None:
     cfg = load_config(use_user_config=False)
-    a = PolarisVectorStore(tmp_path / "p.db", collection="a", model_id="fake-8", config=cfg)
-    b = PolarisVectorStore(tmp_path / "p.db", collection="b", model_id="fake-8", config=cfg)
+    db = targets.new("p.db")
+    a = PolarisVectorStore(db, collection="a", model_id="fake-8", config=cfg)
+    b = PolarisVectorStore(db, collection="b", model_id="fake-8", config=cfg)
     a.add(fake_nodes(6, "a"))
     b.add(fake_nodes(6, "b"))
     query = VectorStoreQuery(query_embedding=fake_nodes(1, "a")[0].embedding, similarity_top_k=20)
@@ -134,7 +138,7 @@ def test_a_collection_keeps_every_read_and_write_to_itself(tmp_path) -> None:
         b.add([TextNode(id_="a-3", text="steal", embedding=[0.1] * 8)])
     a.clear()  # release 0.1 wiped every collection here
     assert a.get_nodes() == [] and len(b.get_nodes()) == 6
-    everything = PolarisVectorStore(tmp_path / "p.db", collection=None, config=cfg)
+    everything = PolarisVectorStore(db, collection=None, config=cfg)
     assert len(everything.get_nodes()) == 6
     with pytest.raises(InputError, match="collection=NAME to write"):
         everything.add(fake_nodes(1, "c"))
@@ -142,8 +146,8 @@ def test_a_collection_keeps_every_read_and_write_to_itself(tmp_path) -> None:
         s.close()
 
 
-def test_nodes_come_back_as_they_were_added(tmp_path, embed) -> None:
-    store = PolarisVectorStore(tmp_path / "p.db", embed_model=embed, config=config())
+def test_nodes_come_back_as_they_were_added(targets, embed) -> None:
+    store = PolarisVectorStore(targets.new("p.db"), embed_model=embed, config=config())
     docs = [Document(text="# Sessions\n\nExpired sessions need a new login.\n\n## Tokens\n\nTokens last an hour.\n",
                      id_="guide", metadata={"file_path": "guide.md", "file_size": 90, "creation_date": "2026-11-30"},
                      excluded_llm_metadata_keys=["file_size", "creation_date"],
@@ -172,10 +176,10 @@ def test_nodes_come_back_as_they_were_added(tmp_path, embed) -> None:
     store.close()
 
 
-def test_vectors_of_another_model_are_refused_at_add_and_at_query(tmp_path, handbook, embed, settings_embed_model):
-    with PolarisIndex(tmp_path / "p.db", config=config()) as cli:
-        cli.index_paths([handbook])
-    store = PolarisVectorStore(tmp_path / "p.db", config=config())
+def test_vectors_of_another_model_are_refused_at_add_and_at_query(targets, built_handbook, embed,
+                                                                 settings_embed_model):
+    db = targets.copy_of(built_handbook)  # the handbook as `polaris index` wrote it
+    store = PolarisVectorStore(db, config=config())
     mock = MockEmbedding(embed_dim=384)  # the same size as MiniLM's vectors
     nodes = [TextNode(id_="m", text="sessions expire", embedding=mock.get_text_embedding("sessions expire"))]
     with pytest.raises(ModelMismatchError, match="do not come from all-minilm-l6-v2"):
@@ -186,13 +190,13 @@ def test_vectors_of_another_model_are_refused_at_add_and_at_query(tmp_path, hand
     with pytest.raises(ModelMismatchError, match="query embedding"):
         PolarisRetriever(vector_store=store, embed_model=mock).retrieve("expired sessions")
     good = VectorStoreIndex.from_vector_store(store, embed_model=embed).as_retriever(similarity_top_k=3)
-    with PolarisIndex(tmp_path / "p.db", config=config(), readonly=True) as engine:  # what `polaris search` answers
+    with PolarisIndex(db, config=config(), readonly=True) as engine:  # what `polaris search` answers
         expected = [h.node_id for h in engine.search("how do we handle expired sessions", top_k=3)]
     assert [n.node.node_id for n in good.retrieve("how do we handle expired sessions")] == expected
     assert len(store.client.documents()) == 11  # the refused add wrote nothing
     # an index built through Settings.embed_model records that model, not "unknown"
     settings_embed_model(MockEmbedding(embed_dim=16))
-    fresh = PolarisVectorStore(tmp_path / "mock.db", config=config())
+    fresh = PolarisVectorStore(targets.new("mock.db"), config=config())
     VectorStoreIndex([TextNode(id_="x", text="hello")], storage_context=StorageContext.from_defaults(vector_store=fresh))
     assert fresh.client.model.model_id == "MockEmbedding:unknown"
     settings_embed_model(MockEmbedding(embed_dim=16, model_name="other"))
@@ -202,18 +206,17 @@ def test_vectors_of_another_model_are_refused_at_add_and_at_query(tmp_path, hand
         s.close()
 
 
-def test_query_options_are_honoured(tmp_path, handbook, embed) -> None:
+def test_query_options_are_honoured(targets, built_handbook, embed) -> None:
     cfg = load_config(use_user_config=False)
-    many = PolarisVectorStore(tmp_path / "many.db", model_id="fake-8", config=cfg, default_mode="vector")
+    many = PolarisVectorStore(targets.new("many.db"), model_id="fake-8", config=cfg, default_mode="vector")
     many.add(fake_nodes(200, "n"))
     wide = VectorStoreQuery(query_embedding=fake_nodes(1, "q")[0].embedding, similarity_top_k=150)
     assert len(many.query(wide).nodes) == 150  # LlamaIndex's top_k, not the agents' 1..100 clamp
     many.close()
 
-    with PolarisIndex(tmp_path / "p.db", config=config()) as cli:
-        cli.index_paths([handbook])
+    db = targets.copy_of(built_handbook)  # the handbook as `polaris index` wrote it
     # alpha alone decides fusion; DEFAULT is LlamaIndex's plain vector search here
-    store = PolarisVectorStore(tmp_path / "p.db", config=config(heading_boost=0.0), default_mode="vector")
+    store = PolarisVectorStore(db, config=config(heading_boost=0.0), default_mode="vector")
     index = VectorStoreIndex.from_vector_store(store, embed_model=embed)
     question = "rrf_k rank fusion constant"
 
@@ -246,15 +249,14 @@ def test_query_options_are_honoured(tmp_path, handbook, embed) -> None:
 QUESTION = "how do we handle expired sessions"
 
 
-def test_an_ingestion_pipeline_writes_what_polaris_index_writes(tmp_path, handbook, embed) -> None:
-    store = PolarisVectorStore(tmp_path / "p.db", embed_model=embed, config=config())
+def test_an_ingestion_pipeline_writes_what_polaris_index_writes(targets, built_handbook, handbook, embed) -> None:
+    store = PolarisVectorStore(targets.new("p.db"), embed_model=embed, config=config())
     pipeline = IngestionPipeline(
         transformations=[PolarisNodeParser(root_dir=str(handbook), config=config(), embed_model=embed), embed],
         vector_store=store,
     )
     pipeline.run(documents=reader(handbook))
-    with PolarisIndex(tmp_path / "cli.db", config=config()) as cli:
-        cli.index_paths([handbook])
+    with PolarisIndex(targets.copy_of(built_handbook, "cli.db"), config=config(), readonly=True) as cli:
         expected = {(c.heading_path, c.text) for c in cli.store.get_chunks()}
         cli_hits = [(h.document, h.heading_path, round(h.score, 6)) for h in cli.search(QUESTION, top_k=2)]
     assert {(c.heading_path, c.text) for c in store.client.get_chunks()} == expected
@@ -263,10 +265,11 @@ def test_an_ingestion_pipeline_writes_what_polaris_index_writes(tmp_path, handbo
     store.close()
 
 
-def test_both_doors_into_one_file_keep_one_document_per_file(tmp_path, handbook, embed) -> None:
-    with PolarisIndex(tmp_path / "p.db", config=config()) as cli:
+def test_both_doors_into_one_file_keep_one_document_per_file(targets, handbook, embed) -> None:
+    db = targets.new("p.db")
+    with PolarisIndex(db, config=config()) as cli:
         cli.index_paths([handbook])
-    store = PolarisVectorStore(tmp_path / "p.db", embed_model=embed, config=config())
+    store = PolarisVectorStore(db, embed_model=embed, config=config())
     VectorStoreIndex.from_documents(
         reader(handbook), storage_context=StorageContext.from_defaults(vector_store=store),
         transformations=[PolarisNodeParser(root_dir=str(handbook), config=config())], embed_model=embed,
@@ -274,7 +277,7 @@ def test_both_doors_into_one_file_keep_one_document_per_file(tmp_path, handbook,
     docs = store.client.documents()
     assert len(docs) == 11 and len({d.path for d in docs}) == 11  # LlamaIndex's copy replaced the CLI's
     assert store.client.counts()["chunks"] == 59
-    with PolarisIndex(tmp_path / "p.db", config=config()) as cli:  # and the CLI finds them again by path
+    with PolarisIndex(db, config=config()) as cli:  # and the CLI finds them again by path
         report = cli.index_paths([handbook])
         assert (report.added, report.removed, report.chunks_embedded) == (0, 0, 0)
         assert len(cli.store.documents()) == 11
