@@ -81,6 +81,10 @@ def _fusion_weights(v: Any) -> str | None:
     return check_weights(v)
 
 
+def _rerank_top(v: Any) -> str | None:
+    return None if 2 <= v <= 200 else "must be between 2 and 200"
+
+
 def _threads(v: Any) -> str | None:
     return None if v >= 1 else "must be 1 or greater"
 
@@ -100,6 +104,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("heading_boost", 0.2, (int, float), "bonus for query terms in the heading path, on the scale where the best fused score is 1.0; 0 disables (spec: 0.05; 0.2 measured better on sections)", _non_negative),
     Setting("mmr_lambda", 1.0, (int, float), "1.0 = pure relevance (MMR off), 0.0 = pure diversity (spec: 0.7; measured to lose)", _unit_interval),
     Setting("candidate_pool", 60, int, "chunks each list (vector, BM25) returns for ranking, whatever top_k is (spec: top_k x 3; this is the pool of top_k 10 in section unit), deeper only for hits past what it gives", _pool),
+    Setting("rerank_model", None, str, "optional cross-encoder that re-orders the first hits: a registry id (ms-marco-minilm-l6-v2, downloaded on first use) or a folder holding model.onnx and tokenizer.json; unset = off (docs/search.md)", nullable=True),
+    Setting("rerank_top", 20, int, "hits of the first candidate pool the cross-encoder re-orders (2 to 200), whatever top_k is", _rerank_top),
     Setting("top_k", 10, int, "hits returned by default (1 to 100)", _top_k),
     Setting("unit", "section", str, "what a hit is: a section (document + heading path, each once) or a chunk", _unit),
     Setting("db_path", "polaris.db", str, "the index file, or a postgresql:// URI (the Postgres backend)"),

@@ -28,7 +28,8 @@ def explain_line(e: Explanation) -> str:
         f"bm25 #{_fmt(e.bm25_rank, 'd')} score {_fmt(e.bm25_score, '.3f')} | "
         f"rrf {_fmt(e.rrf, '.5f')} (v {_fmt(e.rrf_vector, '.5f')} + b {_fmt(e.rrf_bm25, '.5f')}) | "
         f"score fusion v {_fmt(e.fusion_vector, '.3f')} + b {_fmt(e.fusion_bm25, '.3f')} | fused {_fmt(e.fused, '.3f')} | "
-        f"boost {_fmt(e.boost, '.4f')} | {learned_part(e)}mmr penalty {_fmt(e.mmr_penalty, '.4f')} | score {e.score:.3f}"
+        f"boost {_fmt(e.boost, '.4f')} | {learned_part(e)}mmr penalty {_fmt(e.mmr_penalty, '.4f')} | "
+        f"{'' if e.rerank is None else f'rerank {e.rerank:.3f} | '}score {e.score:.3f}"
     )
 
 
@@ -49,5 +50,7 @@ def brief_line(e: Explanation) -> str:
         parts.append(f"boost +{e.boost:.2f}")
     if e.mmr_penalty:
         parts.append(f"mmr -{e.mmr_penalty:.2f}")
+    if e.rerank is not None:
+        parts.append(f"rerank {e.rerank:.2f}")
     parts.append(f"score {e.score:.3f}")
     return " · ".join(parts)

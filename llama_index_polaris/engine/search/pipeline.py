@@ -242,8 +242,14 @@ class Searcher:
         last hit's, so the list stays in score order). The head never moves with ``p.k``."""
         ranked: list[Ranked] = []
         seen: set[Hashable] = set()
+        rerank = bool(self.config.rerank_model and query)
         for depth in pool_depths(self.config.candidate_pool):
-            tier, exhausted = self._rank_pool(query, p, scope, qvec, depth)
+            if rerank and not ranked:  # the first pool's rerank_top best, whatever k is, re-ordered
+                tier, exhausted = self._rank_pool(query, replace(p, k=max(p.k, self.config.rerank_top)), scope,
+                                                  qvec, depth)
+                tier = self._reranked(query, tier)
+            else:
+                tier, exhausted = self._rank_pool(query, p, scope, qvec, depth)
             for key, r in tier:
                 if key in seen:
                     continue
@@ -274,6 +280,18 @@ class Searcher:
         ranked = rank(vec_hits, bm_hits, candidates, p)
         keyed = [(candidates[r.chunk_id].section if p.unit == "section" else r.chunk_id, r) for r in ranked]
         return keyed, len(vec_hits) < depth and len(bm_hits) < depth
+
+    def _reranked(self, query: str, tier: list[tuple[Hashable, Ranked]]) -> list[tuple[Hashable, Ranked]]:
+        """The first pool's ``rerank_top`` best hits re-ordered by the cross-encoder (``rerank.py``)."""
+        from ..embed.crossencoder import load_reranker
+        from .rerank import reorder
+
+        head = tier[: self.config.rerank_top]
+        if not head:
+            return tier
+        texts = self._texts([r.chunk_id for _, r in head])
+        logits = load_reranker(self.config.rerank_model).score(query, [texts.get(r.chunk_id, "") for _, r in head])
+        return reorder(tier, logits)
 
     def _hits(self, ranked: list[Ranked], unit: str, context_tokens: int | None = None, query: str = "") -> list[Hit]:
         rows = self._rows([r.chunk_id for r in ranked])

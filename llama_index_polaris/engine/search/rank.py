@@ -76,6 +76,7 @@ class Explanation:
     contributions: dict[str, float] | None = None  # each feature's share of ``relevance``: they add up to it
     learned: float | None = None  # the learned model's score before it is divided by the best hit's
     pool: int | None = None  # chunks per list in the candidate pool that ranked this hit (``pipeline.pool_depths``)
+    rerank: float | None = None  # the cross-encoder's logit (``rerank_model``); the score is its logistic
 
 
 @dataclass(frozen=True)
