@@ -22,30 +22,23 @@ def upgrade_schema(path: str | Path) -> tuple[int, int] | None:
     from .store import _read_only_reason
 
     if is_server_uri(str(path)):
-        from .postgres import schema as pg_schema
+        from .postgres import schema as versions
         from .postgres.connect import connect
 
         conn = connect(str(path))
-        try:
-            version = pg_schema.schema_version(conn)
-        finally:
-            conn.close()
-        if version == 0 or version >= pg_schema.SCHEMA_VERSION:
+    else:
+        versions = db
+        if not Path(path).exists() or _read_only_reason(str(path)) is not None:
             return None
-        open_store(str(path)).close()  # a writer's open migrates (each step in its transaction)
-        return version, pg_schema.SCHEMA_VERSION
-    target = Path(path)
-    if not target.exists() or _read_only_reason(str(target)) is not None:
-        return None
-    conn = db.connect(target, readonly=True)
+        conn = db.connect(Path(path), readonly=True)
     try:
-        version = db.schema_version(conn)
+        version = versions.schema_version(conn)
     finally:
         conn.close()
-    if version == 0 or version >= db.SCHEMA_VERSION:
+    if version == 0 or version >= versions.SCHEMA_VERSION:
         return None
-    open_store(target).close()  # a writer's open migrates
-    return version, db.SCHEMA_VERSION
+    open_store(str(path)).close()  # a writer's open migrates (on Postgres each step in its transaction)
+    return version, versions.SCHEMA_VERSION
 
 
 def model_choice(config: PolarisConfig, recorded: ModelBinding | None) -> tuple[str, int | None]:
