@@ -128,8 +128,16 @@ def cmd_remove(args: argparse.Namespace) -> int:
 def _remove_index(path: Any) -> None:
     from .engine.storage import is_server_uri
 
-    if is_server_uri(str(path)):
-        return  # a database on a server is left as it is (its tables, no documents)
+    if is_server_uri(str(path)):  # the tables this run created go; the database itself stays
+        from .engine.postgres import schema
+        from .engine.postgres.connect import connect
+
+        conn = connect(str(path))
+        try:
+            schema.drop_empty_index(conn)
+        finally:
+            conn.close()
+        return
     for suffix in ("", "-wal", "-shm", ".lock"):
         try:
             os.remove(f"{path}{suffix}")

@@ -146,3 +146,19 @@ def index_counts(target: str) -> dict[str, int]:
         except Exception:
             row = (0, 0, 0, 0)
     return dict(zip(("documents", "completed", "chunks", "vectors"), row))
+
+
+def database_from_template(server_uri: str, template_uri: str, prefix: str = "polaris") -> str:
+    """A new database on the session's server made as a copy of ``template_uri``'s (no session may
+    be open on the template); its URI."""
+    import urllib.parse
+    import uuid
+
+    import psycopg
+
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    template = urllib.parse.urlsplit(template_uri).path.lstrip("/")
+    with psycopg.connect(server_uri, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name} TEMPLATE {template}")
+    parts = urllib.parse.urlsplit(server_uri)
+    return urllib.parse.urlunsplit(parts._replace(path=f"/{name}"))
