@@ -232,7 +232,10 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     upgraded = upgrade_schema(cfg.db_path)  # the one reading command that upgrades an older file
     if upgraded:
-        print(f"polaris: upgraded {cfg.db_path} from schema v{upgraded[0]} to v{upgraded[1]}", file=sys.stderr)
+        from .engine.storage import shown_target
+
+        print(f"polaris: upgraded {shown_target(cfg.db_path)} from schema v{upgraded[0]} to v{upgraded[1]}",
+              file=sys.stderr)
     with PolarisIndex(cfg.db_path, config=cfg, readonly=True) as index:
         status = index.status(check=args.check, changes=True)
     status["config"] = {k: {"value": v, "source": s} for k, v, s in describe(cfg)}

@@ -362,3 +362,26 @@ def test_the_snippet_of_a_lookup_shows_where_the_identifier_is_named() -> None:
     text = "Pass --out-dir to copy the artifacts out to a dir. " * 8 + "Cargo sets OUT_DIR for build scripts."
     assert "Cargo sets \033[1;33mOUT_DIR\033[0m for" in snippet(text, "OUT_DIR", color=True, width=80)
     assert snippet(text, "copy dir", width=80).startswith("Pass --out-dir to copy")  # words: the first of them
+
+
+def test_a_database_password_is_never_shown(tmp_path: Path, pg_uri: str) -> None:
+    """Postgres only (a file has no password): `polaris status` and the MCP server name the database
+    without it (the session's server trusts its socket, so any password connects)."""
+    from mcp_testing import McpSession, stdio
+
+    secret = pg_uri.replace("postgres:@", "postgres:s3cret-pw@", 1)
+    assert "s3cret-pw" in secret
+    write_docs(tmp_path, secret)
+    index_json(tmp_path, "docs")
+    status = run("status", "--json", cwd=tmp_path)
+    assert "s3cret-pw" not in status.stdout + status.stderr and json.loads(status.stdout)["db_path"].count("***") == 1
+    plain = run("status", cwd=tmp_path)
+    assert "s3cret-pw" not in plain.stdout + plain.stderr
+    session = McpSession(stdio(tmp_path))
+    try:
+        answer = session.call("status")
+        assert "s3cret-pw" not in json.dumps(answer.structured_content) + answer.content[0].text
+        missing = session.call("reindex", {"collection": "nope"})  # not offered read-only: an error either way
+        assert "s3cret-pw" not in missing.content[0].text
+    finally:
+        session.close()
