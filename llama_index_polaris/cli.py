@@ -128,8 +128,16 @@ def cmd_remove(args: argparse.Namespace) -> int:
 def _remove_index(path: Any) -> None:
     from .engine.storage import is_server_uri
 
-    if is_server_uri(str(path)):
-        return  # a database on a server is left as it is (its tables, no documents)
+    if is_server_uri(str(path)):  # the tables this run created go; the database itself stays
+        from .engine.postgres import schema
+        from .engine.postgres.connect import connect
+
+        conn = connect(str(path))
+        try:
+            schema.drop_empty_index(conn)
+        finally:
+            conn.close()
+        return
     for suffix in ("", "-wal", "-shm", ".lock"):
         try:
             os.remove(f"{path}{suffix}")
@@ -224,7 +232,10 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     upgraded = upgrade_schema(cfg.db_path)  # the one reading command that upgrades an older file
     if upgraded:
-        print(f"polaris: upgraded {cfg.db_path} from schema v{upgraded[0]} to v{upgraded[1]}", file=sys.stderr)
+        from .engine.storage import shown_target
+
+        print(f"polaris: upgraded {shown_target(cfg.db_path)} from schema v{upgraded[0]} to v{upgraded[1]}",
+              file=sys.stderr)
     with PolarisIndex(cfg.db_path, config=cfg, readonly=True) as index:
         status = index.status(check=args.check, changes=True)
     status["config"] = {k: {"value": v, "source": s} for k, v, s in describe(cfg)}

@@ -193,7 +193,10 @@ class Door:
 
     @property
     def db_path(self) -> str:
-        return str(self.config.db_path)
+        """The index as messages name it (a URI without its password)."""
+        from .engine.storage import shown_target
+
+        return shown_target(self.config.db_path)
 
     @property
     def index(self) -> Any:

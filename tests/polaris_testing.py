@@ -106,3 +106,59 @@ def module_target(request, tmp_path_factory) -> str:
     if request.param == "sqlite":
         return str(tmp_path_factory.mktemp("sqlite") / "polaris.db")
     return new_database(request.getfixturevalue("pg_server"), "polaris_mod")
+
+
+def project_toml(target: str, model_id: str = "all-minilm-l6-v2") -> str:
+    """A polaris.toml naming the model, and for a Postgres ``target`` its URI as ``db_path`` (a file
+    target is the default polaris.db of the folder, so it is left unnamed): every command run in
+    the folder then uses that index, as a user's project does."""
+    text = f'model_id = "{model_id}"\n'
+    if target.startswith(("postgresql://", "postgres://")):
+        text += f'db_path = "{target}"\n'
+    return text
+
+
+def index_counts(target: str) -> dict[str, int]:
+    """Documents, completed documents, chunks and chunks with a vector, read from the backend's own
+    tables (0 each when there is no index yet)."""
+    from llama_index_polaris.engine.storage import is_server_uri
+
+    if is_server_uri(target):
+        import psycopg
+
+        sql = ("SELECT (SELECT count(*) FROM documents), (SELECT count(*) FROM documents WHERE status = 'completed'),"
+               " (SELECT count(*) FROM chunks), (SELECT count(*) FROM chunks WHERE embedding IS NOT NULL)")
+        try:
+            with psycopg.connect(target) as conn:
+                row = conn.execute(sql).fetchone()
+        except psycopg.Error:
+            row = (0, 0, 0, 0)
+    else:
+        from llama_index_polaris.engine.store import Store
+
+        sql = ("SELECT (SELECT count(*) FROM documents), (SELECT count(*) FROM documents WHERE status = 'completed'),"
+               " (SELECT count(*) FROM chunks), (SELECT count(*) FROM chunks_vec)")
+        if not Path(target).exists():
+            return dict.fromkeys(("documents", "completed", "chunks", "vectors"), 0)
+        try:
+            with Store(target, readonly=True) as s:
+                row = s.conn.execute(sql).fetchone()
+        except Exception:
+            row = (0, 0, 0, 0)
+    return dict(zip(("documents", "completed", "chunks", "vectors"), row))
+
+
+def database_from_template(server_uri: str, template_uri: str, prefix: str = "polaris") -> str:
+    """A new database on the session's server made as a copy of ``template_uri``'s (no session may
+    be open on the template); its URI."""
+    import urllib.parse
+    import uuid
+
+    import psycopg
+
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    template = urllib.parse.urlsplit(template_uri).path.lstrip("/")
+    with psycopg.connect(server_uri, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name} TEMPLATE {template}")
+    parts = urllib.parse.urlsplit(server_uri)
+    return urllib.parse.urlunsplit(parts._replace(path=f"/{name}"))

@@ -10,20 +10,23 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from llama_index_polaris.engine.db import SCHEMA_VERSION
 
 from llama_index_polaris.engine.store import Store
+from polaris_testing import index_counts, project_toml
 
 POLARIS = str(Path(sys.executable).with_name("polaris"))
 MODEL_TOML = 'model_id = "all-minilm-l6-v2"\n'
 
 
-def run(*args: str, cwd: Path, check: bool = True, timeout: float = 300) -> subprocess.CompletedProcess:
+def run(*args: str, cwd: Path, check: bool = True, timeout: float = 300,
+        env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     proc = subprocess.run([POLARIS, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "XDG_CONFIG_HOME": str(cwd / ".xdg")})
+                          env={**os.environ, "XDG_CONFIG_HOME": str(cwd / ".xdg"), **(env or {})})
     if check and proc.returncode != 0:
         raise AssertionError(f"polaris {' '.join(args)} exited {proc.returncode}:\n{proc.stderr}")
     return proc
@@ -33,7 +36,8 @@ def index_json(cwd: Path, *paths: str) -> dict:
     return json.loads(run("index", *paths, "--json", "--quiet", cwd=cwd).stdout)
 
 
-def write_docs(root: Path) -> None:
+def write_docs(root: Path, target: str | None = None) -> None:
+    """docs/ and a polaris.toml in ``root``; the index is ``target`` (default: root's polaris.db)."""
     (root / "docs" / "auth").mkdir(parents=True)
     (root / "docs" / "auth" / "tokens.md").write_text(
         "# Tokens\n\n## Token lifetime\n\nAccess tokens are valid for fifteen minutes. When a request is"
@@ -48,24 +52,27 @@ def write_docs(root: Path) -> None:
         "# Deploys\n\nDeploys go out from the main branch after the checks pass. Roll back with the"
         " previous image tag if error rates climb.\n"
     )
-    (root / "polaris.toml").write_text(MODEL_TOML)
+    (root / "polaris.toml").write_text(project_toml(target or str(root / "polaris.db")))
 
 
 @pytest.fixture
-def project(tmp_path: Path) -> Path:
-    write_docs(tmp_path)
+def project(tmp_path: Path, backend_target: str) -> Path:
+    """docs/ in tmp_path, indexed (by the tests) into its polaris.db or, named in polaris.toml, a database."""
+    write_docs(tmp_path, backend_target)
     return tmp_path
 
 
-def counts(db: Path) -> tuple[int, int, int, int]:
-    with Store(db, readonly=True) as s:
-        c = s.conn
-        return (
-            c.execute("SELECT count(*) FROM documents").fetchone()[0],
-            c.execute("SELECT count(*) FROM chunks").fetchone()[0],
-            c.execute("SELECT count(*) FROM chunks_vec").fetchone()[0],
-            c.execute("SELECT count(*) FROM chunks_fts WHERE chunks_fts MATCH 'fusion OR tokens OR deploys OR revoke'").fetchone()[0],
-        )
+def target_of(root: Path) -> str:
+    """The index the project in ``root`` uses (its polaris.toml's db_path)."""
+    from llama_index_polaris.engine.config import load_config
+
+    db = load_config(root, use_user_config=False).db_path
+    return db if "://" in str(db) else str(root / db)
+
+
+def counts(root: Path) -> tuple[int, int, int]:
+    c = index_counts(target_of(root))
+    return c["documents"], c["chunks"], c["vectors"]
 
 
 def test_index_search_reindex_edit_delete(project: Path) -> None:
@@ -93,10 +100,10 @@ def test_index_search_reindex_edit_delete(project: Path) -> None:
     (project / "docs" / "deploy.md").unlink()
     removed = index_json(project, "docs")
     assert removed["removed"] == 1
-    docs, chunks, vecs, _ = counts(project / "polaris.db")
+    docs, chunks, vecs = counts(project)
     assert docs == 2 and chunks == vecs
-    with Store(project / "polaris.db", readonly=True) as s:
-        assert s.conn.execute("SELECT count(*) FROM chunks_fts WHERE chunks_fts MATCH 'deploys'").fetchone()[0] == 0
+    gone = json.loads(run("search", "deploys", "--json", "--mode", "bm25", cwd=project).stdout)
+    assert "deploy.md" not in {h["document"] for h in gone}  # nor its full-text rows
 
 
 def test_search_output_for_people(project: Path) -> None:
@@ -105,7 +112,7 @@ def test_search_output_for_people(project: Path) -> None:
     assert out.splitlines()[0].startswith(" 1. 1.000  auth/tokens.md  ›  Tokens > Token lifetime")
     status = json.loads(run("status", "--json", cwd=project).stdout)
     assert status["model_id"] == "all-minilm-l6-v2" and status["embedding_dim"] == 384
-    assert (status["documents"], status["schema_version"]) == (3, SCHEMA_VERSION)
+    assert (status["documents"], status["schema_version"]) == (3, schema_version_of(target_of(project)))
     assert status["config"]["model_id"]["source"].endswith("polaris.toml")
 
 
@@ -118,30 +125,55 @@ def test_scoped_search(project: Path) -> None:
     assert none.stderr.startswith("polaris: error: no collection 'nope' in ") and "which has 1: 'default'." in none.stderr
 
 
-def _many_files(root: Path, n: int) -> None:
+def schema_version_of(target: str) -> int:
+    """The schema version this Polaris writes on ``target``'s backend (each numbers its own migrations)."""
+    from llama_index_polaris.engine.postgres.schema import SCHEMA_VERSION as PG_SCHEMA_VERSION
+
+    return PG_SCHEMA_VERSION if "://" in target else SCHEMA_VERSION
+
+
+def _many_files(root: Path, n: int, target: str | None = None) -> None:
     docs = root / "many"
     docs.mkdir()
     for i in range(n):
         (docs / f"note{i:03d}.md").write_text(f"# Note {i}\n\nThis note number {i} records decision {i * 7} of the team.\n")
-    (root / "polaris.toml").write_text(MODEL_TOML)
+    (root / "polaris.toml").write_text(project_toml(target or str(root / "polaris.db")))
 
 
-def _completed(db: Path) -> int:
-    if not db.exists():
-        return 0
-    try:
-        with Store(db, readonly=True) as s:
-            return s.conn.execute("SELECT count(*) FROM documents WHERE status = 'completed'").fetchone()[0]
-    except Exception:
-        return 0
+def _completed(db: Path | str) -> int:
+    return index_counts(str(db))["completed"]
+
+
+def _chunks_per_document(target: str) -> list[tuple[str, int]]:
+    """(status, chunks) of every document, on either backend."""
+    sql = "SELECT d.status, count(c.id) FROM documents d LEFT JOIN chunks c ON c.document_id = d.id GROUP BY d.id"
+    if "://" in target:
+        import psycopg
+
+        with psycopg.connect(target) as conn:
+            return conn.execute(sql).fetchall()
+    with Store(target, readonly=True) as s:
+        return s.conn.execute(sql).fetchall()
+
+
+def _full_text_is_whole(target: str) -> None:
+    """FTS5's integrity-check on the file; on Postgres the BM25 counts agree with the chunks."""
+    if "://" in target:
+        from llama_index_polaris.engine.backends import open_store
+
+        with open_store(target, readonly=True) as s:
+            assert s.quick_check() == ["ok"]
+        return
+    with Store(target) as s:  # FTS5's integrity-check is a write statement
+        s.conn.execute("INSERT INTO chunks_fts(chunks_fts) VALUES ('integrity-check')")
 
 
 N_INTERRUPT = 160  # commits every 32 chunks: the run outlives its first commit
 
 
-def _interrupt_and_resume(root: Path, sig: int) -> None:
-    _many_files(root, N_INTERRUPT)
-    db = root / "polaris.db"
+def _interrupt_and_resume(root: Path, sig: int, target: str) -> None:
+    _many_files(root, N_INTERRUPT, target)
+    db = target
     # SIGINT at its default: a suite started in the background of a non-interactive shell
     # passes SIGINT on as ignored, and Python then installs no KeyboardInterrupt handler
     proc = subprocess.Popen([POLARIS, "index", "many", "--quiet"], cwd=root, stderr=subprocess.PIPE, text=True,
@@ -159,35 +191,33 @@ def _interrupt_and_resume(root: Path, sig: int) -> None:
         assert proc.returncode == 130 and "run the same command to resume" in proc.stderr.read()
     done = _completed(db)
     assert 0 < done < N_INTERRUPT
-    with Store(db, readonly=True) as s:  # every committed document is whole, nothing half-written
-        c = s.conn
-        rows = c.execute("SELECT d.status, count(c.id) FROM documents d LEFT JOIN chunks c ON c.document_id = d.id GROUP BY d.id").fetchall()
-        assert all(n == 1 for status, n in rows if status == "completed")
-        assert all(n == 0 for status, n in rows if status != "completed")
-        assert c.execute("SELECT count(*) FROM chunks").fetchone()[0] == c.execute("SELECT count(*) FROM chunks_vec").fetchone()[0]
-    with Store(db) as s:  # FTS5's integrity-check is a write statement
-        s.conn.execute("INSERT INTO chunks_fts(chunks_fts) VALUES ('integrity-check')")
+    rows = _chunks_per_document(db)  # every committed document is whole, nothing half-written
+    assert all(n == 1 for status, n in rows if status == "completed")
+    assert all(n == 0 for status, n in rows if status != "completed")
+    c = index_counts(db)
+    assert c["chunks"] == c["vectors"]
+    _full_text_is_whole(db)
     resumed = index_json(root, "many")
     assert resumed["unchanged"] == done
     assert resumed["added"] + resumed["updated"] == N_INTERRUPT - done
     assert _completed(db) == N_INTERRUPT
 
 
-def test_sigint_mid_run_then_resume(tmp_path: Path) -> None:
-    _interrupt_and_resume(tmp_path, signal.SIGINT)
+def test_sigint_mid_run_then_resume(tmp_path: Path, backend_target: str) -> None:
+    _interrupt_and_resume(tmp_path, signal.SIGINT, backend_target)
 
 
-def test_sigkill_mid_run_then_resume(tmp_path: Path) -> None:
-    _interrupt_and_resume(tmp_path, signal.SIGKILL)
+def test_sigkill_mid_run_then_resume(tmp_path: Path, backend_target: str) -> None:
+    _interrupt_and_resume(tmp_path, signal.SIGKILL, backend_target)
 
 
-def test_two_index_runs_and_a_search_meanwhile(tmp_path: Path) -> None:
-    _many_files(tmp_path, 100)
+def test_two_index_runs_and_a_search_meanwhile(tmp_path: Path, backend_target: str) -> None:
+    _many_files(tmp_path, 100, backend_target)
     env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path / ".xdg")}
     cmd = [POLARIS, "index", "many", "--quiet", "--json"]
     a = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     b = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    db = tmp_path / "polaris.db"
+    db = backend_target
     while _completed(db) == 0 and a.poll() is None and b.poll() is None:
         time.sleep(0.02)
     for p in (a, b):  # a run that ended before anything was committed says why
@@ -199,28 +229,31 @@ def test_two_index_runs_and_a_search_meanwhile(tmp_path: Path) -> None:
     # one run embedded everything, the other found it done: nothing was embedded twice
     assert sum(r["chunks_embedded"] for r in reports) == 100
     assert sorted(r["unchanged"] for r in reports) == [0, 100]
-    docs, chunks, vecs, _ = counts(db)
-    assert (docs, chunks, vecs) == (100, 100, 100)
+    assert counts(tmp_path) == (100, 100, 100)
 
 
-def test_a_second_run_says_it_waits_for_the_first(tmp_path: Path) -> None:
-    from llama_index_polaris.engine.lock import index_lock
+def test_a_second_run_says_it_waits_for_the_first(tmp_path: Path, backend_target: str) -> None:
+    from llama_index_polaris.engine.backends import open_store
 
-    _many_files(tmp_path, 3)
+    _many_files(tmp_path, 3, backend_target)
     env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path / ".xdg")}
-    with index_lock(tmp_path / "polaris.db"):  # this test process is "the first run"
+    first = open_store(backend_target)
+    with first.writer_lock():  # this test process is "the first run"
         b = subprocess.Popen([POLARIS, "index", "many", "--quiet"], cwd=tmp_path, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True, env=env)
         line = b.stderr.readline()
-        assert f"(pid {os.getpid()}) holds" in line and "waiting" in line
+        assert "another `polaris index` run" in line and "holds" in line and "waiting" in line
+        if "://" not in backend_target:  # the lock file records its holder's pid; a server lock has none to read
+            assert f"(pid {os.getpid()}) holds" in line
         time.sleep(0.5)
-        assert b.poll() is None and _completed(tmp_path / "polaris.db") == 0
+        assert b.poll() is None and _completed(backend_target) == 0
+    first.close()
     out, _ = b.communicate(timeout=240)
     assert b.returncode == 0 and "3 added" in out
 
 
-def test_bad_inputs_are_clear_and_lose_nothing(tmp_path: Path) -> None:
-    write_docs(tmp_path)
+def test_bad_inputs_are_clear_and_lose_nothing(tmp_path: Path, backend_target: str) -> None:
+    write_docs(tmp_path, backend_target)
     docs = tmp_path / "docs"
     (docs / "latin1.md").write_bytes("# Caf\xe9\n\nna\xefve text\n".encode("latin-1"))
     (docs / "binary.md").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00binary")
@@ -248,21 +281,32 @@ def test_bad_inputs_are_clear_and_lose_nothing(tmp_path: Path) -> None:
     assert empty["added"] == 0 and empty["failed"] == []
 
 
+def index_state(target: str) -> Any:
+    """All an index holds but its vectors (the file's bytes; a database's rows and meta)."""
+    if "://" not in target:
+        return Path(target).read_bytes()
+    from llama_index_polaris.engine.backends import open_store
+
+    with open_store(target, readonly=True) as s:
+        return [(kind, repr(row)) for kind, row in s.export_rows() if kind != "chunks"], index_counts(target)
+
+
 def test_other_model_and_bad_config_refused_before_work(project: Path) -> None:
     index_json(project, "docs")
-    before = (project / "polaris.db").read_bytes()
+    target = target_of(project)
+    before = index_state(target)
     other = run("index", "docs", "--model", "nomic-embed-text-v1.5", cwd=project, check=False)
     assert other.returncode == 1
     # refused (wrong model) or unavailable offline: either way nothing changed
     assert "all-minilm-l6-v2" in other.stderr
-    (project / "polaris.toml").write_text('model_id = "all-minilm-l6-v2"\nmmr_lamda = 0.5\n')
+    (project / "polaris.toml").write_text(project_toml(target) + "mmr_lamda = 0.5\n")
     bad = run("search", "tokens", cwd=project, check=False)
     assert bad.returncode == 1
     assert "polaris.toml: unknown key 'mmr_lamda'; did you mean 'mmr_lambda'?" in bad.stderr
     (project / "polaris.toml").write_text("model_id = [unclosed\n")
     broken = run("status", cwd=project, check=False)
     assert broken.returncode == 1 and "polaris.toml: not valid TOML" in broken.stderr
-    assert (project / "polaris.db").read_bytes() == before
+    assert index_state(target) == before
 
 
 def test_search_does_not_import_llama_index(project: Path) -> None:
@@ -279,10 +323,19 @@ def test_search_does_not_import_llama_index(project: Path) -> None:
 
 
 def test_a_model_that_cannot_load_leaves_no_empty_index(project: Path) -> None:
-    env_offline = run("index", "docs", "--model", "mxbai-embed-large-v1", "--db", "new.db", cwd=project, check=False)
+    target = target_of(project)
+    new = "new.db" if "://" not in target else target  # a fresh database: nothing in it yet
+    # offline: the model is not in the cache and cannot be fetched (at once, without the hub's retries)
+    env_offline = run("index", "docs", "--model", "mxbai-embed-large-v1", "--db", new, cwd=project, check=False,
+                      env={"POLARIS_OFFLINE": "1"})
     assert env_offline.returncode == 1
     assert 'model_id = "all-minilm-l6-v2"' in env_offline.stderr  # names the bundled alternative
     assert not list(project.glob("new.db*"))
+    if "://" in target:
+        import psycopg
+
+        with psycopg.connect(target) as conn:  # no tables written for an index that was never built
+            assert conn.execute("SELECT count(*) FROM pg_tables WHERE schemaname = current_schema()").fetchone()[0] == 0
 
 
 def test_a_query_spelled_like_a_flag_is_the_query(project: Path) -> None:
@@ -309,3 +362,26 @@ def test_the_snippet_of_a_lookup_shows_where_the_identifier_is_named() -> None:
     text = "Pass --out-dir to copy the artifacts out to a dir. " * 8 + "Cargo sets OUT_DIR for build scripts."
     assert "Cargo sets \033[1;33mOUT_DIR\033[0m for" in snippet(text, "OUT_DIR", color=True, width=80)
     assert snippet(text, "copy dir", width=80).startswith("Pass --out-dir to copy")  # words: the first of them
+
+
+def test_a_database_password_is_never_shown(tmp_path: Path, pg_uri: str) -> None:
+    """Postgres only (a file has no password): `polaris status` and the MCP server name the database
+    without it (the session's server trusts its socket, so any password connects)."""
+    from mcp_testing import McpSession, stdio
+
+    secret = pg_uri.replace("postgres:@", "postgres:s3cret-pw@", 1)
+    assert "s3cret-pw" in secret
+    write_docs(tmp_path, secret)
+    index_json(tmp_path, "docs")
+    status = run("status", "--json", cwd=tmp_path)
+    assert "s3cret-pw" not in status.stdout + status.stderr and json.loads(status.stdout)["db_path"].count("***") == 1
+    plain = run("status", cwd=tmp_path)
+    assert "s3cret-pw" not in plain.stdout + plain.stderr
+    session = McpSession(stdio(tmp_path))
+    try:
+        answer = session.call("status")
+        assert "s3cret-pw" not in json.dumps(answer.structured_content) + answer.content[0].text
+        missing = session.call("reindex", {"collection": "nope"})  # not offered read-only: an error either way
+        assert "s3cret-pw" not in missing.content[0].text
+    finally:
+        session.close()

@@ -22,6 +22,7 @@ from llama_index_polaris.engine.config import load_config
 from llama_index_polaris.engine.errors import InputError, ScopeError
 from llama_index_polaris.engine.index import PolarisIndex
 from llama_index_polaris.engine.search.context import ELLIPSIS, bounded, excerpt, first_match, window
+from polaris_testing import BACKENDS, module_target, project_toml
 
 MODEL = "all-minilm-l6-v2"
 ROTATION = "\n\n".join(
@@ -45,35 +46,43 @@ FILES = {
 }
 
 
-def write(root: Path) -> None:
+def write(root: Path, target: str | None = None) -> None:
+    """The files, and a polaris.toml naming the index: root's polaris.db (default) or ``target``."""
     for folder, files in FILES.items():
         for name, text in files.items():
             (root / folder / name).parent.mkdir(parents=True, exist_ok=True)
             (root / folder / name).write_text(text)
-    (root / "polaris.toml").write_text(f'model_id = "{MODEL}"\n')
+    (root / "polaris.toml").write_text(project_toml(target or str(root / "polaris.db"), MODEL))
 
 
 def cfg(root: Path):
     return load_config(root, use_user_config=False)
 
 
+def target_of(root: Path) -> str:
+    """The index of the project in ``root``: its polaris.toml's db_path (a file under root, or a URI)."""
+    db = str(cfg(root).db_path)
+    return db if "://" in db else str(root / db)
+
+
 def build(root: Path) -> None:
-    with PolarisIndex(root / "polaris.db", config=cfg(root)) as index:
+    with PolarisIndex(target_of(root), config=cfg(root)) as index:
         assert index.index_paths([root / "docs"]).failed == []
         assert index.index_paths([root / "blog"], collection="blog").failed == []
 
 
-@pytest.fixture(scope="module")
-def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+@pytest.fixture(scope="module", params=BACKENDS)
+def project(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The files indexed once per module and backend (the folder's polaris.db, or a database)."""
     root = tmp_path_factory.mktemp("documents")
-    write(root)
+    write(root, module_target(request, tmp_path_factory))
     build(root)
     return root
 
 
 @pytest.fixture(scope="module")
 def index(project: Path):
-    with PolarisIndex(project / "polaris.db", config=cfg(project), readonly=True) as opened:
+    with PolarisIndex(target_of(project), config=cfg(project), readonly=True) as opened:
         yield opened
 
 
@@ -221,14 +230,14 @@ def test_a_window_opens_where_the_text_first_answers_the_query() -> None:
 
 # -- freshness -----------------------------------------------------------------------------------
 @pytest.fixture
-def fresh_project(tmp_path: Path) -> Path:
-    write(tmp_path)
+def fresh_project(tmp_path: Path, backend_target: str) -> Path:
+    write(tmp_path, backend_target)
     build(tmp_path)
     return tmp_path
 
 
 def changes(root: Path) -> dict:
-    with PolarisIndex(root / "polaris.db", config=cfg(root), readonly=True) as index:
+    with PolarisIndex(target_of(root), config=cfg(root), readonly=True) as index:
         return index.status(changes=True)
 
 
@@ -266,7 +275,7 @@ def test_a_file_whose_text_is_the_same_in_another_spelling_is_fresh(fresh_projec
     """The hash is of the NFC text, as the indexer stores it: an NFD rewrite changes nothing."""
     path = fresh_project / "docs/guide/accents.md"
     path.write_text("# Caf\u00e9\n\nThe caf\u00e9 opens at eight for the \u00e5ngstr\u00f6m team.\n")
-    with PolarisIndex(fresh_project / "polaris.db", config=cfg(fresh_project)) as index:
+    with PolarisIndex(target_of(fresh_project), config=cfg(fresh_project)) as index:
         index.index_paths([path])
     path.write_text(unicodedata.normalize("NFD", path.read_text()))
     assert changes(fresh_project)["changes"]["default"]["stale"] is False
@@ -281,7 +290,7 @@ def test_a_root_that_is_gone_makes_every_file_missing(fresh_project: Path) -> No
 
 
 def test_one_process_reads_a_file_again_only_when_it_changed(fresh_project: Path) -> None:
-    with PolarisIndex(fresh_project / "polaris.db", config=cfg(fresh_project), readonly=True) as index:
+    with PolarisIndex(target_of(fresh_project), config=cfg(fresh_project), readonly=True) as index:
         doc = index.store.get_document("default:guide/tokens.md")
         assert index.freshness.document(doc) == "fresh"
         path = fresh_project / "docs/guide/tokens.md"

@@ -31,8 +31,8 @@ def test_walk_lists_what_it_passed_over_and_by_which_rule(tmp_path):
     ]
 
 
-def test_an_empty_run_says_what_it_ignored_and_sets_no_root(tmp_path):
-    write_docs(tmp_path)
+def test_an_empty_run_says_what_it_ignored_and_sets_no_root(tmp_path, backend_target):
+    write_docs(tmp_path, backend_target)
     notes_without_markdown(tmp_path)
     proc = run("index", "notes", "--json", "--quiet", cwd=tmp_path)
     report = json.loads(proc.stdout)
@@ -49,8 +49,8 @@ def test_an_empty_run_says_what_it_ignored_and_sets_no_root(tmp_path):
     assert second["nothing_found"] is False and "nothing to index" not in run("status", cwd=tmp_path).stderr
 
 
-def test_a_run_that_finds_files_reports_no_empty_line(tmp_path):
-    write_docs(tmp_path)
+def test_a_run_that_finds_files_reports_no_empty_line(tmp_path, backend_target):
+    write_docs(tmp_path, backend_target)
     (tmp_path / "docs" / "diagram.png").write_text("x")
     proc = run("index", "docs", "--json", "--quiet", cwd=tmp_path)
     report = json.loads(proc.stdout)

@@ -17,7 +17,7 @@ import pytest
 from llama_index_polaris.engine.config import load_config
 from llama_index_polaris.engine.errors import ConfigError, InputError
 from llama_index_polaris.engine.index import PolarisIndex
-from polaris_testing import REPO
+from polaris_testing import REPO, project_toml
 
 FILES = {
     "README.md": "# Handbook\n\nHow this handbook is organised: auth, operations and pets.\n",
@@ -36,12 +36,14 @@ def write(root: Path, files: dict[str, str] = FILES) -> Path:
 
 
 @pytest.fixture
-def open_index(tmp_path: Path):
+def open_index(backend_target: str):
+    """``open_index(**config)``: a PolarisIndex on this test's index, once per backend (a polaris.db
+    file, a fresh PostgreSQL database)."""
     opened: list[PolarisIndex] = []
 
     def _open(**config) -> PolarisIndex:
         cfg = load_config(use_user_config=False, model_id="all-minilm-l6-v2", **config)
-        index = PolarisIndex(tmp_path / "polaris.db", config=cfg)
+        index = PolarisIndex(backend_target, config=cfg)
         opened.append(index)
         return index
 
@@ -273,6 +275,7 @@ def test_config_numbers_must_be_finite(tmp_path: Path) -> None:
 
 # -- migration from release 0.1 (schema 2) -------------------------------------------------
 def test_a_schema_2_database_migrates_to_one_document_per_file(tmp_path: Path) -> None:
+    """SQLite only: release 0.1 wrote files; a Postgres index starts at its own first migration."""
     import numpy as np
 
     from llama_index_polaris.engine import db
@@ -319,9 +322,18 @@ def polaris(*args: str, cwd: Path, timeout: float = 120):
 
 
 @pytest.fixture
-def project(tmp_path: Path) -> Path:
+def project(tmp_path: Path, backend_target: str) -> Path:
+    """A folder with docs/ and a polaris.toml naming the index: the folder's polaris.db, or a database."""
     write(tmp_path / "docs")
-    (tmp_path / "polaris.toml").write_text('model_id = "all-minilm-l6-v2"\n')
+    (tmp_path / "polaris.toml").write_text(project_toml(backend_target))
+    return tmp_path
+
+
+@pytest.fixture
+def file_project(tmp_path: Path) -> Path:
+    """The same on the SQLite file only."""
+    write(tmp_path / "docs")
+    (tmp_path / "polaris.toml").write_text(project_toml(str(tmp_path / "polaris.db")))
     return tmp_path
 
 
@@ -360,7 +372,9 @@ def corrupt_full_text_pages(db: Path) -> None:
         fh.write(b"\xff" * (page_size - 8))
 
 
-def test_cli_a_damaged_database_is_one_clear_error_in_every_command(project: Path) -> None:
+def test_cli_a_damaged_database_is_one_clear_error_in_every_command(file_project: Path) -> None:
+    """SQLite only: it overwrites pages of the file's FTS5 table (a server's storage is its own)."""
+    project = file_project
     polaris("index", "docs", cwd=project)
     corrupt_full_text_pages(project / "polaris.db")
     for args in (("search", "backups"), ("search", "backups", "--json"), ("status", "--check"), ("status", "--check", "--json")):

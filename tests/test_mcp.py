@@ -22,7 +22,8 @@ from llama_index_polaris.engine.index import PolarisIndex
 from llama_index_polaris.engine.search.pipeline import MAX_QUERY_CHARS
 from llama_index_polaris.mcp_server import BRIEF, LIMITS, document_uri, parse_address
 from mcp_testing import POLARIS, McpSession, environment, http_server, stdio, text_of
-from test_documents import FILES, MODEL, ROTATION, SESSIONS
+from polaris_testing import BACKENDS, module_target, project_toml
+from test_documents import FILES, MODEL, ROTATION, SESSIONS, target_of
 
 TOOLS = {"search", "read_section", "outline", "list_documents", "status"}
 QUERIES = ("how long does a session last", "refresh token lifetime")
@@ -30,15 +31,17 @@ NOTES = {"a.md": "# Notes A\n\nThe first note says that deploys happen on Tuesda
          "b.md": "# Notes B\n\nThe second note says that backups are tested every month.\n"}
 
 
-@pytest.fixture(scope="module")
-def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+@pytest.fixture(scope="module", params=BACKENDS)
+def project(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The files indexed once per backend; polaris.toml names the index (the folder's polaris.db, or a
+    database), so the server, the CLI and the engine started in the folder all read that one."""
     root = tmp_path_factory.mktemp("mcp")
     for folder, files in {**FILES, "notes": NOTES}.items():
         for name, text in files.items():
             (root / folder / name).parent.mkdir(parents=True, exist_ok=True)
             (root / folder / name).write_text(text)
-    (root / "polaris.toml").write_text(f'model_id = "{MODEL}"\n')
-    with PolarisIndex(root / "polaris.db", config=cfg(root)) as index:
+    (root / "polaris.toml").write_text(project_toml(module_target(request, tmp_path_factory), MODEL))
+    with PolarisIndex(target_of(root), config=cfg(root)) as index:
         for folder in ("docs", "blog", "notes"):
             report = index.index_paths([root / folder], collection="default" if folder == "docs" else folder)
             assert report.failed == []
@@ -51,7 +54,7 @@ def cfg(root: Path):
 
 @pytest.fixture(scope="module")
 def engine(project: Path) -> Iterator[PolarisIndex]:
-    with PolarisIndex(project / "polaris.db", config=cfg(project), readonly=True) as index:
+    with PolarisIndex(target_of(project), config=cfg(project), readonly=True) as index:
         yield index
 
 
@@ -298,9 +301,9 @@ def test_two_clients_at_once_over_http_get_the_cli_answer(http_url: str, project
         jobs = [(s, q) for q in QUERIES for s in (modern, legacy)] * 2
         with ThreadPoolExecutor(len(jobs)) as pool:
             answers = list(pool.map(lambda job: job[0].call("search", {"query": job[1], "k": 3, "full": True}), jobs))
-        for (_, query), result in zip(jobs, answers):
-            assert_same_hits(result.structured_content["hits"], cli_search(
-                project, query, "-k", "3", "--context", "section", "--context-tokens", "300"))
+        cli = {q: cli_search(project, q, "-k", "3", "--context", "section", "--context-tokens", "300") for q in QUERIES}
+        for (_, query), result in zip(jobs, answers):  # every answer, each compared with the CLI's for its query
+            assert_same_hits(result.structured_content["hits"], cli[query])
         bad = legacy.call("search", {"query": "x", "k": 0})
         assert bad.is_error and not modern.call("read_section", {"document": "guide/tokens.md",
                                                                  "heading_path": "Rotation"}).is_error
@@ -328,12 +331,12 @@ def test_an_address_is_loopback_unless_one_is_named() -> None:
 
 
 # -- writes, only when allowed -------------------------------------------------------------------
-def test_reindex_is_offered_only_with_allow_writes(tmp_path: Path, project: Path) -> None:
+def test_reindex_is_offered_only_with_allow_writes(tmp_path: Path, backend_target: str) -> None:
     for name, text in FILES["docs"].items():
         (tmp_path / "docs" / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / "docs" / name).write_text(text)
-    (tmp_path / "polaris.toml").write_text(f'model_id = "{MODEL}"\n')
-    with PolarisIndex(tmp_path / "polaris.db", config=cfg(tmp_path)) as index:
+    (tmp_path / "polaris.toml").write_text(project_toml(backend_target, MODEL))
+    with PolarisIndex(backend_target, config=cfg(tmp_path)) as index:
         index.index_paths([tmp_path / "docs"])
     (tmp_path / "docs/guide/sessions.md").write_text(SESSIONS + "\n## Sharing\n\nSessions are never shared between"
                                                      " two devices, not even a phone and a laptop.\n")
@@ -353,16 +356,24 @@ def test_reindex_is_offered_only_with_allow_writes(tmp_path: Path, project: Path
         writer.close()
 
 
-def test_an_index_that_is_not_there_yet_is_an_error_of_each_call_until_it_is(tmp_path: Path) -> None:
+def test_an_index_that_is_not_there_yet_is_an_error_of_each_call_until_it_is(tmp_path: Path,
+                                                                            backend_target: str) -> None:
+    from llama_index_polaris.engine.postgres.connect import shown
+
+    later = str(tmp_path / "later.db") if "://" not in backend_target else backend_target  # a file, an empty database
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs/a.md").write_text(NOTES["a.md"])
     (tmp_path / "polaris.toml").write_text(f'model_id = "{MODEL}"\n')
-    early = McpSession(stdio(tmp_path, "--db", str(tmp_path / "later.db")))
+    early = McpSession(stdio(tmp_path, "--db", later))
     try:
         first = early.call("status")
-        assert first.is_error and text_of(first) == f"{tmp_path / 'later.db'}: no such index. Build one with" \
-                                                    " `polaris index PATH`."
-        with PolarisIndex(tmp_path / "later.db", config=cfg(tmp_path)) as index:
+        if "://" in later:  # a database is there, empty: what an empty file answers, naming the URI to build into
+            expected = (f"{shown(later)} is not a Polaris index (no Polaris tables). Build one with"
+                        f" `polaris index PATH --db {shown(later)}`.")
+        else:
+            expected = f"{later}: no such index. Build one with `polaris index PATH`."
+        assert first.is_error and text_of(first) == expected
+        with PolarisIndex(later, config=cfg(tmp_path)) as index:
             index.index_paths([tmp_path / "docs"])
         again = early.call("search", {"query": "when do deploys happen", "k": 1})
         assert not again.is_error and again.structured_content["hits"][0]["document"] == "a.md"

@@ -22,7 +22,7 @@ from llama_index_polaris import PolarisEmbedding, PolarisVectorStore
 from llama_index_polaris.engine.config import load_config
 from llama_index_polaris.engine.errors import InputError, NodeIdError
 from llama_index_polaris.engine.index import PolarisIndex
-from polaris_testing import copy_index
+from polaris_testing import BACKENDS, copy_index, database_from_template, new_database
 
 MODEL = "all-minilm-l6-v2"
 
@@ -36,9 +36,25 @@ def embed() -> PolarisEmbedding:
     return PolarisEmbedding(model_id=MODEL, config=config())
 
 
-@pytest.fixture
-def store(built_handbook: Path, tmp_path: Path, embed):
-    s = PolarisVectorStore(copy_index(built_handbook, tmp_path), embed_model=embed, config=config())
+@pytest.fixture(scope="module")
+def built_handbook_pg(built_handbook: Path, pg_server: str) -> str:
+    """The same index copied once into a database (`polaris copy`): the template of each test's."""
+    from llama_index_polaris.engine.copy import copy_index as polaris_copy
+
+    uri = new_database(pg_server, "polaris_tmpl")
+    polaris_copy(built_handbook, uri)
+    return uri
+
+
+@pytest.fixture(params=BACKENDS)
+def store(request: pytest.FixtureRequest, built_handbook: Path, tmp_path: Path, embed):
+    """A PolarisVectorStore on a copy of the built handbook, once per backend."""
+    if request.param == "sqlite":
+        target = str(copy_index(built_handbook, tmp_path))
+    else:
+        target = database_from_template(request.getfixturevalue("pg_server"),
+                                        request.getfixturevalue("built_handbook_pg"))
+    s = PolarisVectorStore(target, embed_model=embed, config=config())
     yield s
     s.close()
 
@@ -101,13 +117,13 @@ def test_a_node_id_inside_one_document_twice_is_refused(store, embed) -> None:
     assert held(store) == before
 
 
-def test_a_new_file_at_a_widened_roots_old_path_keeps_both_files(tmp_path: Path) -> None:
+def test_a_new_file_at_a_widened_roots_old_path_keeps_both_files(tmp_path: Path, backend_target: str) -> None:
     """The `polaris index` door: after a run over a parent folder, a file put where another
     used to be keyed derived the node ids still held by that one, and took its chunks."""
     docs = tmp_path / "proj" / "docs"
     docs.mkdir(parents=True)
     (docs / "a.md").write_text("# Alpha\n\nThe alpha document talks about quartz sessions in some detail here.\n")
-    with PolarisIndex(tmp_path / "p.db", config=config()) as index:
+    with PolarisIndex(backend_target, config=config()) as index:
         index.index_paths([docs])
         assert index.index_paths([tmp_path / "proj"]).root_change == "widened"
         shutil.copy(docs / "a.md", tmp_path / "proj" / "a.md")

@@ -273,6 +273,12 @@ def load_config(
 
 
 def describe(cfg: PolarisConfig) -> list[tuple[str, Any, str]]:
-    """(key, value, source) rows for every setting, for `polaris status`."""
-    return [(s.name, getattr(cfg, s.name), cfg.sources.get(s.name, "default")) for s in SETTINGS]
+    """(key, value, source) rows for every setting, for `polaris status` (a db_path URI without its password)."""
+    from .storage import shown_target
+
+    def value(name: str) -> Any:
+        v = getattr(cfg, name)
+        return shown_target(v) if name == "db_path" and "://" in str(v) else v
+
+    return [(s.name, value(s.name), cfg.sources.get(s.name, "default")) for s in SETTINGS]
 

@@ -10,7 +10,7 @@ from typing import Any, Callable, Sequence
 from .config import PolarisConfig, load_config
 from .errors import DatabaseError, InputError
 from .backends import open_store
-from .storage import is_server_uri
+from .storage import is_server_uri, shown_target
 from .store import UNKNOWN_MODEL, ModelBinding
 
 
@@ -68,6 +68,7 @@ class PolarisIndex:
         self.config = config or load_config()
         target = str(db_path or self.config.db_path)
         self.path: Any = target if is_server_uri(target) else Path(target)  # a file, or a postgresql:// URI
+        self.shown = shown_target(self.path)  # how messages and status name it: a URI without its password
         explicit = self.config.is_explicit("fts_tokenizer")
         new = isinstance(self.path, str) or not self.path.exists()  # a server keeps the tokenizer it was made with
         tokenizer = self.config.fts_tokenizer if explicit or new else None
@@ -101,7 +102,7 @@ class PolarisIndex:
                 from .embed import embedder_from_config, get_model_spec, resolve_dim
 
                 if self.store.readonly and self.store.model is None:
-                    raise DatabaseError(f"{self.path} has no model recorded yet: nothing has been indexed into it.")
+                    raise DatabaseError(f"{self.shown} has no model recorded yet: nothing has been indexed into it.")
                 model_id, dim = model_choice(self.config, self.store.model)
                 # refuse a mismatch before any model file is looked for or loaded
                 wanted = ModelBinding(model_id, resolve_dim(get_model_spec(model_id), dim))
@@ -146,7 +147,7 @@ class PolarisIndex:
 
         vector = self.embedder.embed_query(query)
         model = self.store.model
-        return check_query(vector, model.dim if model else None, model.model_id if model else None, str(self.path))
+        return check_query(vector, model.dim if model else None, model.model_id if model else None, self.shown)
 
     def searcher(self, embed_query: Callable[[str], Any] | None = None) -> Any:
         """A Searcher over this index; queries are embedded by ``embed_query``, else its embedder."""
@@ -182,7 +183,7 @@ class PolarisIndex:
     def search(self, query: str, **kwargs: Any) -> list[Any]:
         """Run the query pipeline (see ``Searcher.search``)."""
         if self.store.model is None:
-            raise DatabaseError(f"{self.path} holds no index yet. Build one with `polaris index PATH`.")
+            raise DatabaseError(f"{self.shown} holds no index yet. Build one with `polaris index PATH`.")
         return self.searcher().search(query, **kwargs)
 
     def status(self, check: bool = False, changes: bool = False) -> dict[str, Any]:
@@ -197,7 +198,7 @@ class PolarisIndex:
         store = self.store
         model, counts, roots = store.model, store.counts(), store.collections()
         out: dict[str, Any] = {
-            "db_path": str(self.path), "model_id": model.model_id if model else None,
+            "db_path": self.shown, "model_id": model.model_id if model else None,
             "embedding_dim": model.dim if model else None, "model_fingerprint": model.fingerprint if model else None,
             "documents": counts["documents"], "chunks": counts["chunks"], "collections": counts["collections"],
             "roots": roots, "root_exists": {n: bool(r) and Path(r).is_dir() for n, r in roots.items()},

@@ -43,6 +43,20 @@ def is_server_uri(target: Any) -> bool:
     return isinstance(target, str) and target.lower().startswith(SERVER_SCHEMES)
 
 
+def shown_target(target: Any) -> str:
+    """``target`` as messages name it: a file's path as given, a URI with its password as ``***``."""
+    text = str(target)
+    if not is_server_uri(text):
+        return text
+    import urllib.parse
+
+    parts = urllib.parse.urlsplit(text)
+    if not parts.password:
+        return text
+    host = parts.netloc.rsplit("@", 1)[-1]
+    return urllib.parse.urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
+
+
 @runtime_checkable
 class Storage(Protocol):
     """What every backend provides (see the module docstring for the groups)."""

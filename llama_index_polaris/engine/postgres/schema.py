@@ -171,3 +171,26 @@ def migrate(conn: Any, where: str) -> list[int]:
                 " ON CONFLICT (key) DO UPDATE SET value = excluded.value", (str(number),))
             applied.append(number)
     return applied
+
+
+INDEX_TABLES = ("chunks_bm25", "chunks_bm25_terms", "chunks_bm25_stats", "chunks", "documents", "collections",
+                "polaris_meta")
+
+
+def drop_empty_index(conn: Any) -> bool:
+    """Drop the Polaris tables when they hold no index yet (no model bound, no document): what a
+    run that failed before any work leaves, the twin of removing the file it created. True when
+    dropped; an index with anything in it is left alone. One transaction under the schema and
+    write locks, so a writer that started meanwhile is seen first."""
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK,))
+        if schema_version(conn) == 0:
+            return False
+        bound = conn.execute("SELECT count(*) FROM polaris_meta WHERE key = 'model_id'").fetchone()[0]
+        if bound or conn.execute("SELECT EXISTS (SELECT 1 FROM documents)").fetchone()[0] \
+                or conn.execute("SELECT EXISTS (SELECT 1 FROM collections)").fetchone()[0]:
+            return False
+        conn.execute("DROP TABLE " + ", ".join(INDEX_TABLES))
+        conn.execute("DROP SEQUENCE IF EXISTS chunks_bm25_version")
+    return True
