@@ -177,6 +177,22 @@ def files_of(docs: Sequence[DocumentRecord]) -> dict[str, DocumentRecord]:
     return {d.path: d for d in docs if d.path and is_relative_path(d.path)}
 
 
+def collection_root(conn: Any, collection: str) -> str | None:
+    """The folder a collection's file paths are relative to (None: not set yet, or no such collection)."""
+    row = execute(conn, "SELECT root FROM collections WHERE name = ?", (nfc(collection),)).fetchone()
+    return row[0] if row else None
+
+
+def collection_roots(conn: Any) -> dict[str, str | None]:
+    """Every collection and its root, by name."""
+    return dict(execute(conn, "SELECT name, root FROM collections ORDER BY name").fetchall())
+
+
+def add_collection(conn: Any, collection: str) -> None:
+    """Record ``collection`` (empty, no root) unless it is there (inside the caller's write)."""
+    execute(conn, "INSERT INTO collections (name) VALUES (?) ON CONFLICT DO NOTHING", (nfc(collection),))
+
+
 # -- reading ------------------------------------------------------------------------------
 def find_document(conn: Any, name: str, collection: str | None = None) -> DocumentRef:
     """The document named ``name`` (path or id), in ``collection`` when given. A name the

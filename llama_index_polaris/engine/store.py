@@ -49,6 +49,7 @@ from .tokenize import Tokenizer
 from .search import bm25 as fts, postings as search_postings, vector as vector_search
 from .search.filters import Filter, filter_sql
 from .search.scope import Scope, resolve_scope
+from . import documents as documents_module
 from .documents import document_records, files_of
 from .search.names import collections_named
 from .text import is_valid, nfc, storable, storable_value
@@ -700,18 +701,17 @@ class Store:
     def collection_root(self, collection: str) -> str | None:
         """The folder a collection's file paths are relative to (None: not set yet)."""
         with self._lock:
-            row = self.conn.execute("SELECT root FROM collections WHERE name = ?", (nfc(collection),)).fetchone()
-        return row[0] if row else None
+            return documents_module.collection_root(self.conn, collection)
 
     def collections(self) -> dict[str, str | None]:
         """Every collection and its root."""
         with self._lock:
-            return dict(self.conn.execute("SELECT name, root FROM collections ORDER BY name").fetchall())
+            return documents_module.collection_roots(self.conn)
 
     def add_collection(self, collection: str) -> None:
         """Record ``collection`` (empty, no root) if it is not there: a name searches may scope to."""
         with self._write():
-            self.conn.execute("INSERT OR IGNORE INTO collections (name) VALUES (?)", (nfc(collection),))
+            documents_module.add_collection(self.conn, collection)
 
     def set_collection_root(self, collection: str, root: str, renames: dict[str, str] | None = None) -> None:
         """Set ``collection``'s root; ``renames`` (old path -> new path) re-keys its files with it.

@@ -49,6 +49,7 @@ from ..records import (
     _check_unique_across, file_document_id, is_relative_path, mismatch_message, normal_chunk, normal_document,
     unknown_model_message,
 )
+from .. import documents as documents_module
 from ..documents import document_records, files_of
 from ..search import scope as scope_module
 from ..search.filters import Filter, filter_sql_pg
@@ -551,18 +552,17 @@ class PgStore:
     def collection_root(self, collection: str) -> str | None:
         """The folder a collection's file paths are relative to (None: not set yet)."""
         with self._lock:
-            row = self.conn.execute("SELECT root FROM collections WHERE name = %s", (nfc(collection),)).fetchone()
-        return row[0] if row else None
+            return documents_module.collection_root(self.conn, collection)
 
     def collections(self) -> dict[str, str | None]:
         """Every collection and its root."""
         with self._lock:
-            return dict(self.conn.execute("SELECT name, root FROM collections ORDER BY name").fetchall())
+            return documents_module.collection_roots(self.conn)
 
     def add_collection(self, collection: str) -> None:
-        """Record ``collection`` (empty, no root) if it is not there."""
-        with self._write() as conn:
-            conn.execute("INSERT INTO collections (name) VALUES (%s) ON CONFLICT DO NOTHING", (nfc(collection),))
+        """Record ``collection`` (empty, no root) if it is not there: a name searches may scope to."""
+        with self._write():
+            documents_module.add_collection(self.conn, collection)
 
     def set_collection_root(self, collection: str, root: str, renames: dict[str, str] | None = None) -> None:
         """Set ``collection``'s root; ``renames`` (old path -> new path) re-keys its files with it."""
