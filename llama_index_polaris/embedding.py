@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any, List, Optional
 
 from llama_index.core.base.embeddings.base import BaseEmbedding, Embedding
@@ -10,6 +9,7 @@ from llama_index.core.bridge.pydantic import Field, PrivateAttr
 
 from .engine.config import PolarisConfig, load_config
 from .engine.embed import Embedder, embedder_from_config
+from .engine.index import in_worker
 
 # LlamaIndex's embeddings_cache keys queries and documents by their raw text. The document
 # prefix differs from the query prefix, so with a cache a query is keyed under this marker.
@@ -86,16 +86,16 @@ class PolarisEmbedding(BaseEmbedding):
         return self._embedder.embed_query(query).tolist()
 
     async def _aget_query_embedding(self, query: str) -> Embedding:
-        return await asyncio.to_thread(self._get_query_embedding, query)
+        return await in_worker(self._get_query_embedding, query)
 
     def _get_text_embedding(self, text: str) -> Embedding:
         return self._embedder.embed_documents([text])[0].tolist()
 
     async def _aget_text_embedding(self, text: str) -> Embedding:
-        return await asyncio.to_thread(self._get_text_embedding, text)
+        return await in_worker(self._get_text_embedding, text)
 
     def _get_text_embeddings(self, texts: List[str]) -> List[Embedding]:
         return self._embedder.embed_documents(texts).tolist()
 
     async def _aget_text_embeddings(self, texts: List[str]) -> List[Embedding]:
-        return await asyncio.to_thread(self._get_text_embeddings, texts)
+        return await in_worker(self._get_text_embeddings, texts)

@@ -187,7 +187,10 @@ class Door:
 
     def __init__(self, config: PolarisConfig, *, collection: str | None = None, allow_writes: bool = False,
                  transport: str = "stdio") -> None:
+        from .engine.index import import_engine
+
         self.config, self.collection, self.allow_writes, self.transport = config, collection, allow_writes, transport
+        import_engine(config.db_path)  # before the warm-up and the tools' worker threads import any of it
         self._index: Any = None
         self._lock = threading.Lock()
 

@@ -10,7 +10,6 @@ nothing Polaris-specific reaches the LLM prompt.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any, List, Optional, Sequence
 
 from llama_index.core.base.base_retriever import BaseRetriever
@@ -19,6 +18,7 @@ from llama_index.core.schema import NodeWithScore, QueryBundle
 from llama_index.core.vector_stores.types import MetadataFilters
 
 from .engine.errors import InputError
+from .engine.index import in_worker
 from .engine.search.pipeline import MODES, Explanation
 from .engine.search.vector import MAX_K
 from .vector_store import PolarisVectorStore, binding_of, hit_to_node, to_engine_filter
@@ -117,4 +117,4 @@ class PolarisRetriever(BaseRetriever):
         return [PolarisNodeWithScore(node=hit_to_node(h), score=h.score, explain=h.explain) for h in hits]
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
-        return await asyncio.to_thread(self._retrieve, query_bundle)
+        return await in_worker(self._retrieve, query_bundle)

@@ -50,7 +50,6 @@ Non-vector similarities are the pipeline's scores, the top hit 1.0. Empty
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections import defaultdict
 from dataclasses import asdict
@@ -74,6 +73,7 @@ from llama_index.core.vector_stores.utils import metadata_dict_to_node
 from .engine.config import PolarisConfig, load_config
 from .engine.embed import get_model_spec
 from .engine.errors import InputError, ModelError, ModelMismatchError, VectorError
+from .engine.index import in_worker
 from .engine.recipe import STRUCTURAL_KEYS
 from .engine.search.filters import Condition, Filter, FilterGroup
 from .engine.search.pipeline import Hit
@@ -508,26 +508,26 @@ class PolarisVectorStore(BasePydanticVectorStore):
 
     # -- async: the same calls in a worker thread (the store is thread-safe) ------------
     async def async_add(self, nodes: Sequence[BaseNode], **kwargs: Any) -> List[str]:
-        return await asyncio.to_thread(self.add, nodes, **kwargs)
+        return await in_worker(self.add, nodes, **kwargs)
 
     async def adelete(self, ref_doc_id: str, **delete_kwargs: Any) -> None:
-        await asyncio.to_thread(self.delete, ref_doc_id, **delete_kwargs)
+        await in_worker(self.delete, ref_doc_id, **delete_kwargs)
 
     async def adelete_nodes(
         self, node_ids: Optional[List[str]] = None, filters: Optional[MetadataFilters] = None, **delete_kwargs: Any
     ) -> None:
-        await asyncio.to_thread(self.delete_nodes, node_ids, filters, **delete_kwargs)
+        await in_worker(self.delete_nodes, node_ids, filters, **delete_kwargs)
 
     async def aclear(self) -> None:
-        await asyncio.to_thread(self.clear)
+        await in_worker(self.clear)
 
     async def aget_nodes(
         self, node_ids: Optional[List[str]] = None, filters: Optional[MetadataFilters] = None
     ) -> List[BaseNode]:
-        return await asyncio.to_thread(self.get_nodes, node_ids, filters)
+        return await in_worker(self.get_nodes, node_ids, filters)
 
     async def aquery(self, query: VectorStoreQuery, **kwargs: Any) -> VectorStoreQueryResult:
-        return await asyncio.to_thread(self.query, query, **kwargs)
+        return await in_worker(self.query, query, **kwargs)
 
 
 def binding_of(embed_model: Any, dim: Optional[int] = None) -> Optional[ModelBinding]:

@@ -422,3 +422,47 @@ def test_the_cli_imports_the_sdk_only_for_polaris_mcp(run_python) -> None:
     result = run_python(code)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+IMPORT_CHECK = r'''
+import ast, importlib, pathlib, sys, threading
+import llama_index_polaris.engine as engine
+from llama_index_polaris.engine.config import PolarisConfig
+from llama_index_polaris.mcp_server import Door
+package = pathlib.Path(engine.__file__).parent
+
+def lazy(path, base):
+    """Modules a file imports inside its functions (relative to ``base``, a package name)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for inner in ast.walk(node):
+                if isinstance(inner, ast.ImportFrom) and inner.level and inner.module:
+                    parts = base.split(".")[: len(base.split(".")) - inner.level + 1]
+                    found.add(".".join(parts + [inner.module]))
+    return found
+
+eager_packages = {"llama_index_polaris.engine." + ".".join(p.parent.relative_to(package).parts)
+                  for p in package.rglob("__init__.py")
+                  if p.parent != package and any(l.startswith("from .") for l in p.read_text().splitlines())}
+eager_packages -= {"llama_index_polaris.engine.postgres"}  # a database URI's; this Door names a file
+needed = (lazy(package.parent / "mcp_server.py", "llama_index_polaris")
+          | lazy(package / "index.py", "llama_index_polaris.engine") | eager_packages)
+needed = {m for m in needed if m.startswith("llama_index_polaris.engine") and ".postgres" not in m}
+Door(PolarisConfig(db_path=sys.argv[1]))
+assert threading.active_count() == 1, "the Door started a thread before importing the engine"
+missing = sorted(m for m in needed if m not in sys.modules)
+half = sorted(m for m in needed if m in sys.modules and getattr(sys.modules[m].__spec__, "_initializing", False))
+print(missing, half, len(needed))
+assert not missing and not half and len(needed) > 10
+'''
+
+
+def test_the_server_imports_the_engine_before_its_threads_do(tmp_path: Path) -> None:
+    """The warm-up thread and the tools' worker threads import nothing a first call needs: a
+    package imported by two threads at once made `status` fail once ("partially initialized
+    module 'engine.embed.embedder'"). Every module the server, or an index it opens, imports
+    on first use is loaded, whole, by the Door's own thread, before any other thread starts."""
+    run = subprocess.run([sys.executable, "-c", IMPORT_CHECK, str(tmp_path / "polaris.db")],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stdout + run.stderr

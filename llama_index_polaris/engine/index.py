@@ -14,6 +14,42 @@ from .storage import is_server_uri, shown_target
 from .store import UNKNOWN_MODEL, ModelBinding
 
 
+# The packages whose ``__init__`` imports their own modules, and the modules a search, a
+# status or an index run imports on first use. A package imported for the first time by two
+# threads at once can fail in one of them (CPython's per-module import locks see a cycle and
+# one thread gets ImportError, "partially initialized module"): a door that answers calls in
+# worker threads imports these first, in its own thread (``import_engine``).
+ENGINE_MODULES = (
+    "chunk", "db", "embed", "embed.embedder", "embed.crossencoder", "documents", "freshness", "indexer",
+    "proof", "sources", "vectors", "search.pipeline", "search.rerank", "search.vector_cache", "search.bm25_cache",
+)
+SERVER_MODULES = ("postgres", "postgres.connect", "postgres.schema")
+
+
+def import_engine(target: str | Path | None = None) -> None:
+    """Import, in the calling thread, every engine module a call may need (those of a database
+    server too when ``target`` is its URI), before worker threads answer calls."""
+    import importlib
+
+    for name in ENGINE_MODULES:
+        importlib.import_module(f"{__package__}.{name}")
+    if target is not None and is_server_uri(str(target)):
+        try:
+            for name in SERVER_MODULES:
+                importlib.import_module(f"{__package__}.{name}")
+        except ImportError:
+            pass  # the extra is not installed: opening the index says so, and what to install
+
+
+async def in_worker(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)`` in a worker thread (an adapter's async method), the engine imported
+    first in the calling thread, so concurrent first calls cannot import it twice at once."""
+    import asyncio
+
+    import_engine()
+    return await asyncio.to_thread(fn, *args, **kwargs)
+
+
 def upgrade_schema(path: str | Path) -> tuple[int, int] | None:
     """Apply this Polaris's pending migrations to the index at ``path``: (from, to) versions, or
     None when it is current, not a Polaris index, or cannot be written here (a read-only
