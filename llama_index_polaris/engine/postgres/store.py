@@ -398,32 +398,16 @@ class PgStore:
         self._insert_chunks(conn, document_id, chunks, vecs)
 
     def _insert_chunks(self, conn: Any, document_id: str, chunks: Sequence[ChunkRecord],
-                       vecs: Sequence[np.ndarray | None], ids: Sequence[int] | None = None) -> None:
+                       vecs: Sequence[np.ndarray | None]) -> None:
         if not chunks:
             return
         counted = self.tokenizer().positions([(i, c.text, c.heading_path) for i, c in enumerate(chunks)])
         lengths = [len(counted[i]) for i in range(len(chunks))]
-        rows = [(c.node_id, document_id, c.ordinal, c.heading_path, c.heading_level, c.text, c.start_char, c.end_char,
-                 c.token_count, c.text_hash, json.dumps(c.metadata, default=str), v, c.node, n)
-                for c, v, n in zip(chunks, vecs, lengths)]
-        columns = ("node_id, document_id, ordinal, heading_path, heading_level, text, start_char, end_char,"
-                   " token_count, text_hash, metadata, embedding, node, bm25_length")
         with conn.cursor() as cur:
-            if ids is None:
-                new_ids = []
-                for row in rows:  # RETURNING per row keeps the order of ids (executemany would not say)
-                    new_ids.append(cur.execute(f"INSERT INTO chunks ({columns}) VALUES ({', '.join(['%s'] * 14)})"
-                                               " RETURNING id", row).fetchone()[0])
-            else:
-                new_ids = list(ids)
-                cur.executemany(f"INSERT INTO chunks (id, {columns}) VALUES ({', '.join(['%s'] * 15)})",
-                                [(i, *row) for i, row in zip(new_ids, rows)])
-        postings = []
-        for i, chunk_id in enumerate(new_ids):
-            counts: dict[str, int] = {}
-            for term, _, _ in counted[i]:
-                counts[term] = counts.get(term, 0) + 1
-            postings += [(term, chunk_id, n, lengths[i]) for term, n in counts.items()]
+            new_ids = [cur.execute(f"INSERT INTO chunks ({INSERT_COLUMNS}) VALUES ({', '.join(['%s'] * 14)}) RETURNING id",
+                                   row[1:]).fetchone()[0]  # one by one: RETURNING keeps the order of ids
+                       for row in _chunk_rows(chunks, vecs, lengths, document_id)]
+        postings = _postings(new_ids, counted, lengths)
         self._copy_postings(conn, postings)
         self._delta.add(len(new_ids), sum(lengths), (p[0] for p in postings))
 
@@ -788,10 +772,15 @@ class PgStore:
 
     def import_rows(self, items: Iterable[tuple[str, Any]]) -> None:
         """Write what ``export_rows`` gives (of any backend) into this empty index, ids and vectors
-        as they are, in one transaction; then VACUUM (ANALYZE) the tables."""
+        as they are, in one transaction; then VACUUM (ANALYZE) the tables. Bulk: documents, chunks
+        and postings go in by COPY, and the posting table's keys and indexes are built once at
+        the end (a 1M-chunk index has some 50M postings)."""
         with self._write() as conn:
             if conn.execute("SELECT 1 FROM documents LIMIT 1").fetchone() is not None:
                 raise InputError(f"{self.path} already holds documents; copy into a new, empty index.")
+            conn.execute("SELECT set_config('maintenance_work_mem', '1GB', true)")
+            rebuild = _set_aside_keys(conn, "chunks_bm25")
+            documents: list[DocumentRecord] = []
             for kind, value in items:
                 if kind == "meta":
                     keep = {k: v for k, v in value.items() if k != "schema_version"}
@@ -802,20 +791,64 @@ class PgStore:
                     conn.execute("INSERT INTO collections (name, root) VALUES (%s, %s) ON CONFLICT (name) DO UPDATE"
                                  " SET root = excluded.root", value)
                 elif kind == "document":
-                    self._document_row(conn, value)
-                    if value.created_at or value.updated_at:
-                        conn.execute("UPDATE documents SET created_at = %s, updated_at = %s WHERE id = %s",
-                                     (value.created_at, value.updated_at, value.id))
+                    documents.append(value)
                 elif kind == "chunks":
-                    by_doc: dict[str, list[ChunkRecord]] = {}
-                    for c in value:
-                        by_doc.setdefault(c.document_id, []).append(c)
-                    for doc_id, chunks in by_doc.items():
-                        self._insert_chunks(conn, doc_id, chunks, [c.embedding for c in chunks], [c.id for c in chunks])
+                    self._copy_documents(conn, documents)
+                    documents = []
+                    self._copy_chunks(conn, value)
+            self._copy_documents(conn, documents)
+            for statement in rebuild:
+                conn.execute(statement)
             conn.execute("SELECT setval(pg_get_serial_sequence('chunks', 'id'), coalesce(max(id), 0) + 1, false)"
                          " FROM chunks")
         with self._lock:  # the planner's statistics and the visibility map now, not at autovacuum's next visit
             self.conn.execute("VACUUM (ANALYZE) documents, chunks, chunks_bm25, chunks_bm25_terms")
+
+    def _copy_documents(self, conn: Any, documents: Sequence[DocumentRecord]) -> None:
+        """Exported document rows, in their order (which numbers their ``rowid``), by one COPY."""
+        if not documents:
+            return
+        for doc in documents:
+            if doc.status not in STATUSES:
+                raise InputError(f"document status must be one of {', '.join(STATUSES)}, got {doc.status!r}.")
+        conn.execute("INSERT INTO collections (name) SELECT DISTINCT unnest(%s::text[]) ON CONFLICT DO NOTHING",
+                     (sorted({d.collection for d in documents}),))
+        now = conn.execute(f"SELECT {NOW}").fetchone()[0]
+        with conn.cursor() as cur, cur.copy("COPY documents (id, path, name, collection, status, error, content_hash,"
+                                            " metadata, created_at, updated_at) FROM STDIN") as copy:
+            for d in documents:
+                copy.write_row((d.id, d.path, d.name, d.collection, d.status, d.error, d.content_hash,
+                                json.dumps(d.metadata, default=str), d.created_at or now, d.updated_at or now))
+
+    def _copy_chunks(self, conn: Any, chunks: Sequence[ChunkRecord]) -> None:
+        """Exported chunks (ids and vectors as they are) and their postings, by COPY."""
+        if not chunks:
+            return
+        counted = self.tokenizer().positions([(i, c.text, c.heading_path) for i, c in enumerate(chunks)])
+        lengths = [len(counted[i]) for i in range(len(chunks))]
+        with conn.cursor() as cur, cur.copy(f"COPY chunks (id, {INSERT_COLUMNS}) FROM STDIN (FORMAT BINARY)") as copy:
+            copy.set_types(CHUNK_TYPES)
+            for row in _chunk_rows(chunks, [c.embedding for c in chunks], lengths):
+                copy.write_row(row)
+        postings = _postings([c.id for c in chunks], counted, lengths)
+        self._copy_postings(conn, postings)
+        self._delta.add(len(chunks), sum(lengths), (p[0] for p in postings))
+
+
+def _set_aside_keys(conn: Any, table: str) -> list[str]:
+    """Drop ``table``'s constraints and indexes (it must be empty), returning the statements that
+    build them again: a bulk load then sorts once instead of inserting into each index per row."""
+    constraints = conn.execute("SELECT conname, pg_get_constraintdef(oid) FROM pg_constraint WHERE conrelid ="
+                               " %s::regclass AND contype IN ('p', 'u', 'f') ORDER BY contype = 'f', conname", (table,)).fetchall()
+    indexes = conn.execute("SELECT indexname, indexdef FROM pg_indexes WHERE tablename = %s AND indexname NOT IN"
+                           " (SELECT conname FROM pg_constraint WHERE conrelid = %s::regclass)",
+                           (table, table)).fetchall()
+    for name, _ in constraints:
+        conn.execute(f'ALTER TABLE {table} DROP CONSTRAINT "{name}"')
+    for name, _ in indexes:
+        conn.execute(f'DROP INDEX "{name}"')
+    return ([f'ALTER TABLE {table} ADD CONSTRAINT "{name}" {definition}' for name, definition in constraints]
+            + [definition for _, definition in indexes])
 
 
 class _Delta:
@@ -845,6 +878,32 @@ class _Delta:
         if self.df:  # their postings changed: readers holding the lists read them again (``bm25.Postings``)
             conn.execute("UPDATE chunks_bm25_terms SET version = nextval('chunks_bm25_version') WHERE term = ANY(%s)",
                          (sorted(self.df),))
+
+
+INSERT_COLUMNS = ("node_id, document_id, ordinal, heading_path, heading_level, text, start_char, end_char,"
+                  " token_count, text_hash, metadata, embedding, node, bm25_length")
+CHUNK_TYPES = ("bigint", "text", "text", "integer", "text", "integer", "text", "integer", "integer", "integer",
+               "text", "text", "vector", "text", "integer")  # id, then INSERT_COLUMNS (a binary COPY's types)
+
+
+def _chunk_rows(chunks: Sequence[ChunkRecord], vecs: Sequence[Any], lengths: Sequence[int],
+                document_id: str | None = None) -> list[tuple]:
+    """(id, then INSERT_COLUMNS) for each chunk of ``document_id`` (else of its own document; the id
+    is None for a chunk not yet stored)."""
+    return [(c.id, c.node_id, document_id or c.document_id, c.ordinal, c.heading_path, c.heading_level, c.text, c.start_char,
+             c.end_char, c.token_count, c.text_hash, json.dumps(c.metadata, default=str), v, c.node, n)
+            for c, v, n in zip(chunks, vecs, lengths)]
+
+
+def _postings(ids: Sequence[int], counted: dict[int, list], lengths: Sequence[int]) -> list[tuple[str, int, int, int]]:
+    """(term, chunk id, term frequency, chunk length) of each term of each chunk (``counted`` by position)."""
+    postings = []
+    for i, chunk_id in enumerate(ids):
+        counts: dict[str, int] = {}
+        for term, _, _ in counted[i]:
+            counts[term] = counts.get(term, 0) + 1
+        postings += [(term, chunk_id, n, lengths[i]) for term, n in counts.items()]
+    return postings
 
 
 def as_array(value: Any) -> np.ndarray:
