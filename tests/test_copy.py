@@ -83,6 +83,18 @@ def test_sqlite_to_postgres_to_sqlite_round_trips(tmp_path: Path, pg_uri: str) -
     assert any('"excluded_embed_metadata_keys": ["a"]' in n for n in nodes[back])
 
 
+def schema_objects(uri: str) -> tuple[list, list]:
+    """Every index and every key, check and foreign key of a database's tables, by definition."""
+    import psycopg
+
+    with psycopg.connect(uri) as conn:
+        indexes = conn.execute("SELECT tablename, indexname, indexdef FROM pg_indexes WHERE schemaname = 'public'"
+                               " ORDER BY 1, 2").fetchall()
+        keys = conn.execute("SELECT conrelid::regclass::text, conname, contype, pg_get_constraintdef(oid)"
+                            " FROM pg_constraint WHERE connamespace = 'public'::regnamespace ORDER BY 1, 2").fetchall()
+    return indexes, keys
+
+
 def test_postgres_to_postgres_and_what_is_refused(tmp_path: Path, pg_uri: str, pg_server: str) -> None:
     import psycopg
 
@@ -95,6 +107,16 @@ def test_postgres_to_postgres_and_what_is_refused(tmp_path: Path, pg_uri: str, p
         conn.execute("CREATE DATABASE polaris_copy_dst")
     other = database_uri(pg_server, "polaris_copy_dst")
     try:
+        assert copy_index(pg_uri, other)["chunks"] == 1
+        # the bulk load set the posting table's keys and indexes aside: the copy has them all again
+        assert schema_objects(other) == schema_objects(pg_uri)
+        with psycopg.connect(other, autocommit=True) as conn:
+            assert conn.execute("SELECT count(*) FROM chunks_bm25").fetchone()[0] > 0
+            conn.execute("DELETE FROM documents")  # the foreign keys cascade again
+            assert conn.execute("SELECT count(*) FROM chunks_bm25").fetchone()[0] == 0
+        with psycopg.connect(pg_server, autocommit=True) as conn:
+            conn.execute("DROP DATABASE polaris_copy_dst WITH (FORCE)")
+            conn.execute("CREATE DATABASE polaris_copy_dst")
         assert copy_index(pg_uri, other)["chunks"] == 1
         with pytest.raises(InputError, match="already holds documents"):
             copy_index(pg_uri, other)  # never into an index that holds something

@@ -323,3 +323,16 @@ def test_the_writer_lock_lets_one_index_run_at_a_time(pg_uri: str) -> None:
 def _hold(store: PgStore, order: list[str], waited: list[str]) -> None:
     with store.writer_lock(on_wait=waited.append):
         order.append("b")
+
+
+@given(st.integers(0, 10**9), st.sampled_from([64, 384, 768, 1024]), st.integers(2**20, 2**34),
+       st.integers(0, 10**9))
+def test_an_hnsw_build_asks_for_memory_its_graph_needs_within_bounds(n: int, dim: int, have: int, more: int) -> None:
+    from llama_index_polaris.engine.postgres.store import BUILD_MEMORY_CAP, build_memory
+
+    got = build_memory(n, dim, have)
+    assert got >= have and got >= min(BUILD_MEMORY_CAP, 512 * 2**20)  # never below the server's own
+    assert got <= max(have, BUILD_MEMORY_CAP)
+    assert build_memory(n + more, dim, have) >= got  # more vectors never ask for less
+    if have <= 512 * 2**20 and 2 * dim * n * 5 // 4 <= BUILD_MEMORY_CAP:
+        assert got >= 2 * dim * n  # the half-precision vectors themselves fit

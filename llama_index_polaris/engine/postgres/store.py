@@ -67,6 +67,15 @@ HNSW_FROM = int(os.environ["POLARIS_PG_HNSW_FROM"]) if os.environ.get("POLARIS_P
 EF_SEARCH = 100  # HNSW candidates per query, at least
 RESCORE_MARGIN = 32  # half-precision candidates beyond k, re-scored in float32
 HNSW_M, HNSW_EF_CONSTRUCTION = 16, 64  # pgvector's defaults
+BUILD_MEMORY_CAP = 2 * 2**30  # the most an HNSW build asks for (a server set higher keeps its own)
+
+
+def build_memory(n: int, dim: int, have: int) -> int:
+    """Bytes of ``maintenance_work_mem`` for an HNSW build over ``n`` half-precision vectors of
+    ``dim``: the graph in memory (a build that spills is many times slower), at least 512 MB,
+    at most ``BUILD_MEMORY_CAP``, and never less than the server's own setting ``have``."""
+    graph = n * (2 * dim + 2 * HNSW_M * 16 + 200) * 5 // 4  # vector, layer-0 neighbours, element; +25%
+    return max(have, min(BUILD_MEMORY_CAP, max(512 * 2**20, graph)))
 NOW = schema.NOW
 CHUNK_COLUMNS = ("c.id, c.node_id, c.document_id, c.ordinal, c.heading_path, c.heading_level, c.text, c.start_char,"
                  " c.end_char, c.token_count, d.metadata, c.metadata, c.text_hash, c.node")
@@ -682,7 +691,11 @@ class PgStore:
             self._ann_checked = (False, 0.0)
             with self.conn.transaction():
                 self.conn.execute("SELECT pg_advisory_xact_lock(%s)", (schema.WRITE_LOCK,))
-                self.conn.execute("SET LOCAL maintenance_work_mem = '512MB'")
+                n = self.conn.execute("SELECT count(*) FROM chunks WHERE embedding IS NOT NULL").fetchone()[0]
+                have = self.conn.execute("SELECT setting::bigint * 1024 FROM pg_settings WHERE name ="
+                                         " 'maintenance_work_mem'").fetchone()[0]
+                memory = build_memory(n, self.model.dim, have)
+                self.conn.execute("SELECT set_config('maintenance_work_mem', %s, true)", (f"{memory // 2**20}MB",))
                 self.conn.execute(
                     "CREATE INDEX IF NOT EXISTS chunks_embedding_hnsw ON chunks USING hnsw (embedding_half halfvec_cosine_ops)"
                     f" WITH (m = {HNSW_M}, ef_construction = {HNSW_EF_CONSTRUCTION})")
