@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import random
+import socket
 import subprocess
 import sys
 import threading
@@ -314,10 +315,23 @@ def test_the_writer_lock_lets_one_index_run_at_a_time(pg_uri: str) -> None:
             t = threading.Thread(target=lambda: _hold(b, order, waited))
             t.start()
             t.join(1.0)
-            assert t.is_alive() and waited  # b waits, and says so
+            assert t.is_alive() and waited  # b waits, and says so, naming the run that holds the lock
+            assert f"(pid {os.getpid()} on {socket.gethostname()})" in waited[0], waited
             order.append("a")
         t.join(30)
         assert order == ["a", "b"]
+
+
+def test_a_holder_that_did_not_name_itself_is_named_by_its_server_process(pg_uri: str) -> None:
+    import psycopg
+
+    from llama_index_polaris.engine.postgres import schema
+    from llama_index_polaris.engine.postgres.store import run_lock_holder
+
+    with psycopg.connect(pg_uri, autocommit=True) as holder, psycopg.connect(pg_uri, autocommit=True) as other:
+        assert run_lock_holder(other) is None
+        holder.execute("SELECT pg_advisory_lock(%s)", (schema.RUN_LOCK,))
+        assert run_lock_holder(other) == f"server process {holder.info.backend_pid}"
 
 
 def _hold(store: PgStore, order: list[str], waited: list[str]) -> None:

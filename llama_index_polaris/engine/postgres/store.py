@@ -34,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import socket
 import threading
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
@@ -68,6 +69,23 @@ EF_SEARCH = 100  # HNSW candidates per query, at least
 RESCORE_MARGIN = 32  # half-precision candidates beyond k, re-scored in float32
 HNSW_M, HNSW_EF_CONSTRUCTION = 16, 64  # pgvector's defaults
 BUILD_MEMORY_CAP = 2 * 2**30  # the most an HNSW build asks for (a server set higher keeps its own)
+
+
+def run_lock_holder(conn: Any) -> str | None:
+    """Who holds this database's `polaris index` lock: the run's own name (its pid and host), or the
+    server process and the client's address for a holder that did not name itself; None if free."""
+    row = conn.execute(
+        "SELECT a.application_name, l.pid, a.client_addr::text FROM pg_locks l LEFT JOIN pg_stat_activity a"
+        " ON a.pid = l.pid WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1"
+        " AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+        " AND l.classid::bigint = %s AND l.objid::bigint = %s",
+        (schema.RUN_LOCK >> 32, schema.RUN_LOCK & 0xFFFFFFFF)).fetchone()
+    if row is None:
+        return None
+    name, pid, address = row
+    if name and name.startswith("polaris index"):
+        return name.removeprefix("polaris index ").strip("()")
+    return f"server process {pid}" + (f", client {address}" if address else "")
 
 
 def build_memory(n: int, dim: int, have: int) -> int:
@@ -219,10 +237,14 @@ class PgStore:
         """One `polaris index` run at a time on this database (a session advisory lock)."""
         lock = threading.Lock()  # a second connection: the store's own runs the writes meanwhile
         conn = connect(self.uri)
-        try:
+        try:  # the run names itself, so that the next one (and pg_stat_activity) can say who holds the lock
+            conn.execute("SELECT set_config('application_name', %s, false)",
+                         (f"polaris index (pid {os.getpid()} on {socket.gethostname()})"[:63],))
             if not conn.execute("SELECT pg_try_advisory_lock(%s)", (schema.RUN_LOCK,)).fetchone()[0]:
                 if on_wait:
-                    on_wait(f"another `polaris index` run holds {self.path}; waiting for it to finish")
+                    holder = run_lock_holder(conn)
+                    on_wait(f"another `polaris index` run{f' ({holder})' if holder else ''} holds {self.path};"
+                            " waiting for it to finish")
                 conn.execute("SELECT pg_advisory_lock(%s)", (schema.RUN_LOCK,))
             with lock:
                 yield
