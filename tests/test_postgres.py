@@ -350,3 +350,28 @@ def test_an_hnsw_build_asks_for_memory_its_graph_needs_within_bounds(n: int, dim
     assert build_memory(n + more, dim, have) >= got  # more vectors never ask for less
     if have <= 512 * 2**20 and 2 * dim * n * 5 // 4 <= BUILD_MEMORY_CAP:
         assert got >= 2 * dim * n  # the half-precision vectors themselves fit
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sets(st.integers(1, 5_000), min_size=1, max_size=300), min_size=1, max_size=6), st.data())
+def test_phrase_sums_are_the_same_by_id_array_or_by_sorted_ids(lists: list, data: st.DataObject) -> None:
+    """``bm25.summed`` adds each chunk's phrase scores in the query's order (FTS5's doubles) on
+    either path: an array indexed by chunk id (long lists) or the sorted distinct ids (short)."""
+    from llama_index_polaris.engine.postgres.bm25 import summed
+
+    parts = []
+    for ids in lists:
+        ordered = np.array(sorted(ids), dtype=np.int64)
+        values = np.array(data.draw(st.lists(st.floats(1e-6, 50.0), min_size=len(ordered), max_size=len(ordered))))
+        parts.append((ordered, values))
+    expected: dict[int, float] = {}
+    for ids, values in parts:
+        for i, v in zip(ids.tolist(), values.tolist()):
+            expected[i] = expected.get(i, 0.0) + v
+    scores, ids = summed(parts)
+    got = ({int(i): float(scores[i]) for i in np.flatnonzero(scores)} if ids is None
+           else {int(i): float(v) for i, v in zip(ids, scores)})
+    assert got == expected  # bit for bit
+    sparse = [(p[0] * 1000, p[1]) for p in parts]  # the same sums with ids spread out: the sorted path
+    scores, ids = summed(sparse)
+    assert ids is not None and {int(i) // 1000: float(v) for i, v in zip(ids, scores)} == expected

@@ -87,11 +87,27 @@ def bm25(conn: Any, tokenizer: Tokenizer, query: str, limit: int, scope: Scope =
             parts.append((ids, fts5_terms(fts5_idf(n_rows, n_hit), tf, dl, avgdl)))
     if not parts:
         return []
+    scores, ids = summed(parts)
+    return top_hits(scores, limit, None, ids)
+
+
+def summed(parts: Sequence[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray | None]:
+    """Each chunk's sum of the phrases' ``(ids, values)`` parts (a part's ids distinct), added
+    phrase by phrase as FTS5 adds them: (scores, their chunk ids; None when a score's position
+    is its id). Long lists (a common word at 1M chunks) go into an array indexed by chunk id,
+    short ones into their sorted distinct ids: the same sums, without sorting millions of ids."""
+    postings = sum(len(p[0]) for p in parts)
+    span = max(int(p[0].max()) for p in parts) + 1
+    if span <= 8 * postings:
+        scores = np.zeros(span)
+        for part_ids, values in parts:
+            scores[part_ids] += values
+        return scores, None
     ids = sorted_unique(np.concatenate([p[0] for p in parts]))
     scores = np.zeros(len(ids))
-    for part_ids, values in parts:  # phrase by phrase, as FTS5 adds them
+    for part_ids, values in parts:
         scores[np.searchsorted(ids, part_ids)] += values
-    return top_hits(scores, limit, None, ids)
+    return scores, ids
 
 
 def _in_scope(conn: Any, scope: Scope) -> np.ndarray | None:
