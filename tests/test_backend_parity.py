@@ -252,6 +252,8 @@ def test_a_postgres_index_made_before_documents_had_a_rowid_is_upgraded(pg_uri: 
     version-1 database holds and lists them as the file does from then on."""
     import psycopg
 
+    from llama_index_polaris.engine.postgres import schema as pg_schema
+
     old = open_store(pg_uri)
     old.bind_model(fake_binding(4))
     for i, (doc_id, path) in enumerate([("b", "b.md"), ("n", None), ("a", "a.md")]):
@@ -265,7 +267,7 @@ def test_a_postgres_index_made_before_documents_had_a_rowid_is_upgraded(pg_uri: 
     try:
         store.upsert_document(DocumentRecord("m", path=None), make_chunks("m", 1), unit_vectors(1, 4))
         with store.read() as conn:
-            assert conn.execute("SELECT value FROM polaris_meta WHERE key = 'schema_version'").fetchone()[0] == "3"
+            assert conn.execute("SELECT value FROM polaris_meta WHERE key = 'schema_version'").fetchone()[0] == str(pg_schema.SCHEMA_VERSION)
             assert [r.id for r in documents.list_documents(conn).rows] == ["n", "m", "a", "b"]
     finally:
         store.close()

@@ -65,15 +65,25 @@ def pair(tmp_path_factory: pytest.TempPathFactory, pg_server: str):
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(words=st.lists(st.sampled_from(VOCAB + ("missing", "RRF_K", "Sessions?")), min_size=1, max_size=6),
-       scoped=st.sampled_from((None, ("doc1", "doc3", "doc4"), ())))
-def test_bm25_gives_fts5_scores_and_ties(pair, words: list[str], scoped) -> None:
+       scoped=st.sampled_from((None, ("doc1", "doc3", "doc4"), ())), by_id=st.booleans())
+def test_bm25_gives_fts5_scores_and_ties(pair, words: list[str], scoped, by_id: bool) -> None:
+    """Every query (phrases of several terms matched from stored positions, reading the other
+    terms' postings in the rarest's chunks or whole) gives FTS5's hits, order and scores."""
+    from llama_index_polaris.engine.postgres import bm25 as pg_bm25
+
     sqlite, pg = pair
     query = " ".join(words)
     scope = Scope() if scoped is None else Scope(document_ids=scoped)
     with sqlite.read() as conn:
         expected = fts5_bm25(conn, query, 50, scope)  # FTS5's own bm25(), no posting lists
-    with pg.read():
-        got = pg.bm25(query, 50, scope)
+    default = pg_bm25.HOLDERS_READ_BY_ID
+    pg_bm25.HOLDERS_READ_BY_ID = default if by_id else 0
+    try:
+        with pg.read():
+            pg._postings = pg_bm25.Postings()  # no list or phrase kept from the other way of reading
+            got = pg.bm25(query, 50, scope)
+    finally:
+        pg_bm25.HOLDERS_READ_BY_ID = default
     assert [h[0] for h in got] == [h[0] for h in expected]
     assert [h[1] for h in got] == pytest.approx([h[1] for h in expected], rel=1e-12)
 
@@ -118,13 +128,15 @@ def test_polaris_status_upgrades_an_older_database(pg_uri: str, tmp_path: Path) 
     import psycopg
 
     from llama_index_polaris.engine.index import upgrade_schema
+    from llama_index_polaris.engine.postgres import schema
 
     store = PgStore(pg_uri)
     store.bind_model(fake_binding(8))
-    store.upsert_document(DocumentRecord("a", path="a.md"), [ChunkRecord("a-0", "session token", ordinal=0)],
+    store.upsert_document(DocumentRecord("a", path="a.md"), [ChunkRecord("a-0", "session token codegen-units", ordinal=0)],
                           unit_vectors(1, 8, seed=1))
     store.close()
     with psycopg.connect(pg_uri, autocommit=True) as conn:  # back to schema 1
+        conn.execute("ALTER TABLE chunks_bm25 DROP COLUMN pos")
         conn.execute("ALTER TABLE chunks_bm25_terms DROP COLUMN version")
         conn.execute("DROP SEQUENCE chunks_bm25_version")
         conn.execute("ALTER TABLE documents DROP COLUMN rowid")
@@ -132,12 +144,19 @@ def test_polaris_status_upgrades_an_older_database(pg_uri: str, tmp_path: Path) 
         conn.execute("UPDATE polaris_meta SET value = '1' WHERE key = 'schema_version'")
     with pytest.raises(DatabaseError, match="older than this Polaris.*polaris status --db"):
         PgStore(pg_uri, readonly=True)
-    assert upgrade_schema(pg_uri) == (1, 3)
+    assert upgrade_schema(pg_uri) == (1, schema.SCHEMA_VERSION)
     assert upgrade_schema(pg_uri) is None
     reader = PgStore(pg_uri, readonly=True)
     with reader.read():
         assert [h[0] for h in reader.bm25("session", 5, Scope())] == [1]
+        assert [h[0] for h in reader.bm25("codegen-units", 5, Scope())] == [1]  # no positions: tokenized again
     reader.close()
+    writer = PgStore(pg_uri)  # a chunk written now has positions; the phrase still finds both
+    writer.upsert_document(DocumentRecord("b", path="b.md"), [ChunkRecord("b-0", "codegen-units, codegen units", ordinal=0)],
+                           unit_vectors(1, 8, seed=2))
+    with writer.read():
+        assert [h[0] for h in writer.bm25("codegen-units", 5, Scope())] == [2, 1]
+    writer.close()
 
 
 def test_posting_lists_past_the_budget_are_read_again_and_the_oldest_go(pair) -> None:

@@ -197,9 +197,93 @@ class Postings:
                 self._size -= dropped[-1]
 
 
+OFFSET_BITS = 25  # a position: column << 25 | token offset (a column holds fewer than 32M tokens)
+POSITION_BITS = OFFSET_BITS + 1  # columns 0 (text) and 1 (heading path)
+HOLDERS_READ_BY_ID = 50_000  # a phrase whose rarest term is in fewer chunks reads the others' postings there only
+
+
+def position(column: int, offset: int) -> int:
+    """One token's place in a chunk, as ``pos`` stores it."""
+    return column << OFFSET_BITS | offset
+
+
+def pack_positions(positions: Sequence[int]) -> bytes:
+    """A posting's positions (ascending) as ``chunks_bm25.pos`` holds them: big-endian int32s."""
+    return np.asarray(positions, dtype=">i4").tobytes()
+
+
+def phrase_rows(lists: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]],
+                phrase: Sequence[str]) -> tuple[np.ndarray, ...] | None:
+    """A phrase's (chunk ids, counts, lengths, rows holding it) from its terms' postings with
+    positions (term -> ids ascending, frequencies, lengths, positions in posting order): every
+    start where term i of the phrase is at offset + i of the same column counts, overlaps
+    included, as ``phrase_counts`` (and FTS5) count them. None when no chunk holds it."""
+    def places(term: str, shift: int) -> np.ndarray:
+        ids, tf, _, pos = lists[term]
+        key = (np.repeat(ids, tf) << POSITION_BITS) | pos  # ascending: ids ascending, positions within
+        key = key[(pos & ((1 << OFFSET_BITS) - 1)) >= shift]
+        return key - shift
+
+    starts = places(phrase[0], 0)
+    for shift, term in enumerate(phrase[1:], start=1):
+        if not len(starts):
+            break
+        other = places(term, shift)
+        if not len(other):
+            return None
+        at = np.minimum(np.searchsorted(other, starts), len(other) - 1)
+        starts = starts[other[at] == starts]
+    if not len(starts):
+        return None
+    chunk = starts >> POSITION_BITS
+    edges = np.flatnonzero(np.concatenate(([True], chunk[1:] != chunk[:-1])))
+    ids = chunk[edges]
+    counts = np.diff(np.append(edges, len(chunk)))
+    first_ids, _, first_dl, _ = lists[phrase[0]]
+    return ids, counts.astype(np.int64), first_dl[np.searchsorted(first_ids, ids)].astype(np.int64), len(ids)
+
+
+def _positions(conn: Any, phrase: Sequence[str]) -> dict[str, tuple[np.ndarray, ...]] | None:
+    """The postings with positions of a phrase's terms (None when a posting was written before
+    positions were kept): the rarest term's whole list, the others' in its chunks when it is
+    rare enough, else whole."""
+    terms = sorted(set(phrase))
+    df = dict(conn.execute("SELECT term, df FROM chunks_bm25_terms WHERE term = ANY(%s)", (terms,)).fetchall())
+    if len(df) < len(terms):
+        return {}
+    rarest = min(terms, key=lambda t: (df[t], t))
+    columns = ("SELECT term, bool_and(pos IS NOT NULL), string_agg(int8send(chunk_id), ''::bytea ORDER BY chunk_id),"
+               " string_agg(int4send(tf), ''::bytea ORDER BY chunk_id), string_agg(int4send(dl), ''::bytea ORDER BY"
+               " chunk_id), string_agg(pos, ''::bytea ORDER BY chunk_id) FROM chunks_bm25 WHERE term = ANY(%s)")
+    out: dict[str, tuple[np.ndarray, ...]] = {}
+
+    def read(rows: Any) -> bool:
+        for term, complete, ids, tf, dl, pos in rows:
+            if not complete:
+                return False
+            out[term] = (np.frombuffer(ids, ">i8").astype(np.int64), np.frombuffer(tf, ">i4").astype(np.int64),
+                         np.frombuffer(dl, ">i4").astype(np.int64), np.frombuffer(pos, ">i4").astype(np.int64))
+        return True
+
+    if not read(conn.execute(columns + " GROUP BY term", ([rarest],), binary=True).fetchall()):
+        return None
+    others = [t for t in terms if t != rarest]
+    if others:
+        by_id = df[rarest] < HOLDERS_READ_BY_ID
+        rows = conn.execute(columns + (" AND chunk_id = ANY(%s)" if by_id else "") + " GROUP BY term",
+                            (others, out[rarest][0].tolist()) if by_id else (others,), binary=True).fetchall()
+        if not read(rows):
+            return None
+    return out
+
+
 def _phrase(conn: Any, tokenizer: Tokenizer, phrase: Sequence[str]) -> tuple[np.ndarray, ...] | None:
-    """A phrase's rows in the whole index (its count of rows, ``n_hit``, is FTS5's): every chunk
-    holding all its terms is tokenized again and the phrase counted in it."""
+    """A phrase's rows in the whole index (its count of rows, ``n_hit``, is FTS5's): matched from
+    its terms' stored positions, or, in an index with postings written before positions were
+    kept, by tokenizing again every chunk holding all its terms."""
+    lists = _positions(conn, phrase)
+    if lists is not None:
+        return phrase_rows(lists, phrase) if len(lists) == len(set(phrase)) else None
     terms = sorted(set(phrase))
     holders = conn.execute(
         "SELECT chunk_id FROM chunks_bm25 WHERE term = ANY(%s) GROUP BY chunk_id HAVING count(*) = %s",

@@ -114,6 +114,8 @@ MIGRATIONS: tuple[tuple[int, str, Callable[[Any], None]], ...] = (
     (3, "a version per BM25 term, new whenever its postings change (readers keep lists by it)",
      lambda conn: _script(conn, "CREATE SEQUENCE IF NOT EXISTS chunks_bm25_version; ALTER TABLE"
                                 " chunks_bm25_terms ADD COLUMN IF NOT EXISTS version bigint NOT NULL DEFAULT nextval('chunks_bm25_version')")),
+    (4, "each posting's positions (a phrase is matched from them; NULL in rows written before)",
+     lambda conn: _script(conn, "ALTER TABLE chunks_bm25 ADD COLUMN IF NOT EXISTS pos bytea")),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 SCHEMA_LOCK = 0x706F6C61_72697301  # advisory lock keys ("polaris" + a purpose byte)

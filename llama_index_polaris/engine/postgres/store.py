@@ -438,14 +438,16 @@ class PgStore:
             new_ids = [cur.execute(f"INSERT INTO chunks ({INSERT_COLUMNS}) VALUES ({', '.join(['%s'] * 14)}) RETURNING id",
                                    row[1:]).fetchone()[0]  # one by one: RETURNING keeps the order of ids
                        for row in _chunk_rows(chunks, vecs, lengths, document_id)]
-        postings = _postings(new_ids, counted, lengths)
+        postings = _postings((chunk_id, counted[i]) for i, chunk_id in enumerate(new_ids))
         self._copy_postings(conn, postings)
         self._delta.add(len(new_ids), sum(lengths), (p[0] for p in postings))
 
-    def _copy_postings(self, conn: Any, postings: list[tuple[str, int, int, int]]) -> None:
+    def _copy_postings(self, conn: Any, postings: list[tuple[str, int, int, int, bytes]]) -> None:
         if not postings:
             return
-        with conn.cursor() as cur, cur.copy("COPY chunks_bm25 (term, chunk_id, tf, dl) FROM STDIN") as copy:
+        with conn.cursor() as cur, cur.copy("COPY chunks_bm25 (term, chunk_id, tf, dl, pos) FROM STDIN"
+                                            " (FORMAT BINARY)") as copy:
+            copy.set_types(["text", "bigint", "integer", "integer", "bytea"])
             for row in postings:
                 copy.write_row(row)
 
@@ -454,16 +456,9 @@ class PgStore:
         lengths: dict[int, int] = {}
         tokenizer = self.tokenizer()
         for start in range(0, len(rows), 2_000):
-            part = rows[start:start + 2_000]
-            counted = tokenizer.positions(list(part))
-            postings = []
-            for chunk_id, terms in counted.items():
-                counts: dict[str, int] = {}
-                for term, _, _ in terms:
-                    counts[term] = counts.get(term, 0) + 1
-                lengths[chunk_id] = len(terms)
-                postings += [(t, chunk_id, n, len(terms)) for t, n in counts.items()]
-            self._copy_postings(conn, postings)
+            counted = tokenizer.positions(list(rows[start:start + 2_000]))
+            lengths.update((chunk_id, len(positions)) for chunk_id, positions in counted.items())
+            self._copy_postings(conn, _postings(counted.items()))
         return lengths
 
     def _free_node_ids(self, conn: Any, document_id: str, node_ids: list[str]) -> None:
@@ -865,7 +860,7 @@ class PgStore:
             copy.set_types(CHUNK_TYPES)
             for row in _chunk_rows(chunks, [c.embedding for c in chunks], lengths):
                 copy.write_row(row)
-        postings = _postings([c.id for c in chunks], counted, lengths)
+        postings = _postings((c.id, counted[i]) for i, c in enumerate(chunks))
         self._copy_postings(conn, postings)
         self._delta.add(len(chunks), sum(lengths), (p[0] for p in postings))
 
@@ -930,14 +925,16 @@ def _chunk_rows(chunks: Sequence[ChunkRecord], vecs: Sequence[Any], lengths: Seq
             for c, v, n in zip(chunks, vecs, lengths)]
 
 
-def _postings(ids: Sequence[int], counted: dict[int, list], lengths: Sequence[int]) -> list[tuple[str, int, int, int]]:
-    """(term, chunk id, term frequency, chunk length) of each term of each chunk (``counted`` by position)."""
+def _postings(items: Iterable[tuple[int, list[tuple[str, int, int]]]]) -> list[tuple[str, int, int, int, bytes]]:
+    """(term, chunk id, term frequency, chunk length, positions) of each term of each of the
+    (chunk id, its tokenizer positions) ``items``; positions packed by ``bm25.pack_positions``."""
     postings = []
-    for i, chunk_id in enumerate(ids):
-        counts: dict[str, int] = {}
-        for term, _, _ in counted[i]:
-            counts[term] = counts.get(term, 0) + 1
-        postings += [(term, chunk_id, n, lengths[i]) for term, n in counts.items()]
+    for chunk_id, positions in items:
+        at: dict[str, list[int]] = {}
+        for term, column, offset in positions:
+            at.setdefault(term, []).append(bm25_module.position(column, offset))
+        postings += [(term, chunk_id, len(offsets), len(positions), bm25_module.pack_positions(sorted(offsets)))
+                     for term, offsets in at.items()]
     return postings
 
 
