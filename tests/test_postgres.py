@@ -149,9 +149,18 @@ def test_polaris_status_upgrades_an_older_database(pg_uri: str, tmp_path: Path) 
     reader = PgStore(pg_uri, readonly=True)
     with reader.read():
         assert [h[0] for h in reader.bm25("session", 5, Scope())] == [1]
-        assert [h[0] for h in reader.bm25("codegen-units", 5, Scope())] == [1]  # no positions: tokenized again
+        assert [h[0] for h in reader.bm25("codegen-units", 5, Scope())] == [1]
     reader.close()
-    writer = PgStore(pg_uri)  # a chunk written now has positions; the phrase still finds both
+    with psycopg.connect(pg_uri, autocommit=True) as conn:  # migration 4 wrote every posting's positions
+        assert conn.execute("SELECT count(*), bool_and(pos IS NOT NULL) FROM chunks_bm25").fetchone() == (4, True)
+        keys = conn.execute("SELECT conname, pg_get_constraintdef(oid) FROM pg_constraint"
+                            " WHERE conrelid = 'chunks_bm25'::regclass ORDER BY 1").fetchall()
+        assert [k[0] for k in keys] == ["chunks_bm25_chunk_id_fkey", "chunks_bm25_chunk_id_not_null",
+                                        "chunks_bm25_dl_not_null", "chunks_bm25_pkey", "chunks_bm25_term_not_null",
+                                        "chunks_bm25_tf_not_null"]
+        assert conn.execute("SELECT count(*) FROM pg_indexes WHERE tablename = 'chunks_bm25'").fetchone()[0] == 2
+        conn.execute("UPDATE chunks_bm25 SET pos = NULL WHERE term = 'unit'")  # as if written before migration 4
+    writer = PgStore(pg_uri)  # a posting without positions: the phrase is found by tokenizing again
     writer.upsert_document(DocumentRecord("b", path="b.md"), [ChunkRecord("b-0", "codegen-units, codegen units", ordinal=0)],
                            unit_vectors(1, 8, seed=2))
     with writer.read():

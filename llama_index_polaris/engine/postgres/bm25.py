@@ -212,6 +212,29 @@ def pack_positions(positions: Sequence[int]) -> bytes:
     return np.asarray(positions, dtype=">i4").tobytes()
 
 
+def postings_of(items: Any) -> list[tuple[str, int, int, int, bytes]]:
+    """(term, chunk id, term frequency, chunk length, positions) of each term of each of the
+    (chunk id, its tokenizer positions) ``items``: the rows of ``chunks_bm25``."""
+    postings = []
+    for chunk_id, positions in items:
+        at: dict[str, list[int]] = {}
+        for term, column, offset in positions:
+            at.setdefault(term, []).append(position(column, offset))
+        postings += [(term, chunk_id, len(offsets), len(positions), pack_positions(sorted(offsets)))
+                     for term, offsets in at.items()]
+    return postings
+
+
+def copy_postings(conn: Any, postings: Sequence[tuple[str, int, int, int, bytes]], table: str = "chunks_bm25") -> None:
+    """Write ``postings_of`` rows into ``table`` by one binary COPY."""
+    if not postings:
+        return
+    with conn.cursor() as cur, cur.copy(f"COPY {table} (term, chunk_id, tf, dl, pos) FROM STDIN (FORMAT BINARY)") as copy:
+        copy.set_types(["text", "bigint", "integer", "integer", "bytea"])
+        for row in postings:
+            copy.write_row(row)
+
+
 def phrase_rows(lists: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]],
                 phrase: Sequence[str]) -> tuple[np.ndarray, ...] | None:
     """A phrase's (chunk ids, counts, lengths, rows holding it) from its terms' postings with

@@ -114,8 +114,8 @@ MIGRATIONS: tuple[tuple[int, str, Callable[[Any], None]], ...] = (
     (3, "a version per BM25 term, new whenever its postings change (readers keep lists by it)",
      lambda conn: _script(conn, "CREATE SEQUENCE IF NOT EXISTS chunks_bm25_version; ALTER TABLE"
                                 " chunks_bm25_terms ADD COLUMN IF NOT EXISTS version bigint NOT NULL DEFAULT nextval('chunks_bm25_version')")),
-    (4, "each posting's positions (a phrase is matched from them; NULL in rows written before)",
-     lambda conn: _script(conn, "ALTER TABLE chunks_bm25 ADD COLUMN IF NOT EXISTS pos bytea")),
+    (4, "each posting's positions (a phrase is matched from them): the posting table written again",
+     lambda conn: _positions(conn)),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 SCHEMA_LOCK = 0x706F6C61_72697301  # advisory lock keys ("polaris" + a purpose byte)
@@ -125,6 +125,61 @@ RUN_LOCK = 0x706F6C61_72697303
 
 def _script(conn: Any, sql: str) -> None:
     conn.execute(sql)  # one simple-query message: psycopg sends a parameterless script whole
+
+
+def set_aside_keys(conn: Any, table: str) -> list[str]:
+    """Drop ``table``'s constraints and indexes (it must be empty), returning the statements that
+    build them again: a bulk load then sorts once instead of inserting into each index per row."""
+    constraints = conn.execute("SELECT conname, pg_get_constraintdef(oid) FROM pg_constraint WHERE conrelid ="
+                               " %s::regclass AND contype IN ('p', 'u', 'f') ORDER BY contype = 'f', conname", (table,)).fetchall()
+    indexes = conn.execute("SELECT indexname, indexdef FROM pg_indexes WHERE tablename = %s AND indexname NOT IN"
+                           " (SELECT conname FROM pg_constraint WHERE conrelid = %s::regclass)",
+                           (table, table)).fetchall()
+    for name, _ in constraints:
+        conn.execute(f'ALTER TABLE {table} DROP CONSTRAINT "{name}"')
+    for name, _ in indexes:
+        conn.execute(f'DROP INDEX "{name}"')
+    return ([f'ALTER TABLE {table} ADD CONSTRAINT "{name}" {definition}' for name, definition in constraints]
+            + [definition for _, definition in indexes])
+
+
+def _positions(conn: Any, batch: int = 2_000) -> None:
+    """Migration 4: ``chunks_bm25`` with each posting's positions. The chunks are tokenized again
+    (the index's own tokenizer) into a new table, in bulk, which must hold the same postings;
+    it then takes the old one's place, keys and indexes (a table of NULL positions would leave
+    every phrase to the slow way)."""
+    from ..tokenize import Tokenizer
+    from .bm25 import copy_postings, postings_of
+
+    conn.execute("ALTER TABLE chunks_bm25 ADD COLUMN IF NOT EXISTS pos bytea")
+    if not conn.execute("SELECT EXISTS (SELECT 1 FROM chunks_bm25)").fetchone()[0]:
+        return
+    row = conn.execute("SELECT value FROM polaris_meta WHERE key = 'fts_tokenizer'").fetchone()
+    from ..config import SETTINGS_BY_NAME
+
+    tokenizer = Tokenizer(row[0] if row else SETTINGS_BY_NAME["fts_tokenizer"].default)
+    conn.execute("SELECT set_config('maintenance_work_mem', '1GB', true)")
+    conn.execute("CREATE TABLE chunks_bm25_positions (LIKE chunks_bm25 INCLUDING DEFAULTS)")
+    last = -(2**63)
+    while True:
+        rows = conn.execute("SELECT id, text, heading_path FROM chunks WHERE id > %s ORDER BY id LIMIT %s",
+                            (last, batch)).fetchall()
+        if not rows:
+            break
+        last = rows[-1][0]
+        counted = tokenizer.positions([tuple(r) for r in rows])
+        copy_postings(conn, postings_of(counted.items()), "chunks_bm25_positions")
+    old, new = (conn.execute("SELECT count(*), coalesce(sum(hashtextextended(concat_ws(' ', term, chunk_id, tf, dl),"
+                             f" 0)), 0) FROM {t}").fetchone() for t in ("chunks_bm25", "chunks_bm25_positions"))
+    if old != new:
+        raise DatabaseError(f"migration 4 found other postings when tokenizing the chunks again ({new[0]} rows against"
+                            f" {old[0]}); nothing was changed. Index the folders again into a new database"
+                            " (`polaris index PATH --db NEW_URI`).")
+    rebuild = set_aside_keys(conn, "chunks_bm25")
+    conn.execute("DROP TABLE chunks_bm25")
+    conn.execute("ALTER TABLE chunks_bm25_positions RENAME TO chunks_bm25")
+    for statement in rebuild:
+        conn.execute(statement)
 
 
 def has_table(conn: Any, name: str) -> bool:

@@ -438,18 +438,9 @@ class PgStore:
             new_ids = [cur.execute(f"INSERT INTO chunks ({INSERT_COLUMNS}) VALUES ({', '.join(['%s'] * 14)}) RETURNING id",
                                    row[1:]).fetchone()[0]  # one by one: RETURNING keeps the order of ids
                        for row in _chunk_rows(chunks, vecs, lengths, document_id)]
-        postings = _postings((chunk_id, counted[i]) for i, chunk_id in enumerate(new_ids))
-        self._copy_postings(conn, postings)
+        postings = bm25_module.postings_of((chunk_id, counted[i]) for i, chunk_id in enumerate(new_ids))
+        bm25_module.copy_postings(conn, postings)
         self._delta.add(len(new_ids), sum(lengths), (p[0] for p in postings))
-
-    def _copy_postings(self, conn: Any, postings: list[tuple[str, int, int, int, bytes]]) -> None:
-        if not postings:
-            return
-        with conn.cursor() as cur, cur.copy("COPY chunks_bm25 (term, chunk_id, tf, dl, pos) FROM STDIN"
-                                            " (FORMAT BINARY)") as copy:
-            copy.set_types(["text", "bigint", "integer", "integer", "bytea"])
-            for row in postings:
-                copy.write_row(row)
 
     def _write_postings(self, conn: Any, rows: Sequence[tuple[int, str, str]]) -> dict[int, int]:
         """Postings of (id, text, heading path) ``rows``; returns each id's length in tokens."""
@@ -458,7 +449,7 @@ class PgStore:
         for start in range(0, len(rows), 2_000):
             counted = tokenizer.positions(list(rows[start:start + 2_000]))
             lengths.update((chunk_id, len(positions)) for chunk_id, positions in counted.items())
-            self._copy_postings(conn, _postings(counted.items()))
+            bm25_module.copy_postings(conn, bm25_module.postings_of(counted.items()))
         return lengths
 
     def _free_node_ids(self, conn: Any, document_id: str, node_ids: list[str]) -> None:
@@ -809,7 +800,7 @@ class PgStore:
             if conn.execute("SELECT 1 FROM documents LIMIT 1").fetchone() is not None:
                 raise InputError(f"{self.path} already holds documents; copy into a new, empty index.")
             conn.execute("SELECT set_config('maintenance_work_mem', '1GB', true)")
-            rebuild = _set_aside_keys(conn, "chunks_bm25")
+            rebuild = schema.set_aside_keys(conn, "chunks_bm25")
             documents: list[DocumentRecord] = []
             for kind, value in items:
                 if kind == "meta":
@@ -860,25 +851,9 @@ class PgStore:
             copy.set_types(CHUNK_TYPES)
             for row in _chunk_rows(chunks, [c.embedding for c in chunks], lengths):
                 copy.write_row(row)
-        postings = _postings((c.id, counted[i]) for i, c in enumerate(chunks))
-        self._copy_postings(conn, postings)
+        postings = bm25_module.postings_of((c.id, counted[i]) for i, c in enumerate(chunks))
+        bm25_module.copy_postings(conn, postings)
         self._delta.add(len(chunks), sum(lengths), (p[0] for p in postings))
-
-
-def _set_aside_keys(conn: Any, table: str) -> list[str]:
-    """Drop ``table``'s constraints and indexes (it must be empty), returning the statements that
-    build them again: a bulk load then sorts once instead of inserting into each index per row."""
-    constraints = conn.execute("SELECT conname, pg_get_constraintdef(oid) FROM pg_constraint WHERE conrelid ="
-                               " %s::regclass AND contype IN ('p', 'u', 'f') ORDER BY contype = 'f', conname", (table,)).fetchall()
-    indexes = conn.execute("SELECT indexname, indexdef FROM pg_indexes WHERE tablename = %s AND indexname NOT IN"
-                           " (SELECT conname FROM pg_constraint WHERE conrelid = %s::regclass)",
-                           (table, table)).fetchall()
-    for name, _ in constraints:
-        conn.execute(f'ALTER TABLE {table} DROP CONSTRAINT "{name}"')
-    for name, _ in indexes:
-        conn.execute(f'DROP INDEX "{name}"')
-    return ([f'ALTER TABLE {table} ADD CONSTRAINT "{name}" {definition}' for name, definition in constraints]
-            + [definition for _, definition in indexes])
 
 
 class _Delta:
@@ -923,19 +898,6 @@ def _chunk_rows(chunks: Sequence[ChunkRecord], vecs: Sequence[Any], lengths: Seq
     return [(c.id, c.node_id, document_id or c.document_id, c.ordinal, c.heading_path, c.heading_level, c.text, c.start_char,
              c.end_char, c.token_count, c.text_hash, json.dumps(c.metadata, default=str), v, c.node, n)
             for c, v, n in zip(chunks, vecs, lengths)]
-
-
-def _postings(items: Iterable[tuple[int, list[tuple[str, int, int]]]]) -> list[tuple[str, int, int, int, bytes]]:
-    """(term, chunk id, term frequency, chunk length, positions) of each term of each of the
-    (chunk id, its tokenizer positions) ``items``; positions packed by ``bm25.pack_positions``."""
-    postings = []
-    for chunk_id, positions in items:
-        at: dict[str, list[int]] = {}
-        for term, column, offset in positions:
-            at.setdefault(term, []).append(bm25_module.position(column, offset))
-        postings += [(term, chunk_id, len(offsets), len(positions), bm25_module.pack_positions(sorted(offsets)))
-                     for term, offsets in at.items()]
-    return postings
 
 
 def as_array(value: Any) -> np.ndarray:
