@@ -134,7 +134,8 @@ class PgStore:
             if self.readonly:
                 self._check_readable()
             else:
-                schema.migrate(self.conn, self.path)
+                if 4 in schema.migrate(self.conn, self.path) and schema.has_table(self.conn, "chunks_bm25"):
+                    self.conn.execute("VACUUM (ANALYZE) chunks_bm25")  # the new table's visibility map and statistics
                 self._sync_tokenizer(fts_tokenizer or DEFAULT_FTS_TOKENIZER, explicit=fts_tokenizer is not None)
         except BaseException:
             self.conn.close()
