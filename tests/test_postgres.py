@@ -403,3 +403,14 @@ def test_phrase_sums_are_the_same_by_id_array_or_by_sorted_ids(lists: list, data
     sparse = [(p[0] * 1000, p[1]) for p in parts]  # the same sums with ids spread out: the sorted path
     scores, ids = summed(sparse)
     assert ids is not None and {int(i) // 1000: float(v) for i, v in zip(ids, scores)} == expected
+
+
+def test_the_postings_kept_are_set_by_the_environment(pg_uri: str) -> None:
+    """POLARIS_PG_POSTINGS sizes what a store keeps between queries (a server over 1M chunks wants more)."""
+    code = ("import sys; from llama_index_polaris.engine.postgres import PgStore; s = PgStore(sys.argv[1]);"
+            " print(s._postings.budget); s.close()")
+    for value, expected in (("123", "123"), ("", "8000000")):
+        run = subprocess.run([sys.executable, "-c", code, pg_uri], capture_output=True, text=True, timeout=120,
+                             env={**os.environ, "POLARIS_PG_POSTINGS": value})
+        assert run.returncode == 0, run.stderr
+        assert run.stdout.strip() == expected

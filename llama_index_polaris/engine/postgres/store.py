@@ -65,6 +65,9 @@ from .json_patch import merged
 
 DEFAULT_FTS_TOKENIZER = SETTINGS_BY_NAME["fts_tokenizer"].default
 HNSW_FROM = int(os.environ["POLARIS_PG_HNSW_FROM"]) if os.environ.get("POLARIS_PG_HNSW_FROM") else None
+# BM25 postings a store keeps between queries (16 bytes each): 8M (128 MB) by default; a
+# long-lived server over 1M chunks answers from RAM with ~25M (docs/postgres.md)
+POSTINGS_KEPT = int(os.environ.get("POLARIS_PG_POSTINGS") or 8_000_000)
 EF_SEARCH = 100  # HNSW candidates per query, at least
 RESCORE_MARGIN = 32  # half-precision candidates beyond k, re-scored in float32
 HNSW_M, HNSW_EF_CONSTRUCTION = 16, 64  # pgvector's defaults
@@ -121,7 +124,7 @@ class PgStore:
         self._runs = 0
         self._proven: ModelBinding | None = None
         self._delta = _Delta()
-        self._postings = bm25_module.Postings()
+        self._postings = bm25_module.Postings(POSTINGS_KEPT)
         self._model: ModelBinding | None = None
         self._tokenizer_name: str | None = None
         self._ann_checked = (False, 0.0)
