@@ -3,6 +3,8 @@ the Datasette plugin and the LlamaIndex adapters open."""
 
 from __future__ import annotations
 
+import functools
+import importlib
 import threading
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -29,11 +31,14 @@ SERVER_MODULES = ("postgres", "postgres.connect", "postgres.schema")
 def import_engine(target: str | Path | None = None) -> None:
     """Import, in the calling thread, every engine module a call may need (those of a database
     server too when ``target`` is its URI), before worker threads answer calls."""
-    import importlib
+    _import_modules(target is not None and is_server_uri(str(target)))
 
+
+@functools.cache
+def _import_modules(server: bool) -> None:  # once each way: later calls (every async call) cost nothing
     for name in ENGINE_MODULES:
         importlib.import_module(f"{__package__}.{name}")
-    if target is not None and is_server_uri(str(target)):
+    if server:
         try:
             for name in SERVER_MODULES:
                 importlib.import_module(f"{__package__}.{name}")

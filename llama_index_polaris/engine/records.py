@@ -16,13 +16,19 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .errors import NodeIdError
+from .errors import InputError, NodeIdError
 from .text import is_valid, nfc, storable, storable_value
 
 DEFAULT_COLLECTION = "default"  # where a document goes when no collection is named
 STATUSES = ("pending", "processing", "completed", "stale", "failed")
 CHUNK_OWN_KEYS = ("heading_path", "heading_level", "chunk_index")  # a chunk's metadata of its own
 UNKNOWN_MODEL = "unknown"  # the binding of vectors that came in without a model Polaris could name (see proof.py)
+
+def check_status(status: str) -> None:
+    """Refuse a document status that is not one of ``STATUSES``."""
+    if status not in STATUSES:
+        raise InputError(f"document status must be one of {', '.join(STATUSES)}, got {status!r}.")
+
 
 def text_hash(text: str) -> str:
     """The content hash that lets a chunk reuse a vector already computed."""

@@ -34,12 +34,12 @@ import numpy as np
 from . import db
 from . import vectors as vectors_module
 from .db.schema import (
-    CHUNKS_WITH_DOCUMENTS, DEFAULT_COLLECTION, MERGED_METADATA, SECURE_FTS_SQLITE, STATUSES, file_document_id,
+    CHUNKS_WITH_DOCUMENTS, DEFAULT_COLLECTION, MERGED_METADATA, SECURE_FTS_SQLITE, file_document_id,
     fts_is_secure, get_meta, has_table, purge_fts, set_meta, sqlite_version, transaction,
 )
 from .config import SETTINGS_BY_NAME
 from .records import (  # noqa: F401  (the records are the contract's; names kept importable from here)
-    UNKNOWN_MODEL, ChunkRecord, DocumentRecord, ModelBinding, _check_unique, _check_unique_across, from_blob,
+    UNKNOWN_MODEL, ChunkRecord, DocumentRecord, ModelBinding, _check_unique, _check_unique_across, check_status, from_blob,
     is_relative_path, mismatch_message, normal_document, normal_chunk, text_hash, to_blob, unknown_model_message,
 )
 from .errors import ConfigError, DatabaseError, InputError, ModelMismatchError, NodeIdError
@@ -612,8 +612,7 @@ class Store:
         return [to_blob(v) for v in matrix]
 
     def _upsert_document_row(self, doc: DocumentRecord) -> None:
-        if doc.status not in STATUSES:
-            raise InputError(f"document status must be one of {', '.join(STATUSES)}, got {doc.status!r}.")
+        check_status(doc.status)
         self.conn.execute("INSERT OR IGNORE INTO collections (name) VALUES (?)", (doc.collection,))
         self.conn.execute(
             """INSERT INTO documents (id, path, name, collection, status, error, content_hash, metadata)
@@ -633,8 +632,7 @@ class Store:
 
     def set_status(self, document_id: str, status: str, error: str | None = None) -> None:
         """Move a document to ``status`` (pending, processing, completed, failed)."""
-        if status not in STATUSES:
-            raise InputError(f"document status must be one of {', '.join(STATUSES)}, got {status!r}.")
+        check_status(status)
         with self._write():
             self.conn.execute(
                 "UPDATE documents SET status = ?, error = ?, updated_at = strftime('%Y-%m-%dT%H:%M:%fZ', 'now')"

@@ -128,8 +128,9 @@ def _script(conn: Any, sql: str) -> None:
 
 
 def set_aside_keys(conn: Any, table: str) -> list[str]:
-    """Drop ``table``'s constraints and indexes (it must be empty), returning the statements that
-    build them again: a bulk load then sorts once instead of inserting into each index per row."""
+    """Drop ``table``'s keys, foreign keys and indexes, returning the statements that build them
+    again (on it, or on a table that takes its name): a bulk load then sorts once instead of
+    inserting into each index row by row."""
     constraints = conn.execute("SELECT conname, pg_get_constraintdef(oid) FROM pg_constraint WHERE conrelid ="
                                " %s::regclass AND contype IN ('p', 'u', 'f') ORDER BY contype = 'f', conname", (table,)).fetchall()
     indexes = conn.execute("SELECT indexname, indexdef FROM pg_indexes WHERE tablename = %s AND indexname NOT IN"
@@ -148,6 +149,7 @@ def _positions(conn: Any, batch: int = 2_000) -> None:
     (the index's own tokenizer) into a new table, in bulk, which must hold the same postings;
     it then takes the old one's place, keys and indexes (a table of NULL positions would leave
     every phrase to the slow way)."""
+    from ..config import SETTINGS_BY_NAME
     from ..tokenize import Tokenizer
     from .bm25 import copy_postings, postings_of
 
@@ -155,8 +157,6 @@ def _positions(conn: Any, batch: int = 2_000) -> None:
     if not conn.execute("SELECT EXISTS (SELECT 1 FROM chunks_bm25)").fetchone()[0]:
         return
     row = conn.execute("SELECT value FROM polaris_meta WHERE key = 'fts_tokenizer'").fetchone()
-    from ..config import SETTINGS_BY_NAME
-
     tokenizer = Tokenizer(row[0] if row else SETTINGS_BY_NAME["fts_tokenizer"].default)
     conn.execute("SELECT set_config('maintenance_work_mem', '1GB', true)")
     conn.execute("CREATE TABLE chunks_bm25_positions (LIKE chunks_bm25 INCLUDING DEFAULTS)")

@@ -46,8 +46,8 @@ from ..config import SETTINGS_BY_NAME
 from ..errors import ConfigError, DatabaseError, InputError, ModelMismatchError, NodeIdError
 from ..ids import node_id_for
 from ..records import (
-    DEFAULT_COLLECTION, STATUSES, UNKNOWN_MODEL, ChunkRecord, DocumentRecord, ModelBinding, _check_unique,
-    _check_unique_across, file_document_id, is_relative_path, mismatch_message, normal_chunk, normal_document,
+    DEFAULT_COLLECTION, UNKNOWN_MODEL, ChunkRecord, DocumentRecord, ModelBinding, _check_unique,
+    _check_unique_across, check_status, file_document_id, is_relative_path, mismatch_message, normal_chunk, normal_document,
     unknown_model_message,
 )
 from .. import documents as documents_module
@@ -72,6 +72,9 @@ EF_SEARCH = 100  # HNSW candidates per query, at least
 RESCORE_MARGIN = 32  # half-precision candidates beyond k, re-scored in float32
 HNSW_M, HNSW_EF_CONSTRUCTION = 16, 64  # pgvector's defaults
 BUILD_MEMORY_CAP = 2 * 2**30  # the most an HNSW build asks for (a server set higher keeps its own)
+NOW = schema.NOW
+CHUNK_COLUMNS = ("c.id, c.node_id, c.document_id, c.ordinal, c.heading_path, c.heading_level, c.text, c.start_char,"
+                 " c.end_char, c.token_count, d.metadata, c.metadata, c.text_hash, c.node")
 
 
 def run_lock_holder(conn: Any) -> str | None:
@@ -97,9 +100,6 @@ def build_memory(n: int, dim: int, have: int) -> int:
     at most ``BUILD_MEMORY_CAP``, and never less than the server's own setting ``have``."""
     graph = n * (2 * dim + 2 * HNSW_M * 16 + 200) * 5 // 4  # vector, layer-0 neighbours, element; +25%
     return max(have, min(BUILD_MEMORY_CAP, max(512 * 2**20, graph)))
-NOW = schema.NOW
-CHUNK_COLUMNS = ("c.id, c.node_id, c.document_id, c.ordinal, c.heading_path, c.heading_level, c.text, c.start_char,"
-                 " c.end_char, c.token_count, d.metadata, c.metadata, c.text_hash, c.node")
 
 
 class PgStore:
@@ -137,7 +137,7 @@ class PgStore:
             if self.readonly:
                 self._check_readable()
             else:
-                if 4 in schema.migrate(self.conn, self.path) and schema.has_table(self.conn, "chunks_bm25"):
+                if 4 in schema.migrate(self.conn, self.path):
                     self.conn.execute("VACUUM (ANALYZE) chunks_bm25")  # the new table's visibility map and statistics
                 self._sync_tokenizer(fts_tokenizer or DEFAULT_FTS_TOKENIZER, explicit=fts_tokenizer is not None)
         except BaseException:
@@ -483,8 +483,7 @@ class PgStore:
         return conn.execute(f"DELETE FROM documents WHERE {where}", args).rowcount
 
     def _document_row(self, conn: Any, doc: DocumentRecord) -> None:
-        if doc.status not in STATUSES:
-            raise InputError(f"document status must be one of {', '.join(STATUSES)}, got {doc.status!r}.")
+        check_status(doc.status)
         conn.execute("INSERT INTO collections (name) VALUES (%s) ON CONFLICT DO NOTHING", (doc.collection,))
         conn.execute(
             "INSERT INTO documents (id, path, name, collection, status, error, content_hash, metadata)"
@@ -502,8 +501,7 @@ class PgStore:
 
     def set_status(self, document_id: str, status: str, error: str | None = None) -> None:
         """Move a document to ``status``."""
-        if status not in STATUSES:
-            raise InputError(f"document status must be one of {', '.join(STATUSES)}, got {status!r}.")
+        check_status(status)
         with self._write() as conn:
             conn.execute(f"UPDATE documents SET status = %s, error = %s, updated_at = {NOW} WHERE id = %s",
                          (status, None if error is None else storable(error), storable(document_id)))
@@ -834,8 +832,7 @@ class PgStore:
         if not documents:
             return
         for doc in documents:
-            if doc.status not in STATUSES:
-                raise InputError(f"document status must be one of {', '.join(STATUSES)}, got {doc.status!r}.")
+            check_status(doc.status)
         conn.execute("INSERT INTO collections (name) SELECT DISTINCT unnest(%s::text[]) ON CONFLICT DO NOTHING",
                      (sorted({d.collection for d in documents}),))
         now = conn.execute(f"SELECT {NOW}").fetchone()[0]
