@@ -136,6 +136,8 @@ def test_polaris_status_upgrades_an_older_database(pg_uri: str, tmp_path: Path) 
                           unit_vectors(1, 8, seed=1))
     store.close()
     with psycopg.connect(pg_uri, autocommit=True) as conn:  # back to schema 1
+        conn.execute("DROP TABLE chunks_bits, chunks_version")
+        conn.execute("DROP FUNCTION polaris_chunk_bits, polaris_chunks_changed CASCADE")  # and their triggers
         conn.execute("ALTER TABLE chunks_bm25 DROP COLUMN pos")
         conn.execute("ALTER TABLE chunks_bm25_terms DROP COLUMN version")
         conn.execute("DROP SEQUENCE chunks_bm25_version")
@@ -159,6 +161,9 @@ def test_polaris_status_upgrades_an_older_database(pg_uri: str, tmp_path: Path) 
                                         "chunks_bm25_dl_not_null", "chunks_bm25_pkey", "chunks_bm25_term_not_null",
                                         "chunks_bm25_tf_not_null"]
         assert conn.execute("SELECT count(*) FROM pg_indexes WHERE tablename = 'chunks_bm25'").fetchone()[0] == 2
+        # migration 5 wrote every vector's sign bits (pgvector's order: component 0 first)
+        assert conn.execute("SELECT c.id = b.id AND b.bits = binary_quantize(c.embedding) FROM chunks c"
+                            " JOIN chunks_bits b ON b.id = c.id").fetchall() == [(True,)]
         conn.execute("UPDATE chunks_bm25 SET pos = NULL WHERE term = 'unit'")  # as if written before migration 4
     writer = PgStore(pg_uri)  # a posting without positions: the phrase is found by tokenizing again
     writer.upsert_document(DocumentRecord("b", path="b.md"), [ChunkRecord("b-0", "codegen-units, codegen units", ordinal=0)],

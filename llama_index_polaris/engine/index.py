@@ -25,7 +25,7 @@ ENGINE_MODULES = (
     "chunk", "db", "embed", "embed.embedder", "embed.crossencoder", "documents", "freshness", "indexer",
     "proof", "sources", "vectors", "search.pipeline", "search.rerank", "search.vector_cache", "search.bm25_cache",
 )
-SERVER_MODULES = ("postgres", "postgres.connect", "postgres.schema")
+SERVER_MODULES = ("postgres", "postgres.connect", "postgres.schema", "postgres.bits")
 
 
 def import_engine(target: str | Path | None = None) -> None:
@@ -202,7 +202,12 @@ class PolarisIndex:
 
     @property
     def vector_cache(self) -> Any:
-        """The in-RAM vector matrix for exact KNN (None for one-shot processes)."""
+        """The sign bits in RAM for vector KNN (None for one-shot processes): the file's
+        ``VectorCache``, or ``PgVectorCache`` on a server, which choose the same candidates."""
+        if self.store.kind == "postgres":
+            from .postgres.bits import PgVectorCache
+
+            return self._long_lived("_vector_cache", PgVectorCache, "postgres")
         from .search.vector_cache import VectorCache
 
         return self._long_lived("_vector_cache", VectorCache)
@@ -214,10 +219,10 @@ class PolarisIndex:
 
         return self._long_lived("_bm25_cache", Bm25Cache)
 
-    def _long_lived(self, attr: str, cache_type: type) -> Any:
+    def _long_lived(self, attr: str, cache_type: type, kind: str = "sqlite") -> Any:
         """The cache held in ``attr``, made on first use (loading in the background), unless one-shot."""
         with self._lock:
-            if getattr(self, attr) is None and not self.fast_start and self.store.kind == "sqlite":
+            if getattr(self, attr) is None and not self.fast_start and self.store.kind == kind:
                 setattr(self, attr, cache_type(self.store, background=True))
             return getattr(self, attr)
 

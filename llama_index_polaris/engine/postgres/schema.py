@@ -106,6 +106,65 @@ DROP INDEX documents_collection_path;
 CREATE INDEX documents_collection_path ON documents (collection, path NULLS FIRST, rowid);
 """
 
+# The sign bits of every chunk vector (bit i set when component i > 0, as the file's
+# ``vec_quantize_binary``: pgvector's ``binary_quantize`` of the float32 vector), with the chunk's
+# document, in a narrow table a long-lived reader loads whole (``postgres/bits.py``: 48 bytes of bits
+# a chunk at 384 dims, not the 2+ KB chunk row). Triggers keep it equal to ``chunks.embedding`` for
+# every write, the Store's or anyone's, in the writing transaction; ``chunks_version`` counts the
+# statements that changed a vector or a chunk's document, so a reader knows in its own snapshot
+# whether the bits it holds are the ones this snapshot sees.
+SIGN_BITS_SQL = """
+CREATE TABLE chunks_bits (
+    id          bigint PRIMARY KEY REFERENCES chunks (id) ON DELETE CASCADE,
+    document_id text COLLATE "C" NOT NULL,
+    bits        bit varying NOT NULL
+);
+CREATE TABLE chunks_version (
+    id      integer PRIMARY KEY CHECK (id = 1),
+    version bigint NOT NULL
+);
+INSERT INTO chunks_version VALUES (1, 0);
+CREATE FUNCTION polaris_chunk_bits() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.embedding IS NULL THEN
+        DELETE FROM chunks_bits WHERE id = NEW.id;
+    ELSE
+        INSERT INTO chunks_bits (id, document_id, bits) VALUES (NEW.id, NEW.document_id, binary_quantize(NEW.embedding))
+        ON CONFLICT (id) DO UPDATE SET document_id = excluded.document_id, bits = excluded.bits;
+    END IF;
+    RETURN NULL;
+END $$;
+CREATE FUNCTION polaris_chunks_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP IN ('INSERT', 'DELETE') THEN
+        IF NOT EXISTS (SELECT 1 FROM changed) THEN
+            RETURN NULL;  -- a statement that changed no chunk leaves the version alone
+        END IF;
+    END IF;
+    UPDATE chunks_version SET version = version + 1 WHERE id = 1;
+    RETURN NULL;
+END $$;
+"""
+# a column named in a trigger cannot change type: ``retype_vectors`` drops them around the change
+BITS_TRIGGERS_SQL = """
+CREATE TRIGGER chunks_bits_write AFTER INSERT OR UPDATE OF embedding, document_id ON chunks
+    FOR EACH ROW EXECUTE FUNCTION polaris_chunk_bits();
+CREATE TRIGGER chunks_version_insert AFTER INSERT ON chunks REFERENCING NEW TABLE AS changed
+    FOR EACH STATEMENT EXECUTE FUNCTION polaris_chunks_changed();
+CREATE TRIGGER chunks_version_delete AFTER DELETE ON chunks REFERENCING OLD TABLE AS changed
+    FOR EACH STATEMENT EXECUTE FUNCTION polaris_chunks_changed();
+CREATE TRIGGER chunks_version_update AFTER UPDATE OF embedding, document_id ON chunks
+    FOR EACH STATEMENT EXECUTE FUNCTION polaris_chunks_changed();
+CREATE TRIGGER chunks_version_truncate AFTER TRUNCATE ON chunks
+    FOR EACH STATEMENT EXECUTE FUNCTION polaris_chunks_changed();
+"""
+BITS_BACKFILL_SQL = """
+INSERT INTO chunks_bits (id, document_id, bits)
+    SELECT id, document_id, binary_quantize(embedding) FROM chunks WHERE embedding IS NOT NULL;
+"""
+BITS_TRIGGERS = ("chunks_bits_write", "chunks_version_insert", "chunks_version_delete", "chunks_version_update",
+                 "chunks_version_truncate")
+
 MIGRATIONS: tuple[tuple[int, str, Callable[[Any], None]], ...] = (
     (1, "tables: meta, collections, documents, chunks with vectors, BM25 postings and statistics",
      lambda conn: _script(conn, TABLES_SQL)),
@@ -116,6 +175,8 @@ MIGRATIONS: tuple[tuple[int, str, Callable[[Any], None]], ...] = (
                                 " chunks_bm25_terms ADD COLUMN IF NOT EXISTS version bigint NOT NULL DEFAULT nextval('chunks_bm25_version')")),
     (4, "each posting's positions (a phrase is matched from them): the posting table written again",
      lambda conn: _positions(conn)),
+    (5, "each chunk vector's sign bits (a long-lived reader's candidates) and a version of the vectors",
+     lambda conn: _script(conn, SIGN_BITS_SQL + BITS_TRIGGERS_SQL + BITS_BACKFILL_SQL)),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 SCHEMA_LOCK = 0x706F6C61_72697301  # advisory lock keys ("polaris" + a purpose byte)
@@ -182,6 +243,19 @@ def _positions(conn: Any, batch: int = 2_000) -> None:
         conn.execute(statement)
 
 
+def retype_vectors(conn: Any, dim: int) -> None:
+    """Size the vector column for ``dim`` and add its half-precision twin (what the server
+    compares); the sign-bit triggers, which name the column, are set aside meanwhile."""
+    bits = has_table(conn, "chunks_bits")
+    if bits:
+        conn.execute("; ".join(f"DROP TRIGGER IF EXISTS {t} ON chunks" for t in BITS_TRIGGERS))
+    conn.execute(f"ALTER TABLE chunks ALTER COLUMN embedding TYPE vector({int(dim)})")
+    conn.execute(f"ALTER TABLE chunks ADD COLUMN IF NOT EXISTS embedding_half halfvec({int(dim)})"
+                 f" GENERATED ALWAYS AS (embedding::halfvec({int(dim)})) STORED")
+    if bits:
+        _script(conn, BITS_TRIGGERS_SQL)
+
+
 def has_table(conn: Any, name: str) -> bool:
     """True when ``name`` is a table in the connection's schema search path."""
     return conn.execute("SELECT to_regclass(%s) IS NOT NULL", (name,)).fetchone()[0]
@@ -230,7 +304,7 @@ def migrate(conn: Any, where: str) -> list[int]:
     return applied
 
 
-INDEX_TABLES = ("chunks_bm25", "chunks_bm25_terms", "chunks_bm25_stats", "chunks", "documents", "collections",
+INDEX_TABLES = ("chunks_bits", "chunks_version", "chunks_bm25", "chunks_bm25_terms", "chunks_bm25_stats", "chunks", "documents", "collections",
                 "polaris_meta")
 
 
@@ -250,4 +324,5 @@ def drop_empty_index(conn: Any) -> bool:
             return False
         conn.execute("DROP TABLE " + ", ".join(INDEX_TABLES))
         conn.execute("DROP SEQUENCE IF EXISTS chunks_bm25_version")
+        conn.execute("DROP FUNCTION IF EXISTS polaris_chunk_bits(), polaris_chunks_changed()")
     return True

@@ -128,6 +128,7 @@ class PgStore:
         self._model: ModelBinding | None = None
         self._tokenizer_name: str | None = None
         self._ann_checked = (False, 0.0)
+        self._sign_bits: bool | None = None
         if fts_tokenizer is not None:
             problem = SETTINGS_BY_NAME["fts_tokenizer"].check(fts_tokenizer)
             if problem:
@@ -137,8 +138,11 @@ class PgStore:
             if self.readonly:
                 self._check_readable()
             else:
-                if 4 in schema.migrate(self.conn, self.path):
+                applied = schema.migrate(self.conn, self.path)
+                if 4 in applied:
                     self.conn.execute("VACUUM (ANALYZE) chunks_bm25")  # the new table's visibility map and statistics
+                if 5 in applied:
+                    self.conn.execute("VACUUM (ANALYZE) chunks_bits")
                 self._sync_tokenizer(fts_tokenizer or DEFAULT_FTS_TOKENIZER, explicit=fts_tokenizer is not None)
         except BaseException:
             self.conn.close()
@@ -322,7 +326,7 @@ class PgStore:
                 self._set_meta(conn, model_id=wanted.model_id, embedding_dim=wanted.dim,
                                model_fingerprint=wanted.fingerprint, doc_prefix=wanted.doc_prefix,
                                query_prefix=wanted.query_prefix)
-                _type_vectors(conn, wanted.dim)
+                schema.retype_vectors(conn, wanted.dim)
             if settings:
                 self._set_meta(conn, chunker=json.dumps(settings, sort_keys=True))
 
@@ -739,6 +743,27 @@ class PgStore:
             " ORDER BY embedding_half <=> %s LIMIT %s", (*args, half, fetch), binary=True).fetchall()
         return rescore(rows, q, k)
 
+    def has_sign_bits(self) -> bool:
+        """True when the database keeps the sign bits (migration 5; a read-only store may open an older one)."""
+        if self._sign_bits is None:
+            with self._lock:
+                self._sign_bits = bool(self.conn.execute("SELECT to_regclass('chunks_bits') IS NOT NULL").fetchone()[0])
+        return self._sign_bits
+
+    def stored_vectors(self, ids: np.ndarray | Sequence[int], dim: int) -> tuple[np.ndarray, np.ndarray]:
+        """The float32 vectors of chunks ``ids``: (ids found, matrix), read packed in one value; a
+        stored vector that is not valid for ``dim`` is skipped (``vectors.decode_rows``, as the file)."""
+        n, packed_ids, packed = self.conn.execute(
+            "SELECT count(*), string_agg(int8send(id), ''::bytea ORDER BY id), string_agg(vector_send(embedding),"
+            " ''::bytea ORDER BY id) FROM chunks WHERE id = ANY(%s) AND embedding IS NOT NULL AND vector_dims(embedding) = %s",
+            ([int(i) for i in ids], int(dim)), binary=True).fetchone()
+        if not n:
+            return np.zeros(0, dtype=np.int64), np.zeros((0, dim), dtype=np.float32)
+        found = np.frombuffer(packed_ids, ">i8").astype(np.int64)
+        rows = np.frombuffer(packed, dtype=np.uint8).reshape(n, 4 + 4 * dim)[:, 4:]  # vector_send: dim, unused, floats
+        floats = np.ascontiguousarray(rows).view(">f4").astype("<f4")
+        return vectors_module.decode_rows(found, [r.tobytes() for r in floats], dim)
+
     def bm25(self, query: str, k: int, scope: Scope) -> list[tuple[int, float]]:
         """FTS5's BM25 candidates in ``scope`` (``postgres/bm25.py``)."""
         return bm25_module.bm25(self.conn, self.tokenizer(), query, k, scope, self._postings)
@@ -809,7 +834,7 @@ class PgStore:
                     keep = {k: v for k, v in value.items() if k != "schema_version"}
                     self._set_meta(conn, **keep)
                     if "embedding_dim" in keep:
-                        _type_vectors(conn, int(keep["embedding_dim"]))
+                        schema.retype_vectors(conn, int(keep["embedding_dim"]))
                 elif kind == "collection":
                     conn.execute("INSERT INTO collections (name, root) VALUES (%s, %s) ON CONFLICT (name) DO UPDATE"
                                  " SET root = excluded.root", value)
@@ -906,13 +931,6 @@ def as_array(value: Any) -> np.ndarray:
     if hasattr(value, "to_numpy"):
         value = value.to_numpy()
     return np.asarray(value, dtype=np.float32)
-
-
-def _type_vectors(conn: Any, dim: int) -> None:
-    """Size the vector column for ``dim`` and add its half-precision twin (what the server compares)."""
-    conn.execute(f"ALTER TABLE chunks ALTER COLUMN embedding TYPE vector({int(dim)})")
-    conn.execute(f"ALTER TABLE chunks ADD COLUMN IF NOT EXISTS embedding_half halfvec({int(dim)})"
-                 f" GENERATED ALWAYS AS (embedding::halfvec({int(dim)})) STORED")
 
 
 def rescore(rows: Sequence[tuple[int, Any]], query: np.ndarray, k: int) -> list[tuple[int, float]]:

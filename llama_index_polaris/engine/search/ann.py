@@ -100,11 +100,19 @@ def fetch_size(k: int, n: int) -> int:
     return min(n, max(k * OVERFETCH, MIN_FETCH, int(n * FETCH_SHARE)))
 
 
-def nearest_rows(distances: np.ndarray, fetch: int) -> np.ndarray:
-    """Positions of the ``fetch`` smallest distances (any order; all when fewer)."""
+def nearest_rows(distances: np.ndarray, fetch: int, ids: np.ndarray | None = None) -> np.ndarray:
+    """Positions of the ``fetch`` smallest distances (any order; all when fewer). Among equal
+    distances at the cut the smallest ``ids`` are taken (else the first positions), so the same
+    bits choose the same candidates whatever order a backend holds them in."""
     if fetch >= len(distances):
         return np.arange(len(distances))
-    return np.argpartition(distances, fetch - 1)[:fetch]
+    cut = distances[np.argpartition(distances, fetch - 1)[fetch - 1]]
+    below = np.flatnonzero(distances < cut)
+    ties = np.flatnonzero(distances == cut)
+    need = fetch - len(below)
+    if ids is not None and need < len(ties):
+        ties = ties[np.argpartition(ids[ties], need - 1)[:need]] if need > 0 else ties[:0]
+    return np.concatenate([below, ties[:need]])
 
 
 # -- reading the index ---------------------------------------------------------------------
@@ -179,7 +187,8 @@ def search_bits(
 ) -> list[tuple[int, float]]:
     """The ``k`` nearest chunks among ``bits`` (only positions ``rows`` when given): ``fetch``
     candidates (default ``fetch_size`` for ``fetch_k``, else ``k``) by Hamming distance,
-    re-scored exactly from chunks.embedding. ``conn`` reads the floats."""
+    re-scored exactly from chunks.embedding. ``conn`` reads the floats: a connection to the
+    file, or any callable ``(ids, dim) -> (ids found, matrix)`` (another backend's reader)."""
     if rows is None and bits.live is not None:
         rows = np.flatnonzero(bits.live)
     ids = bits.ids if rows is None else bits.ids[rows]
@@ -191,8 +200,9 @@ def search_bits(
             distances = hamming(bits.bits if rows is None else bits.bits[rows], pack_signs(query)[0])
         else:  # most rows: count them all (no copy of the bits) and keep the scope's
             distances = hamming(bits.bits, pack_signs(query)[0])[rows]
-        pool = np.sort(ids[nearest_rows(distances, fetch)])  # read in file order
-    found, matrix = stored_vectors(conn, pool, len(query))
+        pool = np.sort(ids[nearest_rows(distances, fetch, ids)])  # read in file order
+    read = (lambda i, d: stored_vectors(conn, i, d)) if hasattr(conn, "execute") else conn
+    found, matrix = read(pool, len(query))
     return rescore(found, matrix, query, k)
 
 

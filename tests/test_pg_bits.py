@@ -1,0 +1,181 @@
+"""The sign bits on Postgres (#26): kept by triggers for every write, and a long-lived reader
+that holds them chooses the same candidates as the file's, so both backends answer alike."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from llama_index_polaris.engine.search import ann
+from llama_index_polaris.engine.search.ann import pack_signs
+from llama_index_polaris.engine.search.scope import Scope, resolve_scope
+from llama_index_polaris.engine.search.vector_cache import VectorCache
+from llama_index_polaris.engine.store import ChunkRecord, DocumentRecord
+from test_ann import MODEL, PER_DOC, real, store_of  # noqa: F401  (the module fixture of real vectors)
+
+psycopg = pytest.importorskip("psycopg")
+from llama_index_polaris.engine.postgres.bits import PgVectorCache, file_order  # noqa: E402
+from llama_index_polaris.engine.postgres.store import PgStore  # noqa: E402
+from llama_index_polaris.engine.records import ModelBinding  # noqa: E402
+
+
+def server_bits(uri: str) -> tuple[list[int], np.ndarray, list[str], np.ndarray]:
+    """(ids, bits as the file packs them, documents, float32 vectors) of every chunk with a vector."""
+    with psycopg.connect(uri) as conn:
+        rows = conn.execute("SELECT b.id, substr(varbit_send(b.bits), 5), b.document_id, c.embedding::real[]"
+                            " FROM chunks_bits b JOIN chunks c ON c.id = b.id ORDER BY b.id").fetchall()
+        with_vectors = conn.execute("SELECT count(*) FROM chunks WHERE embedding IS NOT NULL").fetchone()[0]
+    assert len(rows) == with_vectors  # one row per chunk with a vector, none for the others
+    bits = file_order(b"".join(r[1] for r in rows), len(rows))
+    return [r[0] for r in rows], bits, [r[2] for r in rows], np.array([r[3] for r in rows], dtype=np.float32)
+
+
+@pytest.fixture
+def targets(pg_server: str, tmp_path: Path):
+    """New databases on the session's server (``conftest.Targets``), dropped afterwards."""
+    from conftest import Targets
+
+    made = Targets("postgres", tmp_path, pg_server)
+    yield made
+    made.close()
+
+
+def version(uri: str) -> int:
+    with psycopg.connect(uri) as conn:
+        return conn.execute("SELECT version FROM chunks_version").fetchone()[0]
+
+
+def test_every_write_keeps_the_bits_and_counts_a_version(pg_uri: str) -> None:
+    rng = np.random.default_rng(3)
+    store = PgStore(pg_uri)
+    store.bind_model(ModelBinding(MODEL, 16))
+    v0 = version(pg_uri)
+    store.upsert_document(DocumentRecord("a", path="a.md"), [ChunkRecord(f"a{i}", f"text {i}", ordinal=i) for i in range(5)],
+                          rng.standard_normal((5, 16)).astype(np.float32))
+    store.upsert_document(DocumentRecord("b", path="b.md"), [ChunkRecord("b0", "other", ordinal=0)],
+                          rng.standard_normal((1, 16)).astype(np.float32))
+    ids, bits, docs, vectors = server_bits(pg_uri)
+    np.testing.assert_array_equal(bits, pack_signs(vectors))
+    assert docs == ["a"] * 5 + ["b"]
+    v1 = version(pg_uri)
+    assert v1 > v0
+    store.set_status("a", "stale", "gone")  # no vector, no chunk's document changed: the bits stand
+    store.put_document(DocumentRecord("c", path="c.md"))
+    assert version(pg_uri) == v1
+    with psycopg.connect(pg_uri, autocommit=True) as conn:  # writes around the Store are kept too
+        conn.execute("DELETE FROM chunks WHERE node_id = 'nothing'")  # a statement that changes no chunk
+        assert conn.execute("SELECT version FROM chunks_version").fetchone()[0] == v1
+        conn.execute("UPDATE chunks SET embedding = %s::vector WHERE node_id = 'a1'", (str([-1.0, 2.0] * 8),))
+        conn.execute("UPDATE chunks SET embedding = NULL WHERE node_id = 'a2'")
+        conn.execute("UPDATE chunks SET document_id = 'c' WHERE node_id = 'a3'")
+        conn.execute("DELETE FROM chunks WHERE node_id = 'a4'")
+    ids, bits, docs, vectors = server_bits(pg_uri)
+    np.testing.assert_array_equal(bits, pack_signs(vectors))
+    assert docs == ["a", "a", "c", "b"]
+    assert np.array_equal(vectors[1], np.array([-1.0, 2.0] * 8, dtype=np.float32))
+    assert version(pg_uri) == v1 + 4
+    store.clear()
+    assert server_bits(pg_uri)[0] == []
+    store.close()
+
+
+def test_the_long_lived_reader_chooses_the_files_candidates(tmp_path: Path, real, targets) -> None:  # noqa: F811
+    """The same sentences in a file and in its copy on the server: the file's cache and the
+    server's give the same ids and distances for every query and scope, with a small over-fetch
+    (so the candidates chosen decide), and both stay near exact search."""
+    sentences, vectors, queries = real
+    store = store_of(tmp_path / "p.db", sentences, vectors)
+    store.delete_nodes(["d3:4", "d5:0", "d8:19"])  # deleted slots in the file's blocks: its rows are not in id order
+    uri = targets.copy_of(tmp_path / "p.db")
+    server = PgStore(uri, readonly=True)
+    theirs, mine = VectorCache(store, min_chunks=0), PgVectorCache(server, min_chunks=0)
+    assert theirs.refresh()
+    with server.read():
+        assert mine.refresh()
+    assert mine.nbytes / len(sentences) <= 100
+    scopes = {"all": (Scope(), Scope()),
+              "collection": (resolve_scope(store.conn, collections=["a"]), server.resolve_scope(collections=["a"])),
+              "documents": (resolve_scope(store.conn, documents=["doc4", "doc9", "doc30"]),
+                            server.resolve_scope(documents=["doc4", "doc9", "doc30"]))}
+    for name, (file_scope, server_scope) in scopes.items():
+        for fetch in (20, 100):
+            for q in queries:
+                with store.read():
+                    expected = theirs.knn(q, 10, file_scope, fetch=fetch)
+                with server.read():
+                    got = mine.knn(q, 10, server_scope, fetch=fetch)
+                assert got == expected, (name, fetch)
+    store.close()
+    server.close()
+
+
+def test_a_write_is_seen_by_the_next_query_and_the_bits_reload(tmp_path: Path, real, targets) -> None:  # noqa: F811
+    """Another process adds the nearest chunk: the reader's next snapshot sees a new version, so
+    the server's own KNN answers (it holds the new chunk) until the bits have loaded again."""
+    sentences, vectors, queries = real
+    store_of(tmp_path / "p.db", sentences[:400], vectors[:400]).close()
+    uri = targets.copy_of(tmp_path / "p.db")
+    reader = PgStore(uri, readonly=True)
+    cache = PgVectorCache(reader, min_chunks=0, background=True)
+    with reader.read():
+        assert not cache.refresh()  # loading: the server answers meanwhile
+    assert cache.wait()
+    with reader.read():
+        assert cache.refresh()
+        before = cache.knn(queries[0], 5, Scope())
+    writer = PgStore(uri)
+    writer.upsert_document(DocumentRecord("new", path="new.md"), [ChunkRecord("new0", "the nearest", ordinal=0)],
+                           queries[0][None, :])
+    writer.close()
+    with reader.read():
+        assert not cache.refresh()
+        fallback = reader.knn(queries[0], 5, Scope())
+    assert fallback[0][1] == pytest.approx(0.0, abs=1e-6) and fallback[1:] == before[:4]
+    assert cache.wait()
+    with reader.read():
+        assert cache.refresh()
+        assert cache.knn(queries[0], 5, Scope()) == fallback
+    reader.close()
+
+
+def test_the_index_uses_the_bits_only_for_long_lived_processes(tmp_path: Path, real, targets, monkeypatch) -> None:  # noqa: F811
+    """A PolarisIndex on a server holds the bits once the index passes the threshold, as the file's
+    does; its hybrid hits are the file's, and a one-shot process holds nothing."""
+    from llama_index_polaris.engine.config import load_config
+    from llama_index_polaris.engine.index import PolarisIndex
+    from llama_index_polaris.engine.search import vector_cache
+
+    monkeypatch.setattr(ann, "EXACT_BELOW", 1_000)
+    monkeypatch.setattr(vector_cache, "MIN_CHUNKS", 1_000)
+    sentences, vectors, queries = real
+    store_of(tmp_path / "p.db", sentences, vectors).close()
+    uri = targets.copy_of(tmp_path / "p.db")
+    cfg = load_config(tmp_path, use_user_config=False)
+    file_ix, server_ix = PolarisIndex(tmp_path / "p.db", config=cfg, readonly=True), PolarisIndex(uri, config=cfg, readonly=True)
+    assert PolarisIndex(uri, config=cfg, readonly=True, fast_start=True).vector_cache is None
+    assert isinstance(server_ix.vector_cache, PgVectorCache)
+    for ix in (file_ix, server_ix):
+        with ix.store.read():
+            ix.vector_cache.refresh()
+        assert ix.vector_cache.wait()
+    for i, q in enumerate(queries[:15]):
+        text = sentences[7 + 50 * i][:40]
+        hits = [ix.searcher().search(text, top_k=10, query_vector=q) for ix in (file_ix, server_ix)]
+        assert [(h.node_id, round(h.score, 9)) for h in hits[0]] == [(h.node_id, round(h.score, 9)) for h in hits[1]]
+        assert [h.explain.vector_rank for h in hits[0]] == [h.explain.vector_rank for h in hits[1]]
+    file_ix.close()
+    server_ix.close()
+
+
+def test_candidates_at_a_tie_are_the_smallest_ids_in_any_order() -> None:
+    rng = np.random.default_rng(0)
+    distances = rng.integers(0, 6, 500).astype(np.uint16)
+    ids = rng.permutation(10_000)[:500].astype(np.int64)
+    for fetch in (1, 37, 100, 499):
+        chosen = set(ids[ann.nearest_rows(distances, fetch, ids)].tolist())
+        expected = set(ids[np.lexsort((ids, distances))][:fetch].tolist())
+        assert chosen == expected
+        order = rng.permutation(500)  # the same rows held in another order choose the same
+        assert set(ids[order][ann.nearest_rows(distances[order], fetch, ids[order])].tolist()) == expected
