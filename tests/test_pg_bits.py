@@ -43,8 +43,11 @@ def targets(pg_server: str, tmp_path: Path):
 
 
 def version(uri: str) -> int:
+    """The version of the vectors; checks on the way that ``vectors`` counts the chunks with one."""
     with psycopg.connect(uri) as conn:
-        return conn.execute("SELECT version FROM chunks_version").fetchone()[0]
+        version, vectors = conn.execute("SELECT version, vectors FROM chunks_version").fetchone()
+        assert vectors == conn.execute("SELECT count(*) FROM chunks WHERE embedding IS NOT NULL").fetchone()[0]
+        return version
 
 
 def test_every_write_keeps_the_bits_and_counts_a_version(pg_uri: str) -> None:
@@ -67,6 +70,8 @@ def test_every_write_keeps_the_bits_and_counts_a_version(pg_uri: str) -> None:
     with psycopg.connect(pg_uri, autocommit=True) as conn:  # writes around the Store are kept too
         conn.execute("DELETE FROM chunks WHERE node_id = 'nothing'")  # a statement that changes no chunk
         assert conn.execute("SELECT version FROM chunks_version").fetchone()[0] == v1
+        conn.execute("UPDATE chunks SET bm25_length = bm25_length + 1")  # neither vector nor document: version stands
+        assert conn.execute("SELECT version FROM chunks_version").fetchone()[0] == v1
         conn.execute("UPDATE chunks SET embedding = %s::vector WHERE node_id = 'a1'", (str([-1.0, 2.0] * 8),))
         conn.execute("UPDATE chunks SET embedding = NULL WHERE node_id = 'a2'")
         conn.execute("UPDATE chunks SET document_id = 'c' WHERE node_id = 'a3'")
@@ -76,6 +81,14 @@ def test_every_write_keeps_the_bits_and_counts_a_version(pg_uri: str) -> None:
     assert docs == ["a", "a", "c", "b"]
     assert np.array_equal(vectors[1], np.array([-1.0, 2.0] * 8, dtype=np.float32))
     assert version(pg_uri) == v1 + 4
+    assert not [p for p in store.quick_check() if "chunks_bits" in p]  # (the BM25 counts were bypassed above)
+    with psycopg.connect(pg_uri, autocommit=True) as conn:  # bits changed behind the triggers' back are reported
+        conn.execute("ALTER TABLE chunks DISABLE TRIGGER USER")
+        conn.execute("UPDATE chunks SET embedding = %s::vector WHERE node_id = 'a0'", (str([1.0, -2.0] * 8),))
+        conn.execute("ALTER TABLE chunks ENABLE TRIGGER USER")
+    assert [p for p in store.quick_check() if "chunks_bits" in p] == [
+        "chunks_bits holds 4 rows (1 not the signs or document of their chunk) and chunks_version counts 4 vectors,"
+        " for 4 chunks with a vector"]
     store.clear()
     assert server_bits(pg_uri)[0] == []
     store.close()
@@ -107,6 +120,35 @@ def test_the_long_lived_reader_chooses_the_files_candidates(tmp_path: Path, real
                 with server.read():
                     got = mine.knn(q, 10, server_scope, fetch=fetch)
                 assert got == expected, (name, fetch)
+    store.close()
+    server.close()
+
+
+def test_a_one_shot_reader_on_the_server_chooses_the_same_candidates(tmp_path: Path, real, targets, monkeypatch) -> None:  # noqa: F811
+    """Without HNSW, the server's own KNN (a one-shot process) counts the sign bits itself and
+    answers what the file's one-shot search answers, in every scope; below the threshold both are exact."""
+    from llama_index_polaris.engine.search.ann import ann_knn
+    from llama_index_polaris.engine.search.vector import exact_knn
+
+    sentences, vectors, queries = real
+    store = store_of(tmp_path / "p.db", sentences, vectors)
+    store.delete_nodes(["d3:4", "d5:0", "d8:19"])
+    uri = targets.copy_of(tmp_path / "p.db")
+    server = PgStore(uri, readonly=True)
+    scopes = {"all": (Scope(), Scope()),
+              "collection": (resolve_scope(store.conn, collections=["a"]), server.resolve_scope(collections=["a"])),
+              "small": (resolve_scope(store.conn, documents=["doc4", "doc9"]), server.resolve_scope(documents=["doc4", "doc9"]))}
+    for exact_below, fetch_k in ((1_000, 10), (1_000, 1), (1_000_000, 10)):
+        monkeypatch.setattr(ann, "EXACT_BELOW", exact_below)
+        monkeypatch.setattr(ann, "MIN_FETCH", 40)  # candidates decide, at this size
+        for name, (file_scope, server_scope) in scopes.items():
+            for q in queries[:20]:
+                with store.read():
+                    expected = ann_knn(store.conn, q, 10, file_scope, fetch_k=fetch_k) or exact_knn(store.conn, q, 10, file_scope)
+                with server.read():
+                    got = server.knn(q, 10, server_scope, fetch_k=fetch_k)
+                assert [i for i, _ in got] == [i for i, _ in expected], (name, exact_below, fetch_k)
+                assert [d for _, d in got] == pytest.approx([d for _, d in expected], abs=1e-6)
     store.close()
     server.close()
 

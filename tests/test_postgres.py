@@ -413,9 +413,38 @@ def test_phrase_sums_are_the_same_by_id_array_or_by_sorted_ids(lists: list, data
 def test_the_postings_kept_are_set_by_the_environment(pg_uri: str) -> None:
     """POLARIS_PG_POSTINGS sizes what a store keeps between queries (a server over 1M chunks wants more)."""
     code = ("import sys; from llama_index_polaris.engine.postgres import PgStore; s = PgStore(sys.argv[1]);"
-            " print(s._postings.budget); s.close()")
-    for value, expected in (("123", "123"), ("", "8000000")):
+            " print(s._postings.budget, s._postings.per_chunk); s.close()")
+    for value, expected in (("123", "123 0"), ("", "8000000 32")):
         run = subprocess.run([sys.executable, "-c", code, pg_uri], capture_output=True, text=True, timeout=120,
                              env={**os.environ, "POLARIS_PG_POSTINGS": value})
         assert run.returncode == 0, run.stderr
         assert run.stdout.strip() == expected
+
+
+def test_the_postings_kept_grow_with_the_index_and_are_held_narrow(pg_uri: str) -> None:
+    """Without POLARIS_PG_POSTINGS the budget grows to 32 postings a chunk (as the file's cache);
+    a kept list is held in narrow integers and scores bit for bit as the list read afresh."""
+    from llama_index_polaris.engine.postgres import bm25 as pg_bm25
+    from llama_index_polaris.engine.postgres.bm25 import Postings, narrow
+
+    kept = Postings(budget=100, per_chunk=32)
+    kept.fit(2)
+    assert kept.budget == 100
+    kept.fit(1_000_000)
+    assert kept.budget == 32_000_000
+    assert narrow(np.array([1, 65535], dtype=np.int64)).dtype == np.uint16
+    assert narrow(np.array([1, 65536], dtype=np.int64)).dtype == np.int32
+    assert narrow(np.array([2**31], dtype=np.int64)).dtype == np.int64
+    assert narrow(np.array([7], dtype=np.int32)).dtype == np.uint16
+    store = PgStore(pg_uri)
+    store.bind_model(fake_binding(8))
+    store.upsert_document(DocumentRecord("a", path="a.md"),
+                          [ChunkRecord(f"a-{i}", "token " * (i + 1) + "session refresh", ordinal=i) for i in range(30)],
+                          unit_vectors(30, 8, seed=3))
+    with store.read():
+        first = store.bm25("token session", 10, Scope())
+        again = store.bm25("token session", 10, Scope())  # from the kept, narrowed lists
+        fresh = pg_bm25.bm25(store.conn, store.tokenizer(), "token session", 10, Scope(), Postings(0))
+    assert first == again == fresh and len(first) == 10
+    assert all(isinstance(i, int) for i, _ in again)
+    store.close()

@@ -74,6 +74,7 @@ def bm25(conn: Any, tokenizer: Tokenizer, query: str, limit: int, scope: Scope =
     phrases = [p for p in tokenizer.terms(words) if p]
     singles = sorted({p[0] for p in phrases if len(p) == 1})
     postings = postings or Postings(0)
+    postings.fit(n_rows)
     lists = postings.lists(conn, singles)
     allowed = _in_scope(conn, scope)
     parts: list[tuple[np.ndarray, np.ndarray]] = []
@@ -124,16 +125,24 @@ class Postings:
     lengths, document frequency). A writer gives every term it touches a new ``version`` (from
     one sequence, never reused) in its own transaction, so a list is reused only by a snapshot
     that sees the same version: never stale. ``budget``: the most postings kept (least recently
-    used go first; 0 keeps none)."""
+    used go first; 0 keeps none), raised to ``per_chunk`` postings per chunk of the index
+    (``fit``). A kept list is held in the narrowest integers its values fit (8 bytes a posting
+    where chunk ids fit 32 bits, as the file's cache holds them)."""
 
-    def __init__(self, budget: int = 8_000_000) -> None:
+    def __init__(self, budget: int = 8_000_000, per_chunk: int = 0) -> None:
         import threading
         from collections import OrderedDict
 
-        self.budget = budget
+        self.budget = self.base = budget
+        self.per_chunk = per_chunk  # the budget grows to this many postings per chunk of the index, as the file's
         self._kept: "OrderedDict[str, tuple]" = OrderedDict()
         self._size = 0
         self._lock = threading.Lock()
+
+    def fit(self, n_rows: int) -> None:
+        """Size the budget for an index of ``n_rows`` chunks (at least the base budget)."""
+        if self.per_chunk:
+            self.budget = max(self.base, self.per_chunk * n_rows)
 
     def lists(self, conn: Any, terms: Sequence[str]) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, int]]:
         """Each of ``terms``' (chunk ids, frequencies, lengths, document frequency) as this
@@ -160,7 +169,7 @@ class Postings:
                 arrays = (np.frombuffer(ids, ">i8").astype(np.int64), np.frombuffer(tf, ">i4").astype(np.int32),
                           np.frombuffer(dl, ">i4").astype(np.int32))
                 out[term] = (*arrays, int(seen[term][1]))
-                self._keep(term, seen[term][0], arrays)
+                self._keep(term, seen[term][0], tuple(narrow(a) for a in arrays))
         return out
 
     def phrase(self, conn: Any, tokenizer: Tokenizer, phrase: Sequence[str]) -> tuple[np.ndarray, ...] | None:
@@ -195,6 +204,15 @@ class Postings:
             while self._size > self.budget:
                 _, dropped = self._kept.popitem(last=False)
                 self._size -= dropped[-1]
+
+
+def narrow(values: np.ndarray) -> np.ndarray:
+    """``values`` (non-negative integers) in the narrowest of uint16, int32 and their own type that holds them."""
+    top = int(values.max()) if len(values) else 0
+    for dtype in (np.uint16, np.int32):
+        if top <= np.iinfo(dtype).max and np.dtype(dtype).itemsize < values.dtype.itemsize:
+            return values.astype(dtype)
+    return values
 
 
 OFFSET_BITS = 25  # a position: column << 25 | token offset (a column holds fewer than 32M tokens)

@@ -112,8 +112,11 @@ CREATE INDEX documents_collection_path ON documents (collection, path NULLS FIRS
 # a chunk at 384 dims, not the 2+ KB chunk row). Triggers keep it equal to ``chunks.embedding`` for
 # every write, the Store's or anyone's, in the writing transaction; ``chunks_version`` counts the
 # statements that changed a vector or a chunk's document, so a reader knows in its own snapshot
-# whether the bits it holds are the ones this snapshot sees.
+# whether the bits it holds are the ones this snapshot sees, and how many chunks have a vector.
+# Written from the chunks whatever was there before (a database whose version was set back).
 SIGN_BITS_SQL = """
+DROP TABLE IF EXISTS chunks_bits, chunks_version;
+DROP FUNCTION IF EXISTS polaris_chunk_bits(), polaris_chunks_changed() CASCADE;
 CREATE TABLE chunks_bits (
     id          bigint PRIMARY KEY REFERENCES chunks (id) ON DELETE CASCADE,
     document_id text COLLATE "C" NOT NULL,
@@ -121,9 +124,10 @@ CREATE TABLE chunks_bits (
 );
 CREATE TABLE chunks_version (
     id      integer PRIMARY KEY CHECK (id = 1),
-    version bigint NOT NULL
+    version bigint NOT NULL,
+    vectors bigint NOT NULL
 );
-INSERT INTO chunks_version VALUES (1, 0);
+INSERT INTO chunks_version VALUES (1, 0, 0);
 CREATE FUNCTION polaris_chunk_bits() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     IF NEW.embedding IS NULL THEN
@@ -135,13 +139,25 @@ BEGIN
     RETURN NULL;
 END $$;
 CREATE FUNCTION polaris_chunks_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    delta bigint := 0;
 BEGIN
-    IF TG_OP IN ('INSERT', 'DELETE') THEN
-        IF NOT EXISTS (SELECT 1 FROM changed) THEN
-            RETURN NULL;  -- a statement that changed no chunk leaves the version alone
-        END IF;
+    IF TG_OP = 'TRUNCATE' THEN
+        UPDATE chunks_version SET version = version + 1, vectors = 0 WHERE id = 1;
+        RETURN NULL;
+    ELSIF TG_OP = 'INSERT' THEN
+        IF NOT EXISTS (SELECT 1 FROM new_rows) THEN RETURN NULL; END IF;  -- no chunk changed: the version stands
+        delta := (SELECT count(*) FROM new_rows WHERE embedding IS NOT NULL);
+    ELSIF TG_OP = 'DELETE' THEN
+        IF NOT EXISTS (SELECT 1 FROM old_rows) THEN RETURN NULL; END IF;
+        delta := -(SELECT count(*) FROM old_rows WHERE embedding IS NOT NULL);
+    ELSE  -- an UPDATE counts only when a vector or a chunk's document changed
+        IF NOT EXISTS (SELECT 1 FROM old_rows o JOIN new_rows n ON n.id = o.id WHERE o.embedding IS DISTINCT FROM
+                       n.embedding OR o.document_id IS DISTINCT FROM n.document_id) THEN RETURN NULL; END IF;
+        delta := (SELECT count(*) FROM new_rows WHERE embedding IS NOT NULL)
+                 - (SELECT count(*) FROM old_rows WHERE embedding IS NOT NULL);
     END IF;
-    UPDATE chunks_version SET version = version + 1 WHERE id = 1;
+    UPDATE chunks_version SET version = version + 1, vectors = vectors + delta WHERE id = 1;
     RETURN NULL;
 END $$;
 """
@@ -149,11 +165,11 @@ END $$;
 BITS_TRIGGERS_SQL = """
 CREATE TRIGGER chunks_bits_write AFTER INSERT OR UPDATE OF embedding, document_id ON chunks
     FOR EACH ROW EXECUTE FUNCTION polaris_chunk_bits();
-CREATE TRIGGER chunks_version_insert AFTER INSERT ON chunks REFERENCING NEW TABLE AS changed
+CREATE TRIGGER chunks_version_insert AFTER INSERT ON chunks REFERENCING NEW TABLE AS new_rows
     FOR EACH STATEMENT EXECUTE FUNCTION polaris_chunks_changed();
-CREATE TRIGGER chunks_version_delete AFTER DELETE ON chunks REFERENCING OLD TABLE AS changed
+CREATE TRIGGER chunks_version_delete AFTER DELETE ON chunks REFERENCING OLD TABLE AS old_rows
     FOR EACH STATEMENT EXECUTE FUNCTION polaris_chunks_changed();
-CREATE TRIGGER chunks_version_update AFTER UPDATE OF embedding, document_id ON chunks
+CREATE TRIGGER chunks_version_update AFTER UPDATE ON chunks REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
     FOR EACH STATEMENT EXECUTE FUNCTION polaris_chunks_changed();
 CREATE TRIGGER chunks_version_truncate AFTER TRUNCATE ON chunks
     FOR EACH STATEMENT EXECUTE FUNCTION polaris_chunks_changed();
@@ -161,6 +177,7 @@ CREATE TRIGGER chunks_version_truncate AFTER TRUNCATE ON chunks
 BITS_BACKFILL_SQL = """
 INSERT INTO chunks_bits (id, document_id, bits)
     SELECT id, document_id, binary_quantize(embedding) FROM chunks WHERE embedding IS NOT NULL;
+UPDATE chunks_version SET vectors = (SELECT count(*) FROM chunks_bits);
 """
 BITS_TRIGGERS = ("chunks_bits_write", "chunks_version_insert", "chunks_version_delete", "chunks_version_update",
                  "chunks_version_truncate")

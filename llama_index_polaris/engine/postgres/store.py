@@ -65,9 +65,11 @@ from .json_patch import merged
 
 DEFAULT_FTS_TOKENIZER = SETTINGS_BY_NAME["fts_tokenizer"].default
 HNSW_FROM = int(os.environ["POLARIS_PG_HNSW_FROM"]) if os.environ.get("POLARIS_PG_HNSW_FROM") else None
-# BM25 postings a store keeps between queries (16 bytes each): 8M (128 MB) by default; a
-# long-lived server over 1M chunks answers from RAM with ~25M (docs/postgres.md)
+# BM25 postings a store keeps between queries (8 bytes each where chunk ids fit 32 bits): at least
+# 8M (64 MB), growing with the index to 32 per chunk as the file's cache does (100 questions at 1M
+# chunks touch ~23M: docs/postgres.md); POLARIS_PG_POSTINGS sets a fixed number instead
 POSTINGS_KEPT = int(os.environ.get("POLARIS_PG_POSTINGS") or 8_000_000)
+POSTINGS_PER_CHUNK = 0 if os.environ.get("POLARIS_PG_POSTINGS") else 32
 EF_SEARCH = 100  # HNSW candidates per query, at least
 RESCORE_MARGIN = 32  # half-precision candidates beyond k, re-scored in float32
 HNSW_M, HNSW_EF_CONSTRUCTION = 16, 64  # pgvector's defaults
@@ -124,7 +126,7 @@ class PgStore:
         self._runs = 0
         self._proven: ModelBinding | None = None
         self._delta = _Delta()
-        self._postings = bm25_module.Postings(POSTINGS_KEPT)
+        self._postings = bm25_module.Postings(POSTINGS_KEPT, POSTINGS_PER_CHUNK)
         self._model: ModelBinding | None = None
         self._tokenizer_name: str | None = None
         self._ann_checked = (False, 0.0)
@@ -647,13 +649,23 @@ class PgStore:
         return {"documents": docs, "chunks": chunks, "collections": collections}
 
     def quick_check(self) -> list[str]:
-        """["ok"] when the BM25 statistics agree with the chunks, else what disagrees."""
+        """["ok"] when the BM25 statistics and the sign bits agree with the chunks, else what disagrees."""
+        problems = []
         with self.read() as conn:
             n, total = conn.execute("SELECT count(*), coalesce(sum(bm25_length), 0) FROM chunks").fetchone()
             stats = conn.execute("SELECT n_rows, total_length FROM chunks_bm25_stats").fetchone()
-        if (n, total) != tuple(stats):
-            return [f"chunks_bm25_stats holds {stats[0]} rows and {stats[1]} tokens, the chunks {n} and {total}"]
-        return ["ok"]
+            if (n, total) != tuple(stats):
+                problems.append(f"chunks_bm25_stats holds {stats[0]} rows and {stats[1]} tokens, the chunks {n} and {total}")
+            if self.has_sign_bits():
+                vectors, counted, held, wrong = conn.execute(
+                    "SELECT (SELECT vectors FROM chunks_version), count(c.id), count(b.id), count(*) FILTER (WHERE"
+                    " b.bits IS DISTINCT FROM binary_quantize(c.embedding) OR b.document_id <> c.document_id)"
+                    " FROM chunks c FULL JOIN chunks_bits b ON b.id = c.id WHERE c.embedding IS NOT NULL OR b.id IS NOT NULL"
+                ).fetchone()
+                if wrong or vectors != counted or held != counted:
+                    problems.append(f"chunks_bits holds {held} rows ({wrong} not the signs or document of their chunk) and"
+                                    f" chunks_version counts {vectors} vectors, for {counted} chunks with a vector")
+        return problems or ["ok"]
 
     def vector_report(self) -> dict[str, Any]:
         """The rows vector search skips: pgvector refuses NaN and infinity, so only zero vectors can be."""
@@ -729,6 +741,10 @@ class PgStore:
         if scope.empty or k <= 0 or self.model is None:
             return []
         k = min(k, MAX_K)
+        if not self.has_ann_index() and self.model.dim % 8 == 0 and self.has_sign_bits():
+            hits = self._sign_bits_knn(np.asarray(query, dtype=np.float32), k, scope, fetch_k)
+            if hits is not None:
+                return hits
         fetch = k + RESCORE_MARGIN
         where, args = bm25_module.scope_sql(scope, "id")
         from pgvector import HalfVector
@@ -752,7 +768,7 @@ class PgStore:
 
     def stored_vectors(self, ids: np.ndarray | Sequence[int], dim: int) -> tuple[np.ndarray, np.ndarray]:
         """The float32 vectors of chunks ``ids``: (ids found, matrix), read packed in one value; a
-        stored vector that is not valid for ``dim`` is skipped (``vectors.decode_rows``, as the file)."""
+        stored vector that is not valid for ``dim`` is skipped (``vectors.valid_rows``, as the file)."""
         n, packed_ids, packed = self.conn.execute(
             "SELECT count(*), string_agg(int8send(id), ''::bytea ORDER BY id), string_agg(vector_send(embedding),"
             " ''::bytea ORDER BY id) FROM chunks WHERE id = ANY(%s) AND embedding IS NOT NULL AND vector_dims(embedding) = %s",
@@ -761,8 +777,32 @@ class PgStore:
             return np.zeros(0, dtype=np.int64), np.zeros((0, dim), dtype=np.float32)
         found = np.frombuffer(packed_ids, ">i8").astype(np.int64)
         rows = np.frombuffer(packed, dtype=np.uint8).reshape(n, 4 + 4 * dim)[:, 4:]  # vector_send: dim, unused, floats
-        floats = np.ascontiguousarray(rows).view(">f4").astype("<f4")
-        return vectors_module.decode_rows(found, [r.tobytes() for r in floats], dim)
+        matrix = np.ascontiguousarray(rows).view(">f4").astype(np.float32)
+        ok = vectors_module.valid_rows(matrix)
+        return (found, matrix) if ok.all() else (found[ok], matrix[ok])
+
+    def _sign_bits_knn(self, q: np.ndarray, k: int, scope: Scope, fetch_k: int | None) -> list[tuple[int, float]] | None:
+        """The file's approximate KNN (``search.ann``) on the server: the candidates with the fewest
+        differing sign bits (ties by id, as the file breaks them), counted over ``chunks_bits`` in
+        ``scope`` by the server, re-scored exactly. None where the file searches exactly too:
+        fewer than ``ann.EXACT_BELOW`` vectors, or a scope no larger than the candidates."""
+        from pgvector import Vector
+
+        from ..search import ann
+        from ..search.cosine import rescore as exact
+
+        sized_for = fetch_k or k
+        if self.conn.execute("SELECT vectors FROM chunks_version").fetchone()[0] < ann.EXACT_BELOW:
+            return None
+        where, args = bm25_module.scope_sql(scope, "id")
+        n = self.conn.execute(f"SELECT count(*) FROM chunks_bits WHERE TRUE{where}", args).fetchone()[0] if where \
+            else self.conn.execute("SELECT vectors FROM chunks_version").fetchone()[0]
+        if where and n <= max(sized_for * ann.OVERFETCH, ann.MIN_FETCH):
+            return None
+        rows = self.conn.execute(
+            f"SELECT id FROM chunks_bits WHERE TRUE{where} ORDER BY bits <~> binary_quantize(%s::vector), id LIMIT %s",
+            (*args, Vector(q), ann.fetch_size(sized_for, n))).fetchall()
+        return exact(*self.stored_vectors([r[0] for r in rows], len(q)), q, k)
 
     def bm25(self, query: str, k: int, scope: Scope) -> list[tuple[int, float]]:
         """FTS5's BM25 candidates in ``scope`` (``postgres/bm25.py``)."""
