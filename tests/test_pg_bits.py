@@ -221,3 +221,31 @@ def test_candidates_at_a_tie_are_the_smallest_ids_in_any_order() -> None:
         assert chosen == expected
         order = rng.permutation(500)  # the same rows held in another order choose the same
         assert set(ids[order][ann.nearest_rows(distances[order], fetch, ids[order])].tolist()) == expected
+
+
+def test_a_long_lived_reader_reads_the_longest_lists_ahead(pg_uri: str, tmp_path: Path) -> None:
+    """The lists of common terms (stop words aside) are read ahead on a connection of their own,
+    longest first, to half the budget, and score as a list read afresh; a one-shot index reads none."""
+    from llama_index_polaris.engine.config import load_config
+    from llama_index_polaris.engine.index import PolarisIndex
+    from llama_index_polaris.engine.postgres import bm25 as pg_bm25
+
+    store = PgStore(pg_uri)
+    store.bind_model(ModelBinding(MODEL, 8))
+    chunks = [ChunkRecord(f"a-{i}", "the session token " + ("refresh " if i % 2 else "") + f"word{i}", ordinal=i)
+              for i in range(40)]
+    store.upsert_document(DocumentRecord("a", path="a.md"), chunks, np.random.default_rng(0).standard_normal((40, 8)))
+    store._postings = pg_bm25.Postings(budget=180)
+    store.warm_postings(min_df=10).join(30)
+    assert set(store._postings._kept) == {"session", "token"}  # 40 postings each; "refresh" (20) would pass half the budget
+    assert store.warm_postings() is None  # once per store
+    with store.read():
+        assert store.bm25("session refresh", 10, Scope()) == pg_bm25.bm25(
+            store.conn, store.tokenizer(), "session refresh", 10, Scope(), pg_bm25.Postings(0))
+    store.close()
+    cfg = load_config(tmp_path, use_user_config=False)
+    one_shot, long_lived = PolarisIndex(pg_uri, config=cfg, fast_start=True), PolarisIndex(pg_uri, config=cfg)
+    assert one_shot.vector_cache is None and one_shot.store._warming is None
+    assert long_lived.vector_cache is not None and long_lived.store._warming is not None
+    one_shot.close()
+    long_lived.close()

@@ -207,7 +207,10 @@ class PolarisIndex:
         if self.store.kind == "postgres":
             from .postgres.bits import PgVectorCache
 
-            return self._long_lived("_vector_cache", PgVectorCache, "postgres")
+            cache = self._long_lived("_vector_cache", PgVectorCache, "postgres")
+            if cache is not None:
+                self.store.warm_postings()  # once: the longest BM25 lists read ahead, as the file's cache loads
+            return cache
         from .search.vector_cache import VectorCache
 
         return self._long_lived("_vector_cache", VectorCache)

