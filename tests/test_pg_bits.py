@@ -79,6 +79,8 @@ def test_every_write_keeps_the_bits_and_counts_a_version(pg_uri: str) -> None:
     ids, bits, docs, vectors = server_bits(pg_uri)
     np.testing.assert_array_equal(bits, pack_signs(vectors))
     assert docs == ["a", "a", "c", "b"]
+    found, floats = store.stored_vectors(ids, 16)  # the re-scoring reads chunks_vectors, kept alike
+    assert found.tolist() == ids and np.array_equal(floats, vectors)
     assert np.array_equal(vectors[1], np.array([-1.0, 2.0] * 8, dtype=np.float32))
     assert version(pg_uri) == v1 + 4
     assert not [p for p in store.quick_check() if "chunks_bits" in p]  # (the BM25 counts were bypassed above)
@@ -87,8 +89,8 @@ def test_every_write_keeps_the_bits_and_counts_a_version(pg_uri: str) -> None:
         conn.execute("UPDATE chunks SET embedding = %s::vector WHERE node_id = 'a0'", (str([1.0, -2.0] * 8),))
         conn.execute("ALTER TABLE chunks ENABLE TRIGGER USER")
     assert [p for p in store.quick_check() if "chunks_bits" in p] == [
-        "chunks_bits holds 4 rows (1 not the signs or document of their chunk) and chunks_version counts 4 vectors,"
-        " for 4 chunks with a vector"]
+        "chunks_bits holds 4 rows (1 not the signs or document of their chunk), chunks_vectors 4 (1 not their chunk's"
+        " vector) and chunks_version counts 4 vectors, for 4 chunks with a vector"]
     store.clear()
     assert server_bits(pg_uri)[0] == []
     store.close()

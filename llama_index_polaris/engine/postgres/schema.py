@@ -108,20 +108,29 @@ CREATE INDEX documents_collection_path ON documents (collection, path NULLS FIRS
 
 # The sign bits of every chunk vector (bit i set when component i > 0, as the file's
 # ``vec_quantize_binary``: pgvector's ``binary_quantize`` of the float32 vector), with the chunk's
-# document, in a narrow table a long-lived reader loads whole (``postgres/bits.py``: 48 bytes of bits
-# a chunk at 384 dims, not the 2+ KB chunk row). Triggers keep it equal to ``chunks.embedding`` for
+# document, in a narrow table a long-lived reader loads whole and a one-shot one scans
+# (``postgres/bits.py``: 48 bytes of bits a chunk at 384 dims, not the 2+ KB chunk row); and the
+# float32 vectors the candidates are re-scored from, stored in the row (``chunks_vectors``: one page
+# read a candidate, where ``chunks.embedding`` lies out of line behind a TOAST index: 2,000
+# candidates at 1M chunks read 2.3x fewer buffers). Triggers keep both equal to ``chunks.embedding`` for
 # every write, the Store's or anyone's, in the writing transaction; ``chunks_version`` counts the
 # statements that changed a vector or a chunk's document, so a reader knows in its own snapshot
 # whether the bits it holds are the ones this snapshot sees, and how many chunks have a vector.
 # Written from the chunks whatever was there before (a database whose version was set back).
 SIGN_BITS_SQL = """
-DROP TABLE IF EXISTS chunks_bits, chunks_version;
+DROP TABLE IF EXISTS chunks_bits, chunks_vectors, chunks_version;
 DROP FUNCTION IF EXISTS polaris_chunk_bits(), polaris_chunks_changed() CASCADE;
 CREATE TABLE chunks_bits (
     id          bigint PRIMARY KEY REFERENCES chunks (id) ON DELETE CASCADE,
     document_id text COLLATE "C" NOT NULL,
     bits        bit varying NOT NULL
 );
+CREATE TABLE chunks_vectors (
+    id          bigint PRIMARY KEY REFERENCES chunks (id) ON DELETE CASCADE,
+    embedding   vector NOT NULL
+);
+ALTER TABLE chunks_vectors ALTER COLUMN embedding SET STORAGE MAIN;
+ALTER TABLE chunks_vectors SET (toast_tuple_target = 8160);
 CREATE TABLE chunks_version (
     id      integer PRIMARY KEY CHECK (id = 1),
     version bigint NOT NULL,
@@ -132,9 +141,14 @@ CREATE FUNCTION polaris_chunk_bits() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     IF NEW.embedding IS NULL THEN
         DELETE FROM chunks_bits WHERE id = NEW.id;
+        DELETE FROM chunks_vectors WHERE id = NEW.id;
     ELSE
         INSERT INTO chunks_bits (id, document_id, bits) VALUES (NEW.id, NEW.document_id, binary_quantize(NEW.embedding))
         ON CONFLICT (id) DO UPDATE SET document_id = excluded.document_id, bits = excluded.bits;
+        IF TG_OP = 'INSERT' OR NEW.embedding IS DISTINCT FROM OLD.embedding THEN
+            INSERT INTO chunks_vectors (id, embedding) VALUES (NEW.id, NEW.embedding)
+            ON CONFLICT (id) DO UPDATE SET embedding = excluded.embedding;
+        END IF;
     END IF;
     RETURN NULL;
 END $$;
@@ -177,6 +191,7 @@ CREATE TRIGGER chunks_version_truncate AFTER TRUNCATE ON chunks
 BITS_BACKFILL_SQL = """
 INSERT INTO chunks_bits (id, document_id, bits)
     SELECT id, document_id, binary_quantize(embedding) FROM chunks WHERE embedding IS NOT NULL;
+INSERT INTO chunks_vectors (id, embedding) SELECT id, embedding FROM chunks WHERE embedding IS NOT NULL;
 UPDATE chunks_version SET vectors = (SELECT count(*) FROM chunks_bits);
 """
 BITS_TRIGGERS = ("chunks_bits_write", "chunks_version_insert", "chunks_version_delete", "chunks_version_update",
@@ -321,7 +336,7 @@ def migrate(conn: Any, where: str) -> list[int]:
     return applied
 
 
-INDEX_TABLES = ("chunks_bits", "chunks_version", "chunks_bm25", "chunks_bm25_terms", "chunks_bm25_stats", "chunks", "documents", "collections",
+INDEX_TABLES = ("chunks_bits", "chunks_vectors", "chunks_version", "chunks_bm25", "chunks_bm25_terms", "chunks_bm25_stats", "chunks", "documents", "collections",
                 "polaris_meta")
 
 

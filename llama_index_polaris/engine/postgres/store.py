@@ -670,14 +670,16 @@ class PgStore:
             if (n, total) != tuple(stats):
                 problems.append(f"chunks_bm25_stats holds {stats[0]} rows and {stats[1]} tokens, the chunks {n} and {total}")
             if self.has_sign_bits():
-                vectors, counted, held, wrong = conn.execute(
+                vectors, counted, held, wrong, floats, other = conn.execute(
                     "SELECT (SELECT vectors FROM chunks_version), count(c.id), count(b.id), count(*) FILTER (WHERE"
-                    " b.bits IS DISTINCT FROM binary_quantize(c.embedding) OR b.document_id <> c.document_id)"
-                    " FROM chunks c FULL JOIN chunks_bits b ON b.id = c.id WHERE c.embedding IS NOT NULL OR b.id IS NOT NULL"
-                ).fetchone()
-                if wrong or vectors != counted or held != counted:
-                    problems.append(f"chunks_bits holds {held} rows ({wrong} not the signs or document of their chunk) and"
-                                    f" chunks_version counts {vectors} vectors, for {counted} chunks with a vector")
+                    " b.bits IS DISTINCT FROM binary_quantize(c.embedding) OR b.document_id <> c.document_id),"
+                    " count(v.id), count(*) FILTER (WHERE v.embedding IS DISTINCT FROM c.embedding)"
+                    " FROM chunks c FULL JOIN chunks_bits b ON b.id = c.id FULL JOIN chunks_vectors v ON v.id = coalesce(c.id, b.id)"
+                    " WHERE c.embedding IS NOT NULL OR b.id IS NOT NULL OR v.id IS NOT NULL").fetchone()
+                if wrong or other or vectors != counted or held != counted or floats != counted:
+                    problems.append(f"chunks_bits holds {held} rows ({wrong} not the signs or document of their chunk),"
+                                    f" chunks_vectors {floats} ({other} not their chunk's vector) and chunks_version"
+                                    f" counts {vectors} vectors, for {counted} chunks with a vector")
         return problems or ["ok"]
 
     def vector_report(self) -> dict[str, Any]:
@@ -784,7 +786,7 @@ class PgStore:
         stored vector that is not valid for ``dim`` is skipped (``vectors.valid_rows``, as the file)."""
         n, packed_ids, packed = self.conn.execute(
             "SELECT count(*), string_agg(int8send(id), ''::bytea ORDER BY id), string_agg(vector_send(embedding),"
-            " ''::bytea ORDER BY id) FROM chunks WHERE id = ANY(%s) AND embedding IS NOT NULL AND vector_dims(embedding) = %s",
+            " ''::bytea ORDER BY id) FROM chunks_vectors WHERE id = ANY(%s) AND vector_dims(embedding) = %s",
             ([int(i) for i in ids], int(dim)), binary=True).fetchone()
         if not n:
             return np.zeros(0, dtype=np.int64), np.zeros((0, dim), dtype=np.float32)
