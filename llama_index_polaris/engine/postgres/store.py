@@ -785,14 +785,17 @@ class PgStore:
         """The float32 vectors of chunks ``ids``: (ids found, matrix), read packed in one value; a
         stored vector that is not valid for ``dim`` is skipped (``vectors.valid_rows``, as the file)."""
         n, packed_ids, packed = self.conn.execute(
-            "SELECT count(*), string_agg(int8send(id), ''::bytea ORDER BY id), string_agg(vector_send(embedding),"
-            " ''::bytea ORDER BY id) FROM chunks_vectors WHERE id = ANY(%s) AND vector_dims(embedding) = %s",
+            "SELECT count(*), string_agg(int8send(id), ''::bytea), string_agg(vector_send(embedding), ''::bytea)"
+            " FROM chunks_vectors WHERE id = ANY(%s) AND vector_dims(embedding) = %s",  # (sorted here: 4 ms less at 1,000)
             ([int(i) for i in ids], int(dim)), binary=True).fetchone()
         if not n:
             return np.zeros(0, dtype=np.int64), np.zeros((0, dim), dtype=np.float32)
         found = np.frombuffer(packed_ids, ">i8").astype(np.int64)
         rows = np.frombuffer(packed, dtype=np.uint8).reshape(n, 4 + 4 * dim)[:, 4:]  # vector_send: dim, unused, floats
         matrix = np.ascontiguousarray(rows).view(">f4").astype(np.float32)
+        if len(found) > 1 and (found[1:] < found[:-1]).any():  # in id order, as the file reads them: same sums, same ties
+            order = np.argsort(found, kind="stable")
+            found, matrix = found[order], matrix[order]
         ok = vectors_module.valid_rows(matrix)
         return (found, matrix) if ok.all() else (found[ok], matrix[ok])
 
