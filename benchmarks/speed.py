@@ -415,7 +415,7 @@ def hybrid_bench(n: int, dim: int, eval_dir: Path, nq: int) -> dict[str, Any]:
 
     from llama_index_polaris.engine.config import load_config
     from llama_index_polaris.engine.embed import load_embedder
-    from llama_index_polaris.engine.search import ann, pipeline, postings
+    from llama_index_polaris.engine.search import ann, pipeline, postings, signbits
     from llama_index_polaris.engine.search import vector as vector_module
     from llama_index_polaris.engine.search.bm25 import bm25
     from llama_index_polaris.engine.search.pipeline import Searcher
@@ -467,7 +467,7 @@ def hybrid_bench(n: int, dim: int, eval_dir: Path, nq: int) -> dict[str, Any]:
 
     res["ann_ms"] = pcts(run(ann_one))
     res["auto_ms"] = pcts(run(lambda i: knn(store.conn, qvecs[i], POOL)))
-    res["auto_is_exact"] = n < ann.EXACT_BELOW
+    res["auto_is_exact"] = n < signbits.EXACT_BELOW
     res["ann_recall@10"], res["ann_recall@30"] = recall_at(got, exact, 10), recall_at(got, exact, POOL)
     # where the one-shot approximate query spends its time
     bits = ann.read_bits(store.conn)

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from llama_index_polaris.engine.search import ann
+from llama_index_polaris.engine.search import ann, signbits
 from llama_index_polaris.engine.search.ann import (
     LayoutError, SignBits, ann_knn, blocks_to_bits, fetch_size, hamming, pack_signs, read_bits, vec0_candidates,
 )
@@ -107,9 +107,9 @@ def test_hamming_counts_the_differing_bits() -> None:
 
 
 def test_fetch_size_grows_with_k_and_never_exceeds_the_index() -> None:
-    assert fetch_size(10, 10**5) == ann.MIN_FETCH
-    assert fetch_size(10, 10**6) == int(10**6 * ann.FETCH_SHARE) > ann.MIN_FETCH  # larger indexes re-score more
-    assert fetch_size(300, 10**6) == 300 * ann.OVERFETCH
+    assert fetch_size(10, 10**5) == signbits.MIN_FETCH
+    assert fetch_size(10, 10**6) == int(10**6 * signbits.FETCH_SHARE) > signbits.MIN_FETCH  # larger indexes re-score more
+    assert fetch_size(300, 10**6) == 300 * signbits.OVERFETCH
     assert fetch_size(30, 500) == 500
 
 

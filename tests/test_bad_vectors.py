@@ -33,7 +33,7 @@ from llama_index_polaris.engine.embed import clear_embedders
 from llama_index_polaris.engine.errors import ModelMismatchError, VectorError
 from llama_index_polaris.engine.index import PolarisIndex
 from llama_index_polaris.engine.plugins import plugin_manager
-from llama_index_polaris.engine.search import ann, vector_cache
+from llama_index_polaris.engine.search import signbits, vector_cache
 from llama_index_polaris.engine.search.pipeline import Searcher
 from llama_index_polaris.engine.store import ChunkRecord, DocumentRecord
 from polaris_testing import copy_index
@@ -308,7 +308,7 @@ def test_a_bad_stored_row_is_skipped_by_every_search_path(db, kind, monkeypatch)
         searcher = Searcher(index.store, index.embedder.embed_query, cfg, vector_cache=cache)
         assert [h.node_id for h in searcher.search(QUERY, mode="vector", unit="chunk", top_k=5)] == expected(
             top, in_embedding)
-        monkeypatch.setattr(ann, "EXACT_BELOW", 0)  # the sign-bit path of files above 20k chunks
+        monkeypatch.setattr(signbits, "EXACT_BELOW", 0)  # the sign-bit path of files above 20k chunks
         assert vector_ids(index) == expected(top, in_embedding)
         assert len(index.search(QUERY, mode="hybrid", unit="chunk", top_k=5, mmr_lambda=0.5)) == 5
         assert (index.status()["documents"], index.status()["chunks"]) == (11, 59)

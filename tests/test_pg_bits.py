@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from llama_index_polaris.engine.search import ann
-from llama_index_polaris.engine.search.ann import pack_signs
+from llama_index_polaris.engine.search import signbits
+from llama_index_polaris.engine.search.signbits import pack_signs
 from llama_index_polaris.engine.search.scope import Scope, resolve_scope
 from llama_index_polaris.engine.search.vector_cache import VectorCache
 from llama_index_polaris.engine.store import ChunkRecord, DocumentRecord
@@ -141,8 +141,8 @@ def test_a_one_shot_reader_on_the_server_chooses_the_same_candidates(tmp_path: P
               "collection": (resolve_scope(store.conn, collections=["a"]), server.resolve_scope(collections=["a"])),
               "small": (resolve_scope(store.conn, documents=["doc4", "doc9"]), server.resolve_scope(documents=["doc4", "doc9"]))}
     for exact_below, fetch_k in ((1_000, 10), (1_000, 1), (1_000_000, 10)):
-        monkeypatch.setattr(ann, "EXACT_BELOW", exact_below)
-        monkeypatch.setattr(ann, "MIN_FETCH", 40)  # candidates decide, at this size
+        monkeypatch.setattr(signbits, "EXACT_BELOW", exact_below)
+        monkeypatch.setattr(signbits, "MIN_FETCH", 40)  # candidates decide, at this size
         for name, (file_scope, server_scope) in scopes.items():
             for q in queries[:20]:
                 with store.read():
@@ -191,7 +191,7 @@ def test_the_index_uses_the_bits_only_for_long_lived_processes(tmp_path: Path, r
     from llama_index_polaris.engine.index import PolarisIndex
     from llama_index_polaris.engine.search import vector_cache
 
-    monkeypatch.setattr(ann, "EXACT_BELOW", 1_000)
+    monkeypatch.setattr(signbits, "EXACT_BELOW", 1_000)
     monkeypatch.setattr(vector_cache, "MIN_CHUNKS", 1_000)
     sentences, vectors, queries = real
     store_of(tmp_path / "p.db", sentences, vectors).close()
@@ -218,11 +218,11 @@ def test_candidates_at_a_tie_are_the_smallest_ids_in_any_order() -> None:
     distances = rng.integers(0, 6, 500).astype(np.uint16)
     ids = rng.permutation(10_000)[:500].astype(np.int64)
     for fetch in (1, 37, 100, 499):
-        chosen = set(ids[ann.nearest_rows(distances, fetch, ids)].tolist())
+        chosen = set(ids[signbits.nearest_rows(distances, fetch, ids)].tolist())
         expected = set(ids[np.lexsort((ids, distances))][:fetch].tolist())
         assert chosen == expected
         order = rng.permutation(500)  # the same rows held in another order choose the same
-        assert set(ids[order][ann.nearest_rows(distances[order], fetch, ids[order])].tolist()) == expected
+        assert set(ids[order][signbits.nearest_rows(distances[order], fetch, ids[order])].tolist()) == expected
 
 
 def test_a_long_lived_reader_reads_the_longest_lists_ahead(pg_uri: str, tmp_path: Path) -> None:

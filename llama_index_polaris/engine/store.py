@@ -335,7 +335,7 @@ class Store:
         return resolve_scope(self.conn, **restrictions)
 
     def knn(self, query: np.ndarray, k: int, scope: Scope, fetch_k: int | None = None) -> list[tuple[int, float]]:
-        """The ``k`` nearest chunks in ``scope``: exact vec0 below ``ann.EXACT_BELOW``, sign bits above."""
+        """The ``k`` nearest chunks in ``scope``: exact vec0 below ``signbits.EXACT_BELOW``, sign bits above."""
         return vector_search.knn(self.conn, query, k, scope, fetch_k=fetch_k)
 
     def bm25(self, query: str, k: int, scope: Scope) -> list[tuple[int, float]]:

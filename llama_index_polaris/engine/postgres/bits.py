@@ -3,7 +3,7 @@
 A process that serves many queries (an MCP server, a LlamaIndex app, a notebook) loads every
 chunk's sign bits from ``chunks_bits`` (``schema.SIGN_BITS_SQL``: 48 bytes a chunk at 384
 dims, kept equal to ``chunks.embedding`` by triggers) with its id and document, and answers a
-query as the SQLite file's ``VectorCache`` does, with the same code (``search.ann``): the
+query as the SQLite file's ``VectorCache`` does, with the same code (``search/signbits.py``): the
 candidates with the fewest differing bits, re-scored exactly from the float32 vectors read in
 the query's own snapshot. The same bits choose the same candidates on both backends, so a
 long-lived reader gets the same hits from a file and from its copy on a server, at any size;
@@ -25,10 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from ..search import ann, vector_cache
-from ..search.ann import SignBits, as_words, search_bits
+from ..search import signbits
 from ..search.scope import Scope
-from ..search.vector_cache import scope_rows
+from ..search.signbits import SignBits, as_words, scope_rows, search_bits
 from .connect import connect
 
 log = logging.getLogger(__name__)
@@ -49,14 +48,14 @@ class PgVectorCache:
     """The sign bits of one ``PgStore``'s chunk vectors, in RAM, with each chunk's document.
 
     ``background=True`` (what a ``PolarisIndex`` uses) loads in a thread while the server
-    answers. Inactive below ``min_chunks`` (the file's threshold: below it exact search is as
-    fast) and for a dimension that does not pack into whole bytes (exact search, as the file).
+    answers. Inactive below ``min_chunks`` (the file's threshold, ``signbits.EXACT_BELOW``: below
+    it both backends search exactly) and for a dimension that does not pack into whole bytes (exact search, as the file).
     """
 
     def __init__(self, store: Any, min_chunks: int | None = None, *, background: bool = False) -> None:
         self.store = store
-        if min_chunks is None:  # read now, so that a test can lower them
-            min_chunks = max(vector_cache.MIN_CHUNKS, ann.EXACT_BELOW)
+        if min_chunks is None:  # read now, so that a test can lower it
+            min_chunks = signbits.EXACT_BELOW
         self.min_chunks = min_chunks
         self.background = background
         self.active = False

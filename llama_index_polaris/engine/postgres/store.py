@@ -19,8 +19,8 @@ picks ``RESCORE_MARGIN`` more candidates than asked by half-precision cosine dis
 they are re-scored exactly from the float32 vectors (numpy), as the SQLite file re-scores
 its sign-bit candidates: every distance returned is the float32 cosine, ties by id.
 
-From ``ann.EXACT_BELOW`` (20k) vectors on, KNN takes the file's approximate path with the
-file's numbers (``search/ann.py``): the candidates with the fewest differing sign bits
+From ``signbits.EXACT_BELOW`` (20k) vectors on, KNN takes the file's approximate path with the
+file's numbers (``search/signbits.py``): the candidates with the fewest differing sign bits
 (``chunks_bits``, kept by triggers: ``schema.SIGN_BITS_SQL``; ties by chunk id), re-scored
 exactly. A one-shot process has the server count the bits (a scan of the narrow table); a
 long-lived one holds them in RAM (``bits.PgVectorCache``). Either way the candidates are the
@@ -800,26 +800,26 @@ class PgStore:
         return (found, matrix) if ok.all() else (found[ok], matrix[ok])
 
     def _sign_bits_knn(self, q: np.ndarray, k: int, scope: Scope, fetch_k: int | None) -> list[tuple[int, float]] | None:
-        """The file's approximate KNN (``search.ann``) on the server: the candidates with the fewest
+        """The file's approximate KNN (``search/signbits.py``) on the server: the candidates with the fewest
         differing sign bits (ties by id, as the file breaks them), counted over ``chunks_bits`` in
         ``scope`` by the server, re-scored exactly. None where the file searches exactly too:
-        fewer than ``ann.EXACT_BELOW`` vectors, or a scope no larger than the candidates."""
+        fewer than ``signbits.EXACT_BELOW`` vectors, or a scope no larger than the candidates."""
         from pgvector import Vector
 
-        from ..search import ann
+        from ..search import signbits
         from ..search.cosine import rescore as exact
 
         sized_for = fetch_k or k
-        if self.conn.execute("SELECT vectors FROM chunks_version").fetchone()[0] < ann.EXACT_BELOW:
+        if self.conn.execute("SELECT vectors FROM chunks_version").fetchone()[0] < signbits.EXACT_BELOW:
             return None
         where, args = bm25_module.scope_sql(scope, "id")
         n = self.conn.execute(f"SELECT count(*) FROM chunks_bits WHERE TRUE{where}", args).fetchone()[0] if where \
             else self.conn.execute("SELECT vectors FROM chunks_version").fetchone()[0]
-        if where and n <= max(sized_for * ann.OVERFETCH, ann.MIN_FETCH):
+        if where and n <= max(sized_for * signbits.OVERFETCH, signbits.MIN_FETCH):
             return None
         rows = self.conn.execute(
             f"SELECT id FROM chunks_bits WHERE TRUE{where} ORDER BY bits <~> binary_quantize(%s::vector), id LIMIT %s",
-            (*args, Vector(q), ann.fetch_size(sized_for, n))).fetchall()
+            (*args, Vector(q), signbits.fetch_size(sized_for, n))).fetchall()
         return exact(*self.stored_vectors([r[0] for r in rows], len(q)), q, k)
 
     def warm_postings(self, min_df: int = COMMON_DF) -> threading.Thread | None:

@@ -25,94 +25,21 @@ layout.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ..db.schema import BITS_TABLE, has_table
 from ..vectors import decode_rows
+from . import signbits
 from .cosine import rescore
 from .scope import Scope
 from .scoring import sorted_unique
-
-OVERFETCH = 30  # candidates re-scored per result asked for (recall@10 0.996 at 100k: docs/benchmarks.md)
-MIN_FETCH = 1_000  # and never fewer: small k would otherwise leave too few candidates
-FETCH_SHARE = 0.002  # nor fewer than this share of the index: at 1M chunks 1,000 gave recall@10 0.978, 2,000 0.99
-EXACT_BELOW = 20_000  # fewer chunks: exact vec0 search (at most ~11 ms; sign bits would save ~7 and recall less)
+from .signbits import SignBits, as_words, fetch_size, hamming, nearest_rows, pack_signs  # noqa: F401  (this module's names before)
 
 
 class LayoutError(Exception):
     """The sign-bit table's blocks are not laid out as this module reads them."""
-
-
-@dataclass(frozen=True)
-class SignBits:
-    """Chunk ids and their packed sign bits (rows of unsigned words); ``live`` marks the rows
-    that hold a chunk (None: all do). Free and deleted slots of the index's blocks stay in
-    place in a one-shot read: copying 48 MB to drop them cost more than skipping them."""
-
-    ids: np.ndarray
-    bits: np.ndarray
-    live: np.ndarray | None = None
-
-    def __len__(self) -> int:
-        return len(self.ids) if self.live is None else int(np.count_nonzero(self.live))
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes held by the arrays."""
-        return self.ids.nbytes + self.bits.nbytes + (0 if self.live is None else self.live.nbytes)
-
-
-# -- the maths (pure) ---------------------------------------------------------------------
-_POP8 = np.array([bin(i).count("1") for i in range(256)], dtype=np.uint8)
-
-
-def pack_signs(vectors: np.ndarray) -> np.ndarray:
-    """Sign bits of each row as ``vec_quantize_binary`` packs them (component > 0 is 1, bit i
-    of byte i // 8 counted from the least significant), as words (see ``as_words``)."""
-    v = np.atleast_2d(np.asarray(vectors, dtype=np.float32))
-    return as_words(np.packbits(v > 0, axis=1, bitorder="little"))
-
-
-def as_words(packed: np.ndarray) -> np.ndarray:
-    """Packed bytes (rows) viewed as 64-bit words when the row length allows, else bytes."""
-    packed = np.ascontiguousarray(packed, dtype=np.uint8)
-    return packed.view(np.uint64) if packed.shape[-1] % 8 == 0 else packed
-
-
-def hamming(bits: np.ndarray, query: np.ndarray) -> np.ndarray:
-    """Differing bits between every row of ``bits`` and the one row ``query`` (same packing)."""
-    diff = np.bitwise_xor(bits, query.reshape(1, -1))
-    if hasattr(np, "bitwise_count"):  # numpy >= 2.0: the CPU's popcount
-        counts = np.bitwise_count(diff)
-    else:
-        counts = _POP8[diff.view(np.uint8)]
-    out = counts[:, 0].astype(np.uint16)
-    for j in range(1, counts.shape[1]):  # column by column: 2x faster than sum(axis=1) here
-        out += counts[:, j]
-    return out
-
-
-def fetch_size(k: int, n: int) -> int:
-    """How many candidates to re-score for ``k`` results among ``n`` chunks."""
-    return min(n, max(k * OVERFETCH, MIN_FETCH, int(n * FETCH_SHARE)))
-
-
-def nearest_rows(distances: np.ndarray, fetch: int, ids: np.ndarray | None = None) -> np.ndarray:
-    """Positions of the ``fetch`` smallest distances (any order; all when fewer). Among equal
-    distances at the cut the smallest ``ids`` are taken (else the first positions), so the same
-    bits choose the same candidates whatever order a backend holds them in."""
-    if fetch >= len(distances):
-        return np.arange(len(distances))
-    cut = distances[np.argpartition(distances, fetch - 1)[fetch - 1]]
-    below = np.flatnonzero(distances < cut)
-    ties = np.flatnonzero(distances == cut)
-    need = fetch - len(below)
-    if ids is not None and need < len(ties):
-        ties = ties[np.argpartition(ids[ties], need - 1)[:need]] if need > 0 else ties[:0]
-    return np.concatenate([below, ties[:need]])
 
 
 # -- reading the index ---------------------------------------------------------------------
@@ -185,25 +112,8 @@ def search_bits(
     conn: Any, bits: SignBits, query: np.ndarray, k: int, rows: np.ndarray | None = None, fetch: int | None = None,
     fetch_k: int | None = None,
 ) -> list[tuple[int, float]]:
-    """The ``k`` nearest chunks among ``bits`` (only positions ``rows`` when given): ``fetch``
-    candidates (default ``fetch_size`` for ``fetch_k``, else ``k``) by Hamming distance,
-    re-scored exactly from chunks.embedding. ``conn`` reads the floats: a connection to the
-    file, or any callable ``(ids, dim) -> (ids found, matrix)`` (another backend's reader)."""
-    if rows is None and bits.live is not None:
-        rows = np.flatnonzero(bits.live)
-    ids = bits.ids if rows is None else bits.ids[rows]
-    fetch = fetch_size(fetch_k or k, len(ids)) if fetch is None else min(fetch, len(ids))
-    if fetch >= len(ids):
-        pool = ids  # the candidates are the whole scope: exact
-    else:
-        if rows is None or len(rows) * 4 < len(bits.ids):
-            distances = hamming(bits.bits if rows is None else bits.bits[rows], pack_signs(query)[0])
-        else:  # most rows: count them all (no copy of the bits) and keep the scope's
-            distances = hamming(bits.bits, pack_signs(query)[0])[rows]
-        pool = np.sort(ids[nearest_rows(distances, fetch, ids)])  # read in file order
-    read = (lambda i, d: stored_vectors(conn, i, d)) if hasattr(conn, "execute") else conn
-    found, matrix = read(pool, len(query))
-    return rescore(found, matrix, query, k)
+    """``signbits.search_bits`` with the floats read from the file's chunks.embedding."""
+    return signbits.search_bits(lambda ids, dim: stored_vectors(conn, ids, dim), bits, query, k, rows, fetch, fetch_k)
 
 
 def vec0_candidates(conn: Any, query: np.ndarray, fetch: int, allowed: np.ndarray | None) -> np.ndarray:
@@ -229,10 +139,10 @@ def ann_knn(
     """
     if not has_index(conn):
         return None
-    exact_below = EXACT_BELOW if exact_below is None else exact_below  # read now: a test may lower it
+    exact_below = signbits.EXACT_BELOW if exact_below is None else exact_below  # read now: a test may lower it
     allowed = scope_chunk_ids(conn, scope)
     sized_for = fetch_k or k
-    if allowed is not None and len(allowed) <= (max(sized_for * OVERFETCH, MIN_FETCH) if fetch is None else fetch):
+    if allowed is not None and len(allowed) <= (max(sized_for * signbits.OVERFETCH, signbits.MIN_FETCH) if fetch is None else fetch):
         return rescore(*stored_vectors(conn, allowed, len(query)), query, k)  # a small scope: all of it, exactly, no bits read
     try:
         bits = read_bits(conn)

@@ -31,7 +31,8 @@ from ..tokenize import Tokenizer
 from .postings import idf, phrase_scores, posting, top_hits
 from .scope import Scope
 from .store_cache import BATCH_ROWS, Changed, StoreCache
-from .vector_cache import MIN_CHUNKS, scope_rows
+from .signbits import scope_rows
+from .vector_cache import MIN_CHUNKS
 
 log = logging.getLogger(__name__)
 COMMON_DF = 1_000  # a word in at least this many chunks is scored from RAM

@@ -15,7 +15,6 @@ from typing import Any
 
 import numpy as np
 
-from . import ann
 from .ann import ann_knn
 from .scope import Scope
 
@@ -37,7 +36,7 @@ def knn(
 ) -> list[tuple[int, float]]:
     """The ``k`` nearest chunks to ``query``: (chunk id, cosine distance), nearest first.
 
-    Exact (vec0) when the index holds fewer than ``exact_below`` (default ``ann.EXACT_BELOW``,
+    Exact (vec0) when the index holds fewer than ``exact_below`` (default ``signbits.EXACT_BELOW``,
     read at each call) vectors or has no
     sign-bit index; otherwise sign-bit candidates re-scored exactly (``ann.ann_knn``;
     ``fetch_k``: size the candidates for that k).

@@ -18,9 +18,10 @@ from typing import Any
 import numpy as np
 
 from ..db.schema import BITS_TABLE
-from . import ann
+from . import signbits
 from .ann import BLOCKS_SQL, LayoutError, SignBits, blocks_to_bits, has_index, search_bits
 from .scope import Scope
+from .signbits import scope_rows  # noqa: F401  (the BM25 cache's too)
 from .store_cache import BATCH_ROWS, StoreCache
 
 MIN_CHUNKS = 20_000  # below this the plain paths are as fast and need no RAM (the BM25 cache shares it)
@@ -53,7 +54,7 @@ class VectorCache(StoreCache):
         batch_rows: int = BATCH_ROWS,
     ) -> None:
         if min_chunks is None:  # read now, so that a test can lower them
-            min_chunks = max(MIN_CHUNKS, ann.EXACT_BELOW)
+            min_chunks = max(MIN_CHUNKS, signbits.EXACT_BELOW)
         super().__init__(store, min_chunks, background=background, batch_rows=batch_rows)
         self.snapshot = EMPTY  # replaced whole, so a reader never mixes two loads
 
@@ -150,15 +151,3 @@ class VectorCache(StoreCache):
             return []
         with self.store._lock:
             return search_bits(self.store.conn, snap.bits, query, k, rows, fetch, fetch_k)
-
-
-def scope_rows(ids: np.ndarray, docs: np.ndarray, doc_codes: dict[str, int], scope: Scope) -> np.ndarray | None:
-    """Positions of the chunks in ``scope`` (``docs`` holds each chunk's document code); None: all."""
-    mask = None
-    if scope.document_ids is not None:
-        codes = [doc_codes[d] for d in scope.document_ids if d in doc_codes]
-        mask = np.isin(docs, np.array(codes, dtype=docs.dtype))
-    if scope.chunk_ids is not None:
-        chunk_mask = np.isin(ids, np.fromiter(scope.chunk_ids, dtype=np.int64))
-        mask = chunk_mask if mask is None else mask & chunk_mask
-    return None if mask is None else np.flatnonzero(mask)
