@@ -91,6 +91,10 @@ def test_every_write_keeps_the_bits_and_counts_a_version(pg_uri: str) -> None:
     assert [p for p in store.quick_check() if "chunks_bits" in p] == [
         "chunks_bits holds 4 rows (1 not the signs or document of their chunk), chunks_vectors 4 (1 not their chunk's"
         " vector) and chunks_version counts 4 vectors, for 4 chunks with a vector"]
+    v2 = version(pg_uri)
+    with psycopg.connect(pg_uri, autocommit=True) as conn:  # a document's chunks go by its foreign key's cascade
+        conn.execute("DELETE FROM documents WHERE id = 'b'")
+    assert version(pg_uri) == v2 + 1 and len(server_bits(pg_uri)[0]) == 3
     store.clear()
     assert server_bits(pg_uri)[0] == []
     store.close()
