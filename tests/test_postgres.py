@@ -448,3 +448,34 @@ def test_the_postings_kept_grow_with_the_index_and_are_held_narrow(pg_uri: str) 
     assert first == again == fresh and len(first) == 10
     assert all(isinstance(i, int) for i, _ in again)
     store.close()
+
+
+def test_a_posting_past_the_positions_cap_is_matched_by_tokenizing_again(pg_uri: str, tmp_path: Path) -> None:
+    """A term more than MAX_POSITIONS times in one chunk keeps no positions (a btree entry of the
+    covering index is capped); a phrase counts that chunk by tokenizing it again, the others
+    from their positions, and gives FTS5's scores; the index is the covering one (migration 6)."""
+    import psycopg
+
+    from llama_index_polaris.engine.postgres import bm25 as pg_bm25
+
+    sqlite, pg = Store(tmp_path / "polaris.db"), PgStore(pg_uri)
+    texts = ["rrf k " * 300 + "session token", "the rrf k constant and a session token", "k rrf k", "token session rrf"]
+    for store in (sqlite, pg):
+        store.bind_model(fake_binding(8))
+        store.upsert_document(DocumentRecord("a", path="a.md"), [ChunkRecord(f"a-{i}", t, ordinal=i) for i, t in enumerate(texts)],
+                              unit_vectors(len(texts), 8, seed=4))
+    with psycopg.connect(pg_uri) as conn:
+        nulls = conn.execute("SELECT term, chunk_id FROM chunks_bm25 WHERE pos IS NULL ORDER BY term").fetchall()
+        assert [t for t, _ in nulls] == ["k", "rrf"]  # 300 times each in chunk 1: past the cap
+        assert "INCLUDE (tf, dl, pos)" in conn.execute(
+            "SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conname = 'chunks_bm25_pkey'").fetchone()[0]
+    for query in ("rrf_k", "rrf_k session", "k-rrf", "session-token", "token"):
+        with sqlite.read() as conn:
+            expected = fts5_bm25(conn, query, 10, Scope())
+        with pg.read():
+            pg._postings = pg_bm25.Postings()
+            got = pg.bm25(query, 10, Scope())
+        assert [h[0] for h in got] == [h[0] for h in expected], query
+        assert [h[1] for h in got] == pytest.approx([h[1] for h in expected], rel=1e-12), query
+    sqlite.close()
+    pg.close()

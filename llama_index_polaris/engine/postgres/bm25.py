@@ -231,6 +231,10 @@ def narrow(values: np.ndarray) -> np.ndarray:
 
 OFFSET_BITS = 25  # a position: column << 25 | token offset (a column holds fewer than 32M tokens)
 POSITION_BITS = OFFSET_BITS + 1  # columns 0 (text) and 1 (heading path)
+# positions live in the posting table's covering index (migration 6), so that a phrase reads its
+# terms' postings in term order, index-only; a btree entry holds at most ~2.7 KB, so a posting
+# keeps its positions up to this many (1 KB) and NULL beyond (a term that often in one chunk)
+MAX_POSITIONS = 256
 HOLDERS_READ_BY_ID = 50_000  # a phrase whose rarest term is in fewer chunks reads the others' postings there only
 
 
@@ -239,8 +243,11 @@ def position(column: int, offset: int) -> int:
     return column << OFFSET_BITS | offset
 
 
-def pack_positions(positions: Sequence[int]) -> bytes:
-    """A posting's positions (ascending) as ``chunks_bm25.pos`` holds them: big-endian int32s."""
+def pack_positions(positions: Sequence[int]) -> bytes | None:
+    """A posting's positions (ascending) as ``chunks_bm25.pos`` holds them: big-endian int32s;
+    None past ``MAX_POSITIONS`` (a phrase then tokenizes that chunk again)."""
+    if len(positions) > MAX_POSITIONS:
+        return None
     return np.asarray(positions, dtype=">i4").tobytes()
 
 
@@ -298,59 +305,78 @@ def phrase_rows(lists: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.nd
     return ids, counts.astype(np.int64), first_dl[np.searchsorted(first_ids, ids)].astype(np.int64), len(ids)
 
 
-def _positions(conn: Any, phrase: Sequence[str]) -> dict[str, tuple[np.ndarray, ...]] | None:
-    """The postings with positions of a phrase's terms (None when a posting was written before
-    positions were kept): the rarest term's whole list, the others' in its chunks when it is
-    rare enough, else whole."""
+def _positions(conn: Any, phrase: Sequence[str]) -> tuple[dict[str, tuple[np.ndarray, ...]], np.ndarray] | None:
+    """The postings with positions of a phrase's terms, and the chunks where a term's posting has
+    none (NULL: written before positions were kept, or past ``MAX_POSITIONS``), which are left out
+    of the lists: the rarest term's whole list, the others' in its chunks when it is rare enough,
+    else whole. None when a term is in no chunk."""
     terms = sorted(set(phrase))
     df = dict(conn.execute("SELECT term, df FROM chunks_bm25_terms WHERE term = ANY(%s)", (terms,)).fetchall())
     if len(df) < len(terms):
-        return {}
-    rarest = min(terms, key=lambda t: (df[t], t))
-    columns = ("SELECT term, bool_and(pos IS NOT NULL), string_agg(int8send(chunk_id), ''::bytea ORDER BY chunk_id),"
-               " string_agg(int4send(tf), ''::bytea ORDER BY chunk_id), string_agg(int4send(dl), ''::bytea ORDER BY"
-               " chunk_id), string_agg(pos, ''::bytea ORDER BY chunk_id) FROM chunks_bm25 WHERE term = ANY(%s)")
-    out: dict[str, tuple[np.ndarray, ...]] = {}
-
-    def read(rows: Any) -> bool:
-        for term, complete, ids, tf, dl, pos in rows:
-            if not complete:
-                return False
-            out[term] = (np.frombuffer(ids, ">i8").astype(np.int64), np.frombuffer(tf, ">i4").astype(np.int64),
-                         np.frombuffer(dl, ">i4").astype(np.int64), np.frombuffer(pos, ">i4").astype(np.int64))
-        return True
-
-    if not read(conn.execute(columns + " GROUP BY term", ([rarest],), binary=True).fetchall()):
         return None
+    rarest = min(terms, key=lambda t: (df[t], t))
+    columns = ("SELECT term, string_agg(int8send(chunk_id), ''::bytea ORDER BY chunk_id),"
+               " string_agg(int4send(tf), ''::bytea ORDER BY chunk_id), string_agg(int4send(dl), ''::bytea ORDER BY"
+               " chunk_id), string_agg(coalesce(pos, ''::bytea), ''::bytea ORDER BY chunk_id),"
+               " string_agg(int4send((pos IS NOT NULL)::int), ''::bytea ORDER BY chunk_id)"
+               " FROM chunks_bm25 WHERE term = ANY(%s)")
+    out: dict[str, tuple[np.ndarray, ...]] = {}
+    unknown: list[np.ndarray] = []
+
+    def read(rows: Any) -> None:
+        for term, ids, tf, dl, pos, known in rows:
+            ids, known = np.frombuffer(ids, ">i8").astype(np.int64), np.frombuffer(known, ">i4").astype(bool)
+            tf, dl = np.frombuffer(tf, ">i4").astype(np.int64), np.frombuffer(dl, ">i4").astype(np.int64)
+            unknown.append(ids[~known])
+            out[term] = (ids[known], tf[known], dl[known], np.frombuffer(pos, ">i4").astype(np.int64), ids)
+
+    read(conn.execute(columns + " GROUP BY term", ([rarest],), binary=True).fetchall())
     others = [t for t in terms if t != rarest]
     if others:
         by_id = df[rarest] < HOLDERS_READ_BY_ID
-        rows = conn.execute(columns + (" AND chunk_id = ANY(%s)" if by_id else "") + " GROUP BY term",
-                            (others, out[rarest][0].tolist()) if by_id else (others,), binary=True).fetchall()
-        if not read(rows):
-            return None
-    return out
+        read(conn.execute(columns + (" AND chunk_id = ANY(%s)" if by_id else "") + " GROUP BY term",
+                          (others, out[rarest][4].tolist()) if by_id else (others,), binary=True).fetchall())
+    if len(out) < len(terms):
+        return None
+    return {t: v[:4] for t, v in out.items()}, sorted_unique(np.concatenate(unknown)) if unknown else np.zeros(0, np.int64)
 
 
 def _phrase(conn: Any, tokenizer: Tokenizer, phrase: Sequence[str]) -> tuple[np.ndarray, ...] | None:
     """A phrase's rows in the whole index (its count of rows, ``n_hit``, is FTS5's): matched from
-    its terms' stored positions, or, in an index with postings written before positions were
-    kept, by tokenizing again every chunk holding all its terms."""
-    lists = _positions(conn, phrase)
-    if lists is not None:
-        return phrase_rows(lists, phrase) if len(lists) == len(set(phrase)) else None
-    terms = sorted(set(phrase))
-    holders = conn.execute(
-        "SELECT chunk_id FROM chunks_bm25 WHERE term = ANY(%s) GROUP BY chunk_id HAVING count(*) = %s",
-        (terms, len(terms))).fetchall()
-    if not holders:
+    its terms' stored positions; the chunks where a term's posting has no positions (see
+    ``_positions``) and that hold every term are tokenized again, and the two are merged."""
+    found = _positions(conn, phrase)
+    if found is None:
+        return None
+    lists, unknown = found
+    matched = phrase_rows(lists, phrase) if all(len(v[0]) for v in lists.values()) else None
+    parts = [] if matched is None else [matched[:3]]
+    if len(unknown):
+        terms = sorted(set(phrase))
+        holders = conn.execute(
+            "SELECT chunk_id FROM chunks_bm25 WHERE term = ANY(%s) AND chunk_id = ANY(%s) GROUP BY chunk_id"
+            " HAVING count(*) = %s", (terms, unknown.tolist(), len(terms))).fetchall()
+        retokenized = _tokenized_again(conn, tokenizer, phrase, [r[0] for r in holders])
+        if retokenized is not None:
+            parts.append(retokenized)
+    if not parts:
+        return None
+    ids = np.concatenate([p[0] for p in parts])
+    order = np.argsort(ids, kind="stable")
+    return ids[order], np.concatenate([p[1] for p in parts])[order], np.concatenate([p[2] for p in parts])[order], len(ids)
+
+
+def _tokenized_again(conn: Any, tokenizer: Tokenizer, phrase: Sequence[str],
+                     chunk_ids: Sequence[int]) -> tuple[np.ndarray, ...] | None:
+    """(ids, counts, lengths) of the phrase in ``chunk_ids``, found by tokenizing their text again."""
+    if not chunk_ids:
         return None
     texts = conn.execute("SELECT id, text, heading_path, bm25_length FROM chunks WHERE id = ANY(%s) ORDER BY id",
-                         ([r[0] for r in holders],)).fetchall()
-    positions = tokenizer.positions([(r[0], r[1], r[2]) for r in texts], terms)
+                         (list(chunk_ids),)).fetchall()
+    positions = tokenizer.positions([(r[0], r[1], r[2]) for r in texts], sorted(set(phrase)))
     found = [(r[0], phrase_counts(positions[r[0]], phrase), r[3]) for r in texts]
     found = [f for f in found if f[1] > 0]
     if not found:
         return None
     data = np.array(found, dtype=np.int64)
-    return data[:, 0], data[:, 1], data[:, 2], len(found)
+    return data[:, 0], data[:, 1], data[:, 2]

@@ -154,8 +154,8 @@ class PgStore:
                 self._check_readable()
             else:
                 applied = schema.migrate(self.conn, self.path)
-                if 4 in applied:
-                    self.conn.execute("VACUUM (ANALYZE) chunks_bm25")  # the new table's visibility map and statistics
+                if 4 in applied or 6 in applied:
+                    self.conn.execute("VACUUM (ANALYZE) chunks_bm25")  # the visibility map (index-only reads) and statistics
                 if 5 in applied:
                     self.conn.execute("VACUUM (ANALYZE) chunks_bits")
                 self._sync_tokenizer(fts_tokenizer or DEFAULT_FTS_TOKENIZER, explicit=fts_tokenizer is not None)
