@@ -7,8 +7,9 @@ and ``idf = log((N - n + 0.5) / (n + 0.5))`` (at least 1e-6), ``n`` the rows hol
 phrase. Here ``f`` and ``D`` come from ``chunks_bm25`` (written with the chunks, terms from
 the index's own FTS5 tokenizer), ``N`` and the total length from ``chunks_bm25_stats``. A
 query word of one term is scored from its postings on the server; a word of several terms (``rrf_k``,
-``codegen-units``) is a phrase, found in the chunks holding all its terms by tokenizing
-their text again. Sums run in the query's phrase order, as FTS5's do; ties go by chunk id.
+``codegen-units``) is a phrase, matched from its terms' stored positions (read from the posting
+table's covering index), the few chunks whose postings keep none tokenized again. Sums run in
+the query's phrase order, as FTS5's do; ties go by chunk id.
 """
 
 from __future__ import annotations
