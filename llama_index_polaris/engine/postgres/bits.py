@@ -78,8 +78,7 @@ class PgVectorCache:
     def refresh(self) -> bool:
         """True when the bits held are the ones the caller's snapshot sees (call it inside
         ``store.read()``); otherwise starts a load and answers False (use the server)."""
-        model = self.store.model
-        if model is None or model.dim % 8 or not self.store.has_sign_bits():
+        if not self.store.uses_sign_bits():
             return False
         version, vectors = self.store.conn.execute(VERSION_SQL).fetchone()
         if version == self._state[0]:

@@ -352,8 +352,8 @@ def migrate(conn: Any, where: str) -> list[int]:
     return applied
 
 
-INDEX_TABLES = ("chunks_bits", "chunks_vectors", "chunks_version", "chunks_bm25", "chunks_bm25_terms", "chunks_bm25_stats", "chunks", "documents", "collections",
-                "polaris_meta")
+INDEX_TABLES = ("chunks_bits", "chunks_vectors", "chunks_version", "chunks_bm25", "chunks_bm25_terms",
+                "chunks_bm25_stats", "chunks", "documents", "collections", "polaris_meta")
 
 
 def drop_empty_index(conn: Any) -> bool:

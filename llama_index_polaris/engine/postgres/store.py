@@ -756,7 +756,7 @@ class PgStore:
         if scope.empty or k <= 0 or self.model is None:
             return []
         k = min(k, MAX_K)
-        if not self.has_ann_index() and self.model.dim % 8 == 0 and self.has_sign_bits():
+        if not self.has_ann_index() and self.uses_sign_bits():
             hits = self._sign_bits_knn(np.asarray(query, dtype=np.float32), k, scope, fetch_k)
             if hits is not None:
                 return hits
@@ -780,6 +780,11 @@ class PgStore:
             with self._lock:
                 self._sign_bits = bool(self.conn.execute("SELECT to_regclass('chunks_bits') IS NOT NULL").fetchone()[0])
         return self._sign_bits
+
+    def uses_sign_bits(self) -> bool:
+        """True when KNN may take the sign-bit path: the database keeps the bits and the bound
+        model's dimension packs into whole bytes (else exact search, as the file)."""
+        return self.model is not None and self.model.dim % 8 == 0 and self.has_sign_bits()
 
     def stored_vectors(self, ids: np.ndarray | Sequence[int], dim: int) -> tuple[np.ndarray, np.ndarray]:
         """The float32 vectors of chunks ``ids``: (ids found, matrix), read packed in one value; a
@@ -810,13 +815,14 @@ class PgStore:
         from ..search.cosine import rescore as exact
 
         sized_for = fetch_k or k
-        if self.conn.execute("SELECT vectors FROM chunks_version").fetchone()[0] < signbits.EXACT_BELOW:
+        n = self.conn.execute("SELECT vectors FROM chunks_version").fetchone()[0]
+        if n < signbits.EXACT_BELOW:
             return None
         where, args = bm25_module.scope_sql(scope, "id")
-        n = self.conn.execute(f"SELECT count(*) FROM chunks_bits WHERE TRUE{where}", args).fetchone()[0] if where \
-            else self.conn.execute("SELECT vectors FROM chunks_version").fetchone()[0]
-        if where and n <= max(sized_for * signbits.OVERFETCH, signbits.MIN_FETCH):
-            return None
+        if where:
+            n = self.conn.execute(f"SELECT count(*) FROM chunks_bits WHERE TRUE{where}", args).fetchone()[0]
+            if n <= signbits.exact_up_to(sized_for):
+                return None
         rows = self.conn.execute(
             f"SELECT id FROM chunks_bits WHERE TRUE{where} ORDER BY bits <~> binary_quantize(%s::vector), id LIMIT %s",
             (*args, Vector(q), signbits.fetch_size(sized_for, n))).fetchall()

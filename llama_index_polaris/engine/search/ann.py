@@ -142,7 +142,7 @@ def ann_knn(
     exact_below = signbits.EXACT_BELOW if exact_below is None else exact_below  # read now: a test may lower it
     allowed = scope_chunk_ids(conn, scope)
     sized_for = fetch_k or k
-    if allowed is not None and len(allowed) <= (max(sized_for * signbits.OVERFETCH, signbits.MIN_FETCH) if fetch is None else fetch):
+    if allowed is not None and len(allowed) <= (signbits.exact_up_to(sized_for) if fetch is None else fetch):
         return rescore(*stored_vectors(conn, allowed, len(query)), query, k)  # a small scope: all of it, exactly, no bits read
     try:
         bits = read_bits(conn)

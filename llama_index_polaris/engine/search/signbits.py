@@ -73,6 +73,11 @@ def hamming(bits: np.ndarray, query: np.ndarray) -> np.ndarray:
     return out
 
 
+def exact_up_to(k: int) -> int:
+    """The largest scope searched exactly for ``k`` results: no larger than the candidates would be."""
+    return max(k * OVERFETCH, MIN_FETCH)
+
+
 def fetch_size(k: int, n: int) -> int:
     """How many candidates to re-score for ``k`` results among ``n`` chunks."""
     return min(n, max(k * OVERFETCH, MIN_FETCH, int(n * FETCH_SHARE)))
@@ -94,8 +99,8 @@ def nearest_rows(distances: np.ndarray, fetch: int, ids: np.ndarray | None = Non
 
 
 def search_bits(
-    read: Callable[[np.ndarray, int], tuple[np.ndarray, np.ndarray]], bits: SignBits, query: np.ndarray, k: int, rows: np.ndarray | None = None, fetch: int | None = None,
-    fetch_k: int | None = None,
+    read: Callable[[np.ndarray, int], tuple[np.ndarray, np.ndarray]], bits: SignBits, query: np.ndarray, k: int,
+    rows: np.ndarray | None = None, fetch: int | None = None, fetch_k: int | None = None,
 ) -> list[tuple[int, float]]:
     """The ``k`` nearest chunks among ``bits`` (only positions ``rows`` when given): ``fetch``
     candidates (default ``fetch_size`` for ``fetch_k``, else ``k``) by Hamming distance,
