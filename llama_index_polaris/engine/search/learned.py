@@ -13,7 +13,8 @@ contributions adding up to it. The weights come from ``fusion_weights`` in polar
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Mapping
+import re
+from typing import Callable, Hashable, Mapping
 
 import numpy as np
 
@@ -36,6 +37,13 @@ FEATURES: dict[str, str] = {
     "lookup_bm25": "1 / BM25 rank when the query is an identifier lookup, else 0",
     "lookup_vector": "1 / vector rank when the query is an identifier lookup, else 0",
     "words_heading": "heading match when the query is words (not a lookup), else 0",
+    "own_heading": "share of the query's content words found in the section's own (last) heading",
+    "changelog": "1 when the section is a changelog or release-notes entry (its page is titled so, or a heading "
+                 "below the page's is a version or a date)",
+    "page_best": "the fixed fusion's relevance of the best section of the same document in the pool",
+    "page_share": "the section's fixed relevance over its document's best in the pool (1: the page's best section)",
+    "parent_in_pool": "1 when the section's parent section (same document) is in the pool too",
+    "child_in_pool": "1 when a subsection of the section (same document) is in the pool too",
 }
 NAMES: tuple[str, ...] = tuple(FEATURES)
 IDENTITY: dict[str, float] = {"fixed": 1.0}
@@ -58,6 +66,17 @@ class Figures:
     depth: np.ndarray  # headings in the path
     chunks: np.ndarray  # chunks of the section the lists returned
     same_chunk: np.ndarray  # 1.0 where the best vector chunk is the best BM25 chunk
+    structure: Structure | None = None  # headings and documents: the structural features (None reads 0)
+
+
+@dataclass(frozen=True)
+class Structure:
+    """What the structural features read: each section's heading path, document and the share
+    of the query's words found in its own heading."""
+
+    headings: tuple[str, ...]
+    documents: tuple[Hashable, ...]
+    own_heading: np.ndarray
 
 
 def features(f: Figures, rrf_k: float, lookup: bool, names: tuple[str, ...] = NAMES) -> np.ndarray:
@@ -76,6 +95,44 @@ def _rr(rank: np.ndarray) -> np.ndarray:
 
 def _rrf(rank: np.ndarray, rrf_k: float) -> np.ndarray:
     return np.where(rank > 0, (rrf_k + 1) / (rrf_k + np.maximum(rank, 1)), 0.0)
+
+
+# a changelog's page title, and a heading that is a release: "1.2.0", "v2.1", "Version 1.6.0 (2024-04-20)",
+# "Cargo 1.59 (2022-02-24)", or a date
+_CHANGELOG_TITLE = re.compile(r"\b(change ?logs?|changes|release notes|releases|release history|history|news|"
+                              r"what'?s new)\b", re.I)
+_RELEASE = re.compile(r"^\W*(?:[A-Za-z][\w.-]*\s+)?v?\d+\.\d+(?:\.\d+)*\b|\b\d{4}-\d{2}-\d{2}\b", re.I)
+
+
+def is_changelog(heading_path: str) -> bool:
+    """True when a heading path reads as a changelog or release-notes entry."""
+    parts = heading_path.split(" > ") if heading_path else []
+    if len(parts) > 1 and _CHANGELOG_TITLE.search(parts[0]):
+        return True
+    return any(_RELEASE.search(h) for h in parts[1:])
+
+
+def _structure(f: Figures, name: str) -> np.ndarray:
+    s = f.structure
+    if s is None:
+        return np.zeros(len(f.fixed))
+    if name == "own_heading":
+        return s.own_heading
+    if name == "changelog":
+        return np.array([float(is_changelog(h)) for h in s.headings])
+    if name in ("page_best", "page_share"):
+        best: dict[Hashable, float] = {}
+        for doc, value in zip(s.documents, f.fixed):
+            best[doc] = max(best.get(doc, 0.0), float(value))
+        page = np.array([best[d] for d in s.documents])
+        if name == "page_best":
+            return page
+        return np.divide(f.fixed, page, out=np.zeros(len(page)), where=page > 0)
+    keys = set(zip(s.documents, s.headings))
+    if name == "parent_in_pool":
+        return np.array([float(" > " in h and (d, h.rsplit(" > ", 1)[0]) in keys) for d, h in zip(s.documents, s.headings)])
+    parents = {(d, h.rsplit(" > ", 1)[0]) for d, h in keys if " > " in h}  # child_in_pool
+    return np.array([float((d, h) in parents) for d, h in zip(s.documents, s.headings)])
 
 
 def _ratio(f: Figures) -> np.ndarray:
@@ -101,6 +158,12 @@ _COLUMNS: dict[str, Callable[[Figures, float, bool], np.ndarray]] = {
     "lookup_bm25": lambda f, k, lk: _rr(f.bm25_rank) * lk,
     "lookup_vector": lambda f, k, lk: _rr(f.vector_rank) * lk,
     "words_heading": lambda f, k, lk: f.heading * (not lk),
+    "own_heading": lambda f, k, lk: _structure(f, "own_heading"),
+    "changelog": lambda f, k, lk: _structure(f, "changelog"),
+    "page_best": lambda f, k, lk: _structure(f, "page_best"),
+    "page_share": lambda f, k, lk: _structure(f, "page_share"),
+    "parent_in_pool": lambda f, k, lk: _structure(f, "parent_in_pool"),
+    "child_in_pool": lambda f, k, lk: _structure(f, "child_in_pool"),
 }
 assert tuple(_COLUMNS) == NAMES
 
