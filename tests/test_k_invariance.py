@@ -44,7 +44,8 @@ WORDS = ("token", "refresh", "sessions", "retry", "incident", "deploy", "backup"
 
 
 # learned fusion weights that move the head away from the fixed fusion's on these queries
-LEARNED = "\n[fusion_weights]\nfixed = 0.5\nbm25_rr = 1.0\nvector_rr = 0.3\ndepth = -0.5\nsame_chunk = 0.2\n"
+LEARNED = ("\n[fusion_weights]\nfixed = 0.5\nbm25_rr = 1.0\nvector_rr = 0.3\ndepth = -0.5\nsame_chunk = 0.2\n"
+           "page_share = -0.3\nparent_in_pool = 0.2\nchangelog = -0.5\nown_heading = 0.3\n")
 
 
 class Project(NamedTuple):

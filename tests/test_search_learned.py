@@ -120,3 +120,56 @@ def test_the_datasette_page_shows_the_learned_score_and_its_weights() -> None:
     assert keys.index("learned") == keys.index("relevance") - 1
     assert "4.6 × fixed + 0.38 × bm25_rr" in cols["learned"].meaning
     assert "learned ÷ best learned" in legend.formula("hybrid", tuned)
+
+
+@pytest.mark.parametrize("heading_path, entry", [
+    ("Changelog > Cargo 1.59 (2022-02-24) > Added", True),
+    ("Release Notes > 0.6.0 (2022-07-12) > Features", True),
+    ("Release Notes > Version 1.6.0 (2024-04-20)", True),
+    ("Release Notes > Latest Changes > Docs", True),  # the page's title says so
+    ("Project > v2.1", True),
+    ("Changes > [1.2.0] - 2023-01-01", True),
+    ("Operations > 2024-01-05 maintenance", True),
+    ("Release Notes", False),  # the page itself, not an entry
+    ("Profiles > Profile settings > opt-level", False),
+    ("Config > Python 3.12 support", False),  # a version inside words is not a release
+    ("Install > Version 2.0 and later", False),
+    ("Migration guide > Changes to pydantic.BaseModel", False),
+    ("", False),
+])
+def test_a_changelog_entry_is_read_from_its_heading_path(heading_path: str, entry: bool) -> None:
+    assert learned.is_changelog(heading_path) is entry
+
+
+def test_the_structural_features_read_the_pool() -> None:
+    """Page and parent/child features come from the sections in the pool, by document."""
+    cands = {1: Candidate(("a.md", "A > Setup"), "A > Setup"),
+             2: Candidate(("a.md", "A > Setup > Tokens"), "A > Setup > Tokens"),
+             3: Candidate(("b.md", "B > Setup"), "B > Setup"),
+             4: Candidate(("c.md", "Changelog > 1.2.0 (2024-01-02)"), "Changelog > 1.2.0 (2024-01-02)")}
+    params = replace(BASE, k=4, boost_terms=("token", "setup"), fusion_weights=learned.EVERY)
+    hits = rank([(2, 0.1), (1, 0.2), (3, 0.3), (4, 0.4)], [(2, 9.0), (3, 5.0), (1, 4.0), (4, 3.0)], cands, params)
+    f = {h.chunk_id: h.explain.features for h in hits}
+    assert (f[2]["parent_in_pool"], f[2]["child_in_pool"], f[1]["parent_in_pool"], f[1]["child_in_pool"]) == (1, 0, 0, 1)
+    assert f[3]["parent_in_pool"] == f[3]["child_in_pool"] == 0.0  # B > Setup's parent is another page's
+    assert (f[2]["page_share"], f[3]["page_share"], f[4]["changelog"], f[1]["changelog"]) == (1.0, 1.0, 1.0, 0.0)
+    assert f[1]["page_best"] == f[2]["page_best"] == f[2]["fixed"] == 1.0 and 0 < f[1]["page_share"] < 1
+    assert f[1]["page_share"] == pytest.approx(f[1]["fixed"]) and f[3]["page_best"] == f[3]["fixed"] < 1
+    assert (f[2]["own_heading"], f[1]["own_heading"], f[4]["own_heading"]) == (0.5, 0.5, 0.0)  # "Tokens", "Setup"
+    demoted = rank([(4, 0.1), (2, 0.2)], [(4, 9.0), (2, 5.0)], cands,
+                   replace(params, fusion_weights={"fixed": 1.0, "changelog": -2.0}))
+    assert [h.chunk_id for h in demoted] == [2, 4]  # the changelog entry's lead is undone
+
+
+def test_the_structural_features_keep_documents_apart_in_chunk_mode() -> None:
+    cands = {1: Candidate(("a.md", "A > Setup"), "A > Setup"), 2: Candidate(("b.md", "A > Setup > Tokens"), "A > Setup > Tokens")}
+    hits = rank([(1, 0.1), (2, 0.2)], [(1, 3.0), (2, 2.0)], cands,
+                replace(BASE, k=2, unit="chunk", fusion_weights=learned.EVERY))
+    assert all(h.explain.features["parent_in_pool"] == 0.0 and h.explain.features["page_share"] == 1.0 for h in hits)
+
+
+def test_docs_list_every_feature_as_the_engine_describes_it() -> None:
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "configuration.md").read_text("utf-8")
+    assert all(f"| {name} | {meaning} |" in doc for name, meaning in learned.FEATURES.items())

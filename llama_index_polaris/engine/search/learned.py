@@ -97,11 +97,13 @@ def _rrf(rank: np.ndarray, rrf_k: float) -> np.ndarray:
     return np.where(rank > 0, (rrf_k + 1) / (rrf_k + np.maximum(rank, 1)), 0.0)
 
 
-# a changelog's page title, and a heading that is a release: "1.2.0", "v2.1", "Version 1.6.0 (2024-04-20)",
-# "Cargo 1.59 (2022-02-24)", or a date
+# a changelog's page title; a heading that is a release ("1.2.0", "v2.1", "[1.2.0] - 2023-01-01", "Version 1.6.0
+# (2024-04-20)", "Cargo 1.59 (2022-02-24)": at most one word before the version, nothing after it but a date or a
+# parenthesis) or holds an ISO date
 _CHANGELOG_TITLE = re.compile(r"\b(change ?logs?|changes|release notes|releases|release history|history|news|"
                               r"what'?s new)\b", re.I)
-_RELEASE = re.compile(r"^\W*(?:[A-Za-z][\w.-]*\s+)?v?\d+\.\d+(?:\.\d+)*\b|\b\d{4}-\d{2}-\d{2}\b", re.I)
+_RELEASE = re.compile(r"^\W*(?:[A-Za-z][\w.-]*\s+)?v?\d+\.\d+(?:\.\d+)*[\w.+-]*\]?\s*"
+                      r"(?:\(.*\)|[-\u2013\u2014:,]?\s*\d{4}-\d{2}-\d{2}.*)?$|\b\d{4}-\d{2}-\d{2}\b", re.I)
 
 
 def is_changelog(heading_path: str) -> bool:
