@@ -13,6 +13,7 @@ contributions adding up to it. The weights come from ``fusion_weights`` in polar
 from __future__ import annotations
 
 from dataclasses import dataclass
+import functools
 import re
 from typing import Callable, Hashable, Mapping
 
@@ -66,17 +67,39 @@ class Figures:
     depth: np.ndarray  # headings in the path
     chunks: np.ndarray  # chunks of the section the lists returned
     same_chunk: np.ndarray  # 1.0 where the best vector chunk is the best BM25 chunk
-    structure: Structure | None = None  # headings and documents: the structural features (None reads 0)
+    structure: Structure | None = None  # the structural features (None: not computed, they read 0)
+
+
+STRUCTURAL = ("own_heading", "changelog", "page_best", "page_share", "parent_in_pool", "child_in_pool")
 
 
 @dataclass(frozen=True)
 class Structure:
-    """What the structural features read: each section's heading path, document and the share
-    of the query's words found in its own heading."""
+    """The structural features' values, one entry per fused section (``structure`` builds them)."""
 
-    headings: tuple[str, ...]
-    documents: tuple[Hashable, ...]
-    own_heading: np.ndarray
+    own_heading: np.ndarray  # share of the query's words in the section's own heading
+    changelog: np.ndarray
+    page_best: np.ndarray  # the fixed relevance of the best section of its document in the pool
+    parent_in_pool: np.ndarray
+    child_in_pool: np.ndarray
+
+
+def structure(headings: list[str], documents: list[Hashable], own_heading: np.ndarray, fixed: np.ndarray) -> Structure:
+    """The structural features of the pool's sections, from their heading paths and documents."""
+    best: dict[Hashable, float] = {}
+    for doc, value in zip(documents, fixed.tolist()):
+        if value > best.get(doc, -1.0):
+            best[doc] = value
+    keys = set(zip(documents, headings))
+    parent = [h.rsplit(" > ", 1)[0] if " > " in h else None for h in headings]
+    parents = {(d, p) for d, p in zip(documents, parent) if p is not None}
+    return Structure(
+        own_heading,
+        np.array([is_changelog(h) for h in headings], dtype=np.float64),
+        np.array([best[d] for d in documents], dtype=np.float64),
+        np.array([p is not None and (d, p) in keys for d, p in zip(documents, parent)], dtype=np.float64),
+        np.array([(d, h) in parents for d, h in zip(documents, headings)], dtype=np.float64),
+    )
 
 
 def features(f: Figures, rrf_k: float, lookup: bool, names: tuple[str, ...] = NAMES) -> np.ndarray:
@@ -106,35 +129,23 @@ _RELEASE = re.compile(r"^\W*(?:[A-Za-z][\w.-]*\s+)?v?\d+\.\d+(?:\.\d+)*[\w.+-]*\
                       r"(?:\(.*\)|[-\u2013\u2014:,]?\s*\d{4}-\d{2}-\d{2}.*)?$|\b\d{4}-\d{2}-\d{2}\b", re.I)
 
 
+@functools.lru_cache(maxsize=65536)
 def is_changelog(heading_path: str) -> bool:
-    """True when a heading path reads as a changelog or release-notes entry."""
+    """True when a heading path reads as a changelog or release-notes entry (cached: the same
+    paths recur in every query)."""
     parts = heading_path.split(" > ") if heading_path else []
     if len(parts) > 1 and _CHANGELOG_TITLE.search(parts[0]):
         return True
     return any(_RELEASE.search(h) for h in parts[1:])
 
 
-def _structure(f: Figures, name: str) -> np.ndarray:
+def _structural(f: Figures, name: str) -> np.ndarray:
     s = f.structure
     if s is None:
         return np.zeros(len(f.fixed))
-    if name == "own_heading":
-        return s.own_heading
-    if name == "changelog":
-        return np.array([float(is_changelog(h)) for h in s.headings])
-    if name in ("page_best", "page_share"):
-        best: dict[Hashable, float] = {}
-        for doc, value in zip(s.documents, f.fixed):
-            best[doc] = max(best.get(doc, 0.0), float(value))
-        page = np.array([best[d] for d in s.documents])
-        if name == "page_best":
-            return page
-        return np.divide(f.fixed, page, out=np.zeros(len(page)), where=page > 0)
-    keys = set(zip(s.documents, s.headings))
-    if name == "parent_in_pool":
-        return np.array([float(" > " in h and (d, h.rsplit(" > ", 1)[0]) in keys) for d, h in zip(s.documents, s.headings)])
-    parents = {(d, h.rsplit(" > ", 1)[0]) for d, h in keys if " > " in h}  # child_in_pool
-    return np.array([float((d, h) in parents) for d, h in zip(s.documents, s.headings)])
+    if name == "page_share":
+        return np.divide(f.fixed, s.page_best, out=np.zeros(len(f.fixed)), where=s.page_best > 0)
+    return getattr(s, name)
 
 
 def _ratio(f: Figures) -> np.ndarray:
@@ -160,12 +171,12 @@ _COLUMNS: dict[str, Callable[[Figures, float, bool], np.ndarray]] = {
     "lookup_bm25": lambda f, k, lk: _rr(f.bm25_rank) * lk,
     "lookup_vector": lambda f, k, lk: _rr(f.vector_rank) * lk,
     "words_heading": lambda f, k, lk: f.heading * (not lk),
-    "own_heading": lambda f, k, lk: _structure(f, "own_heading"),
-    "changelog": lambda f, k, lk: _structure(f, "changelog"),
-    "page_best": lambda f, k, lk: _structure(f, "page_best"),
-    "page_share": lambda f, k, lk: _structure(f, "page_share"),
-    "parent_in_pool": lambda f, k, lk: _structure(f, "parent_in_pool"),
-    "child_in_pool": lambda f, k, lk: _structure(f, "child_in_pool"),
+    "own_heading": lambda f, k, lk: _structural(f, "own_heading"),
+    "changelog": lambda f, k, lk: _structural(f, "changelog"),
+    "page_best": lambda f, k, lk: _structural(f, "page_best"),
+    "page_share": lambda f, k, lk: _structural(f, "page_share"),
+    "parent_in_pool": lambda f, k, lk: _structural(f, "parent_in_pool"),
+    "child_in_pool": lambda f, k, lk: _structural(f, "child_in_pool"),
 }
 assert tuple(_COLUMNS) == NAMES
 

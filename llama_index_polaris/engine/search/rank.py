@@ -134,8 +134,9 @@ def by_section(hits: Hits, candidates: Mapping[int, Candidate]) -> list[_Section
 
 def rank(vector: Hits, bm25: Hits, candidates: Mapping[int, Candidate], p: RankParams) -> list[Ranked]:
     """The top ``p.k`` hits of ``p.mode`` from the KNN and BM25 lists, with explanations."""
-    documents = {cid: _document(c.section) for cid, c in candidates.items()}
+    documents = None  # the chunk unit keys sections by chunk: the structural features need each one's document
     if p.unit == "chunk":
+        documents = {cid: _document(c.section) for cid, c in candidates.items()} if p.fusion_weights else None
         candidates = {cid: Candidate(cid, c.heading_path, c.vector) for cid, c in candidates.items()}
     lists = {"vector": by_section(vector, candidates), "bm25": by_section(bm25, candidates)}
     if p.mode == "hybrid":
@@ -194,7 +195,7 @@ def _vector_mmr(sections: list[_Section], candidates: Mapping[int, Candidate], p
 
 
 def _hybrid(lists: Mapping[str, list[_Section]], candidates: Mapping[int, Candidate], p: RankParams,
-            documents: Mapping[int, Hashable]) -> list[Ranked]:
+            documents: Mapping[int, Hashable] | None = None) -> list[Ranked]:
     index = {name: {s.key: s for s in sections} for name, sections in lists.items()}
     fused = rrf({n: [s.key for s in ss] for n, ss in lists.items() if ss}, p.rrf_k, p.weights)
     if not fused:
@@ -216,7 +217,8 @@ def _hybrid(lists: Mapping[str, list[_Section]], candidates: Mapping[int, Candid
     relevance = boosted_relevance(np.array([f.score for f in fused]), np.array(boosts))
     x = parts = raw = None
     if weights is not None:
-        figures = _figures(fused, lists, index, headings, relevance, matched, p, [documents[c] for c in first])
+        docs = [documents[c] for c in first] if documents is not None else [_document(f.id) for f in fused]
+        figures = _figures(fused, lists, index, headings, relevance, matched, p, docs, names)
         x = learned.features(figures, p.rrf_k, p.lookup, names)
         raw = learned.scores(x, weights)
         top = float(raw.max(initial=0.0))
@@ -250,7 +252,8 @@ def _hybrid(lists: Mapping[str, list[_Section]], candidates: Mapping[int, Candid
 
 
 def _figures(fused: list, lists: Mapping[str, list[_Section]], index: Mapping[str, dict], headings: list[str],
-             relevance: np.ndarray, matched: np.ndarray, p: RankParams, documents: list[Hashable]) -> learned.Figures:
+             relevance: np.ndarray, matched: np.ndarray, p: RankParams, documents: list[Hashable],
+             names: tuple[str, ...]) -> learned.Figures:
     """What the learned fusion reads of each fused section, as arrays: its explanation's figures."""
     vec_of, bm_of = index["vector"], index["bm25"]
     vr, br, chunks, same = [], [], [], []
@@ -267,8 +270,10 @@ def _figures(fused: list, lists: Mapping[str, list[_Section]], index: Mapping[st
     v_scaled = np.append(learned.rescaled(sims[:-1], p.score_fusion_depth), 0.0)[v_at]
     b_scaled = np.append(learned.rescaled(bm25[:-1], p.score_fusion_depth), 0.0)[b_at]
     depth = np.array([h.count(" > ") + 1 if h else 1 for h in headings], dtype=np.float64)
-    own = heading_matches(list(p.boost_terms), [h.rsplit(" > ", 1)[-1] for h in headings])
-    structure = learned.Structure(tuple(headings), tuple(documents), own)
+    structure = None
+    if any(n in learned.STRUCTURAL for n in names):
+        own = heading_matches(list(p.boost_terms), [h.rsplit(" > ", 1)[-1] for h in headings])
+        structure = learned.structure(headings, documents, own, relevance)
     return learned.Figures(relevance, v_rank, sims[v_at], b_rank, bm25[b_at], v_scaled, b_scaled, matched, depth,
                            np.array(chunks, dtype=np.float64), np.array(same), structure)
 
