@@ -75,6 +75,9 @@ SOURCES: dict[str, Source] = {
     "sqlmodel": Source("fastapi/sqlmodel", "a6469ef61bb903cbf7fd8749c70d8ceb8046c368", "docs", "MIT"),
     "poetry": Source("python-poetry/poetry", "f46702336862f30050d5c641d5ed6f7568ded793", "docs", "MIT"),
     "mkdocs": Source("mkdocs/mkdocs", "2862536793b3c67d9d83c33e0dd6d50a791928f8", "docs", "BSD-2-Clause"),
+    "rust-book": Source("rust-lang/book", "917544888a55e4da7109bdba8c88c893c0da70f4", "src", "MIT OR Apache-2.0"),
+    "vite": Source("vitejs/vite", "a98c8d95d552c6fa98ab66fb810f5b39ad5abf49", "docs", "MIT"),
+    "prettier": Source("prettier/prettier", "4f84a934201322ca87750e2b9b25baf296da6560", "docs", "MIT"),
 }
 DERIVED = ("anthropic_docs",)
 ALL_SETS = tuple(SOURCES) + DERIVED
