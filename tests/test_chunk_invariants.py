@@ -288,6 +288,18 @@ def test_no_chunk_exceeds_the_budget_whatever_the_input_without_a_tokenizer(sour
         assert heuristic_tokens(c.text) <= cfg.max_tokens and not c.oversize, c
 
 
+BLANK_FENCES = ("- Alpha.\n\n  - Alpha.\n  \n    - Alpha.\n    \n      - Alpha.\n      \n        ```\n        ```\n    \n"
+                "      ```\n" + "      \n" * 12 + "      ```\n  \n    ```\n    ```\n\n  ```\n  ```\n")
+
+
+@pytest.mark.parametrize("overlap", [0, 20, 40])
+def test_a_fence_of_blank_lines_over_the_budget_is_cut_between_them(overlap: int) -> None:
+    """Found by the property above: a fenced block holding only indented blank lines was one
+    piece over the budget (no line with code to cut at); an empty fence stays whole."""
+    chunks = check(BLANK_FENCES, ChunkSettings(max_tokens=24, overlap_chars=overlap, min_chars=0, count_tokens=None))
+    assert all(heuristic_tokens(c.text) <= 24 and not c.oversize for c in chunks)
+
+
 long_heading = st.tuples(st.integers(1, 6), st.lists(st.one_of(WORDS, run), min_size=1, max_size=60)).map(
     lambda lw: "#" * lw[0] + " " + " ".join(lw[1]))
 

@@ -240,6 +240,8 @@ def _split_fence(budget: Budget, block: Block, section: int, lead: int | None) -
     first, last = fence.body_start + len(body) - len(body.lstrip()), fence.body_start + len(body.rstrip())
 
     def within(find: Finder) -> Finder:
+        if first >= last:  # a body of blank lines only: cut between them (the blank pieces are dropped)
+            return lambda source, lo, hi: (c for c in find(source, lo, hi) if fence.body_start < c < fence.body_end)
         return lambda source, lo, hi: (c for c in find(source, lo, hi) if first < c < last)  # every piece keeps some code
 
     def resort(room: Budget, lo: int, hi: int, section: int) -> list[Piece]:
