@@ -10,6 +10,7 @@ normalised scale 0.05 is the tiebreaker the spec intends, whatever rrf_k is.
 from __future__ import annotations
 
 import functools
+import re
 
 import numpy as np
 
@@ -17,6 +18,26 @@ from .normalise import relative_to_max
 from .terms import content_terms, stem, words
 
 MIN_TERM_CHARS = 3
+_KEY_DROPS = re.compile(r"[\s`*_]+")
+
+
+def heading_key(text: str) -> str:
+    """A heading or an identifier as compared for an exact match: case, spaces, ``_``, ``*`` and
+    backticks aside, and the ``@``, brackets and parentheses around it (``quoteProps`` is the
+    heading "Quote Props", ``CARGO_HOME`` "Cargo Home", ``[tool.uv]`` "tool.uv")."""
+    return _KEY_DROPS.sub("", text).lower().strip("@[]()")
+
+
+def exact_headings(key: str, heading_paths: list[str]) -> set[int]:
+    """Indices of the heading paths whose own (last) heading is ``key`` (none for an empty key)."""
+    if not key:
+        return set()
+    return {i for i, h in enumerate(heading_paths) if h and _own_key(h) == key}
+
+
+@functools.lru_cache(maxsize=65536)
+def _own_key(heading_path: str) -> str:
+    return heading_key(heading_path.rsplit(" > ", 1)[-1])
 
 
 def boost_terms(query: str) -> list[str]:

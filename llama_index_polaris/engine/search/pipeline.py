@@ -20,7 +20,7 @@ from ..errors import InputError
 from ..storage import MAX_K, Storage
 from ..text import heuristic_tokens, nfc
 from ..vectors import check_query as check_query_vector
-from .boost import boost_terms
+from .boost import boost_terms, heading_key
 from .context import bounded, excerpt, stitch
 from .display import Hits
 from . import legend, literal
@@ -227,12 +227,13 @@ class Searcher:
                weights: Mapping[str, float] | None = None) -> RankParams:
         """The ranking settings of one query under this searcher's config (benchmarks reuse them)."""
         c = self.config
+        lookup = literal.lookup_terms(query) if IDENTIFIER_LOOKUP else []
         return RankParams(
             k=k, mode=mode, unit=unit, rrf_k=c.rrf_k, heading_boost=c.heading_boost, boost_terms=tuple(boost_terms(query)),
             mmr_lambda=mmr_lambda, weights=weights, score_fusion=c.score_fusion,
             score_fusion_vector=c.score_fusion_vector, score_fusion_depth=c.score_fusion_depth,
-            fusion_weights=c.fusion_weights,
-            lookup=bool(c.fusion_weights and IDENTIFIER_LOOKUP and literal.lookup_terms(query)),
+            fusion_weights=c.fusion_weights, lookup=bool(c.fusion_weights and lookup),
+            exact_heading=heading_key(lookup[0]) if len(lookup) == 1 else "",
         )
 
     def _run(self, query: str, p: RankParams, scope: Scope, qvec: np.ndarray | None,

@@ -19,7 +19,7 @@ from typing import Hashable, Mapping, Sequence
 import numpy as np
 
 from . import learned
-from .boost import boosted_relevance, heading_boost, heading_matches
+from .boost import boosted_relevance, exact_headings, heading_boost, heading_matches
 from .fuse import mix, rrf, score_fusion
 from .mmr import mmr
 from .normalise import mmr_scores, relative_to_max, relative_to_top
@@ -96,6 +96,7 @@ class RankParams:
     score_fusion_depth: int = 50  # each list's scores are rescaled between its best and this rank
     fusion_weights: Mapping[str, float] | None = None  # learned fusion's weights by feature; None: the fixed fusion
     lookup: bool = False  # the query is an identifier lookup (``literal.lookup_terms``), a learned-fusion feature
+    exact_heading: str = ""  # a lookup of one identifier, as ``boost.heading_key``: a section of that own heading comes first
 
 
 @dataclass
@@ -209,11 +210,13 @@ def _hybrid(lists: Mapping[str, list[_Section]], candidates: Mapping[int, Candid
     # every chunk of a section has its heading path: any of them gives the section's
     first = [(index["vector"].get(f.id) or index["bm25"][f.id]).best for f in fused]
     headings = [candidates[c].heading_path for c in first]
+    exact = exact_headings(p.exact_heading, headings)
     if weights is None:
-        boosts = _boosts(fused, headings, p, k=p.k if lam >= 1.0 else None)
+        boosts = _boosts(fused, headings, p, k=p.k if lam >= 1.0 else None, exact=exact)
     else:  # the learned score reads every section's heading match
         matched = heading_matches(list(p.boost_terms), headings)
         boosts = (p.heading_boost * matched).tolist() if p.heading_boost else [0.0] * len(fused)
+        boosts = [b + (_exact_bonus(p) if i in exact else 0.0) for i, b in enumerate(boosts)]
     relevance = boosted_relevance(np.array([f.score for f in fused]), np.array(boosts))
     x = parts = raw = None
     if weights is not None:
@@ -286,18 +289,26 @@ def _score_shares(lists: Mapping[str, list[_Section]], p: RankParams) -> dict[Ha
     return score_fusion(scored, {"vector": alpha, "bm25": 1.0 - alpha}, p.score_fusion_depth)
 
 
-def _boosts(fused: list, headings: list[str], p: RankParams, k: int | None) -> list[float]:
-    """Each candidate's heading boost, best fused first; with ``k`` (no MMR), only as far down
-    the list as a candidate could still reach the top ``k``: below that, fused / best + the
-    largest boost is under the k-th relevance found, so its boost changes no result."""
+def _exact_bonus(p: RankParams) -> float:
+    """What a section whose own heading is the looked-up identifier gets on top of its heading
+    boost: more than any other section's relevance can reach (1 + the heading boost)."""
+    return 1.0 + p.heading_boost
+
+
+def _boosts(fused: list, headings: list[str], p: RankParams, k: int | None, exact: set[int] = frozenset()) -> list[float]:
+    """Each candidate's heading boost (and the exact heading's bonus), best fused first; with
+    ``k`` (no MMR), only as far down the list as a candidate could still reach the top ``k``:
+    below that, fused / best + the largest boost is under the k-th relevance found, so its
+    boost changes no result (an exact heading further down is always reached)."""
     terms, weight = list(p.boost_terms), p.heading_boost
     top = fused[0].score if fused and fused[0].score > 0 else 1.0
+    last_exact = max(exact, default=-1)
     boosts: list[float] = []
     kept: list[float] = []  # a heap of the k best relevances so far: kept[0] is the k-th
-    for f, heading in zip(fused, headings):
-        if k is not None and len(kept) >= k and f.score / top + weight < kept[0]:
+    for i, (f, heading) in enumerate(zip(fused, headings)):
+        if k is not None and len(kept) >= k and i > last_exact and f.score / top + weight < kept[0]:
             return boosts + [0.0] * (len(fused) - len(boosts))
-        boosts.append(heading_boost(terms, heading, weight))
+        boosts.append(heading_boost(terms, heading, weight) + (_exact_bonus(p) if i in exact else 0.0))
         if k is not None:
             (heapq.heappush if len(kept) < k else heapq.heappushpop)(kept, f.score / top + boosts[-1])
     return boosts
