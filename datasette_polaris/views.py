@@ -29,7 +29,7 @@ from llama_index_polaris.engine.search.names import documents_named
 from . import legend, render
 from .engines import index_for, is_polaris
 
-SEARCH_SETTINGS = ("rrf_k", "fusion_weights", "score_fusion", "score_fusion_vector", "score_fusion_depth", "heading_boost", "mmr_lambda", "candidate_pool", "top_k", "unit", "fts_tokenizer")
+SEARCH_SETTINGS = ("rrf_k", "fusion_weights", "score_fusion", "score_fusion_vector", "score_fusion_depth", "heading_boost", "changelog_penalty", "mmr_lambda", "candidate_pool", "top_k", "unit", "fts_tokenizer")
 TEXT_VIEWS = ("rendered", "raw")
 FORMATS = ("html", "json")
 DEFAULT_TOKENIZER = "unicode61"  # FTS5's own default, for a file that records none

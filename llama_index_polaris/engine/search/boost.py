@@ -67,11 +67,31 @@ def heading_stems(heading_path: str) -> frozenset[str]:
     return frozenset(stem(w) for w in words(heading_path))
 
 
+# a changelog's page title; a heading that is a release ("1.2.0", "v2.1", "[1.2.0] - 2023-01-01", "Version 1.6.0
+# (2024-04-20)", "Cargo 1.59 (2022-02-24)": at most one word before the version, nothing after it but a date or a
+# parenthesis) or holds an ISO date
+_CHANGELOG_TITLE = re.compile(r"\b(change ?logs?|changes|release notes|releases|release history|history|news|"
+                              r"what'?s new)\b", re.I)
+_RELEASE = re.compile(r"^\W*(?:[A-Za-z][\w.-]*\s+)?v?\d+\.\d+(?:\.\d+)*[\w.+-]*\]?\s*"
+                      r"(?:\(.*\)|[-\u2013\u2014:,]?\s*\d{4}-\d{2}-\d{2}.*)?$|\b\d{4}-\d{2}-\d{2}\b", re.I)
+
+
+@functools.lru_cache(maxsize=65536)
+def is_changelog(heading_path: str) -> bool:
+    """True when a heading path reads as a changelog or release-notes entry (cached: the same
+    paths recur in every query)."""
+    parts = heading_path.split(" > ") if heading_path else []
+    if len(parts) > 1 and _CHANGELOG_TITLE.search(parts[0]):
+        return True
+    return any(_RELEASE.search(h) for h in parts[1:])
+
+
 def heading_boost(terms: list[str], heading_path: str, weight: float) -> float:
     """The additive bonus: ``weight * matched_fraction``."""
     return weight * heading_match(terms, heading_path) if weight else 0.0
 
 
 def boosted_relevance(fused: np.ndarray, boosts: np.ndarray) -> np.ndarray:
-    """Fused scores over the best one, plus each boost, rescaled so the best is 1.0."""
-    return relative_to_max(relative_to_max(fused) + boosts)
+    """Fused scores over the best one, plus each boost (a penalty may be negative; none falls
+    below 0), rescaled so the best is 1.0."""
+    return relative_to_max(np.maximum(relative_to_max(fused) + boosts, 0.0))

@@ -47,7 +47,7 @@ def brief_line(e: Explanation) -> str:
     and the score."""
     parts = [f"vector #{_fmt(e.vector_rank, 'd')}", f"bm25 #{_fmt(e.bm25_rank, 'd')}"]
     if e.boost:
-        parts.append(f"boost +{e.boost:.2f}")
+        parts.append(f"boost {e.boost:+.2f}")
     if e.mmr_penalty:
         parts.append(f"mmr -{e.mmr_penalty:.2f}")
     if e.rerank is not None:

@@ -13,11 +13,11 @@ contributions adding up to it. The weights come from ``fusion_weights`` in polar
 from __future__ import annotations
 
 from dataclasses import dataclass
-import functools
-import re
 from typing import Callable, Hashable, Mapping
 
 import numpy as np
+
+from .boost import is_changelog
 
 # name -> what it is; the order is the column order of ``features``
 FEATURES: dict[str, str] = {
@@ -118,25 +118,6 @@ def _rr(rank: np.ndarray) -> np.ndarray:
 
 def _rrf(rank: np.ndarray, rrf_k: float) -> np.ndarray:
     return np.where(rank > 0, (rrf_k + 1) / (rrf_k + np.maximum(rank, 1)), 0.0)
-
-
-# a changelog's page title; a heading that is a release ("1.2.0", "v2.1", "[1.2.0] - 2023-01-01", "Version 1.6.0
-# (2024-04-20)", "Cargo 1.59 (2022-02-24)": at most one word before the version, nothing after it but a date or a
-# parenthesis) or holds an ISO date
-_CHANGELOG_TITLE = re.compile(r"\b(change ?logs?|changes|release notes|releases|release history|history|news|"
-                              r"what'?s new)\b", re.I)
-_RELEASE = re.compile(r"^\W*(?:[A-Za-z][\w.-]*\s+)?v?\d+\.\d+(?:\.\d+)*[\w.+-]*\]?\s*"
-                      r"(?:\(.*\)|[-\u2013\u2014:,]?\s*\d{4}-\d{2}-\d{2}.*)?$|\b\d{4}-\d{2}-\d{2}\b", re.I)
-
-
-@functools.lru_cache(maxsize=65536)
-def is_changelog(heading_path: str) -> bool:
-    """True when a heading path reads as a changelog or release-notes entry (cached: the same
-    paths recur in every query)."""
-    parts = heading_path.split(" > ") if heading_path else []
-    if len(parts) > 1 and _CHANGELOG_TITLE.search(parts[0]):
-        return True
-    return any(_RELEASE.search(h) for h in parts[1:])
 
 
 def _structural(f: Figures, name: str) -> np.ndarray:

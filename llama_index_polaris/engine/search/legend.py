@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 
-SETTINGS = ("rrf_k", "score_fusion", "score_fusion_vector", "score_fusion_depth", "heading_boost", "mmr_lambda",
+SETTINGS = ("rrf_k", "score_fusion", "score_fusion_vector", "score_fusion_depth", "heading_boost", "changelog_penalty",
+            "mmr_lambda",
             "candidate_pool")  # the config values the sentences below are written with
 COLUMNS_BY_MODE = {
     "hybrid": ("vector_rank", "vector_distance", "bm25_rank", "bm25_score", "rrf_vector", "rrf_bm25", "rrf",
@@ -105,7 +106,9 @@ def _meanings(mode: str, s: Mapping[str, Any]) -> dict[str, str]:
                   " such sum: the ranks and how far apart the scores are, mixed"
                   if share else "equal to RRF: score_fusion is 0, so only ranks are fused"),
         "boost": (f"heading boost: heading_boost ({boost}) × the share of the query's words (3+ letters,"
-                  " stop words left out) found in the heading path"),
+                  " stop words left out) found in the heading path; minus changelog_penalty"
+                  f" ({s.get('changelog_penalty', 0)}) for a changelog or release-notes entry; plus 1 + heading_boost"
+                  " for the section whose own heading is the one identifier looked up"),
         "relevance": ("Learned divided by the best learned among the candidates (the learned fusion ranks;"
                       " its contributions add up to this)" if s.get("fusion_weights") else
                       "Fused divided by the best fused among the candidates, plus the boost, divided again so the best is 1.000"),

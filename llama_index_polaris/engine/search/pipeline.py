@@ -230,6 +230,7 @@ class Searcher:
         lookup = literal.lookup_terms(query) if IDENTIFIER_LOOKUP else []
         return RankParams(
             k=k, mode=mode, unit=unit, rrf_k=c.rrf_k, heading_boost=c.heading_boost, boost_terms=tuple(boost_terms(query)),
+            changelog_penalty=c.changelog_penalty,
             mmr_lambda=mmr_lambda, weights=weights, score_fusion=c.score_fusion,
             score_fusion_vector=c.score_fusion_vector, score_fusion_depth=c.score_fusion_depth,
             fusion_weights=c.fusion_weights, lookup=bool(c.fusion_weights and lookup),

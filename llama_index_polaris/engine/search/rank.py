@@ -19,7 +19,7 @@ from typing import Hashable, Mapping, Sequence
 import numpy as np
 
 from . import learned
-from .boost import boosted_relevance, exact_headings, heading_boost, heading_matches
+from .boost import boosted_relevance, exact_headings, heading_boost, heading_matches, is_changelog
 from .fuse import mix, rrf, score_fusion
 from .mmr import mmr
 from .normalise import mmr_scores, relative_to_max, relative_to_top
@@ -88,6 +88,7 @@ class RankParams:
     unit: str = "section"
     rrf_k: float = 20
     heading_boost: float = 0.05
+    changelog_penalty: float = 0.0  # taken off a changelog entry's boost (``boost.is_changelog``)
     boost_terms: tuple[str, ...] = ()
     mmr_lambda: float | None = None  # None or 1.0: no MMR
     weights: Mapping[str, float] | None = None  # each list's weight (LlamaIndex's alpha); None: RRF's equal
@@ -216,7 +217,7 @@ def _hybrid(lists: Mapping[str, list[_Section]], candidates: Mapping[int, Candid
     else:  # the learned score reads every section's heading match
         matched = heading_matches(list(p.boost_terms), headings)
         boosts = (p.heading_boost * matched).tolist() if p.heading_boost else [0.0] * len(fused)
-        boosts = [b + (_exact_bonus(p) if i in exact else 0.0) for i, b in enumerate(boosts)]
+        boosts = [b + _extra(p, i in exact, h) for i, (b, h) in enumerate(zip(boosts, headings))]
     relevance = boosted_relevance(np.array([f.score for f in fused]), np.array(boosts))
     x = parts = raw = None
     if weights is not None:
@@ -289,10 +290,12 @@ def _score_shares(lists: Mapping[str, list[_Section]], p: RankParams) -> dict[Ha
     return score_fusion(scored, {"vector": alpha, "bm25": 1.0 - alpha}, p.score_fusion_depth)
 
 
-def _exact_bonus(p: RankParams) -> float:
-    """What a section whose own heading is the looked-up identifier gets on top of its heading
-    boost: more than any other section's relevance can reach (1 + the heading boost)."""
-    return 1.0 + p.heading_boost
+def _extra(p: RankParams, exact: bool, heading_path: str) -> float:
+    """What a section's boost gets besides its heading match: the section whose own heading is
+    the looked-up identifier 1 + the heading boost (more than any other section's relevance
+    can reach); a changelog or release-notes entry minus ``changelog_penalty``."""
+    extra = 1.0 + p.heading_boost if exact else 0.0
+    return extra - (p.changelog_penalty if p.changelog_penalty and is_changelog(heading_path) else 0.0)
 
 
 def _boosts(fused: list, headings: list[str], p: RankParams, k: int | None, exact: set[int] = frozenset()) -> list[float]:
@@ -308,7 +311,7 @@ def _boosts(fused: list, headings: list[str], p: RankParams, k: int | None, exac
     for i, (f, heading) in enumerate(zip(fused, headings)):
         if k is not None and len(kept) >= k and i > last_exact and f.score / top + weight < kept[0]:
             return boosts + [0.0] * (len(fused) - len(boosts))
-        boosts.append(heading_boost(terms, heading, weight) + (_exact_bonus(p) if i in exact else 0.0))
+        boosts.append(heading_boost(terms, heading, weight) + _extra(p, i in exact, heading))
         if k is not None:
             (heapq.heappush if len(kept) < k else heapq.heappushpop)(kept, f.score / top + boosts[-1])
     return boosts
