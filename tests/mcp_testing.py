@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Iterator
+from typing import Any, Awaitable, Callable, Iterable, Iterator
 
 from mcp import Client, StdioServerParameters
 
@@ -70,6 +70,15 @@ class McpSession:
     def call(self, tool: str, arguments: dict[str, Any] | None = None) -> Any:
         """The CallToolResult of ``tool``."""
         return self.run(lambda c: c.call_tool(tool, arguments or {}))
+
+    def hits_at(self, query: str, ks: Iterable[int]) -> dict[int, list[tuple[str, float]]]:
+        """The search tool's (node id, score) hits for ``query`` at each k."""
+        out = {}
+        for k in ks:
+            result = self.call("search", {"query": query, "k": k})
+            assert not result.is_error, result.content
+            out[k] = [(h["node_id"], h["score"]) for h in result.structured_content["hits"]]
+        return out
 
     def close(self) -> None:
         if self._loop is not None and self._stop is not None:

@@ -231,11 +231,7 @@ def test_the_mcp_server_answers_the_engine_at_every_k(project: Project) -> None:
     session = McpSession(stdio(project.root, "--db", project.db))
     try:
         for query in QUERIES:
-            door = {}
-            for k in ks:
-                result = session.call("search", {"query": query, "k": k})
-                assert not result.is_error, result.content
-                door[k] = [(h["node_id"], h["score"]) for h in result.structured_content["hits"]]
+            door = session.hits_at(query, ks)
             assert_prefixes(door)
             assert_same(door, engine_lists(project, query, ks))
     finally:

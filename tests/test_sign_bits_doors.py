@@ -142,11 +142,7 @@ def test_the_mcp_server_answers_the_engine(project: Project, real) -> None:  # n
     session = McpSession(server)
     try:
         for query in queries(real)[:3]:
-            door = {}
-            for k in KS:
-                result = session.call("search", {"query": query, "k": k})
-                assert not result.is_error, result.content
-                door[k] = [(h["node_id"], h["score"]) for h in result.structured_content["hits"]]
+            door = session.hits_at(query, KS)
             assert_prefixes(door)
             assert_same(door, engine(project, query))
     finally:

@@ -152,12 +152,7 @@ _COLUMNS: dict[str, Callable[[Figures, float, bool], np.ndarray]] = {
     "lookup_bm25": lambda f, k, lk: _rr(f.bm25_rank) * lk,
     "lookup_vector": lambda f, k, lk: _rr(f.vector_rank) * lk,
     "words_heading": lambda f, k, lk: f.heading * (not lk),
-    "own_heading": lambda f, k, lk: _structural(f, "own_heading"),
-    "changelog": lambda f, k, lk: _structural(f, "changelog"),
-    "page_best": lambda f, k, lk: _structural(f, "page_best"),
-    "page_share": lambda f, k, lk: _structural(f, "page_share"),
-    "parent_in_pool": lambda f, k, lk: _structural(f, "parent_in_pool"),
-    "child_in_pool": lambda f, k, lk: _structural(f, "child_in_pool"),
+    **{name: (lambda f, k, lk, name=name: _structural(f, name)) for name in STRUCTURAL},
 }
 assert tuple(_COLUMNS) == NAMES
 
