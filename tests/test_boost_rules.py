@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from dataclasses import replace
@@ -157,6 +158,7 @@ async def test_every_door_answers_as_the_engine(project: Project, query: str) ->
     cfg = load_config(project.root, use_user_config=False)
     with PolarisIndex(project.db, config=cfg, readonly=True) as index:
         engine = keys(index.search(LOOKUP, top_k=3))
+        vector = keys(index.search(LOOKUP, top_k=3, mode="vector"))
     assert engine[0] == (ENTRY if query == "quoteProps" else DOCUMENTED)
 
     exe = str(Path(sys.executable).with_name("polaris"))
@@ -165,6 +167,9 @@ async def test_every_door_answers_as_the_engine(project: Project, query: str) ->
                          capture_output=True, text=True, env=env, timeout=120)
     assert cli.returncode == 0, cli.stderr
     assert [(h["document"], h["heading_path"]) for h in json.loads(cli.stdout)] == engine
+    one = subprocess.run([exe, "search", LOOKUP, "-k", "1", "--json", "--db", project.db], cwd=project.root,
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert [(h["document"], h["heading_path"]) for h in json.loads(one.stdout)] == engine[:1]  # the head at k = 1
 
     store = PolarisVectorStore(project.db, config=cfg)
     embed = PolarisEmbedding(model_id=MODEL, config=cfg)
@@ -173,6 +178,17 @@ async def test_every_door_answers_as_the_engine(project: Project, query: str) ->
     hybrid = VectorStoreIndex.from_vector_store(store, embed_model=embed).as_retriever(
         vector_store_query_mode="hybrid", similarity_top_k=3)
     assert meta(hybrid.retrieve(LOOKUP)) == engine
+    default = VectorStoreIndex.from_vector_store(store, embed_model=embed).as_retriever(similarity_top_k=3)
+    assert meta(default.retrieve(LOOKUP)) == engine  # LlamaIndex's DEFAULT mode is Polaris's hybrid search
+    plain = PolarisVectorStore(project.db, config=cfg, default_mode="vector")
+    as_vector = VectorStoreIndex.from_vector_store(plain, embed_model=embed).as_retriever(similarity_top_k=3)
+    assert meta(as_vector.retrieve(LOOKUP)) == vector  # the vector mode: no boost, the engine's vector ranking
+    plain.close()
+    from llama_index.core.vector_stores.types import VectorStoreQuery, VectorStoreQueryMode as Mode
+
+    direct = store.query(VectorStoreQuery(query_str=LOOKUP, query_embedding=embed.get_query_embedding(LOOKUP),
+                                          similarity_top_k=3, mode=Mode.HYBRID))
+    assert [(n.metadata["file_path"], n.metadata["heading_path"]) for n in direct.nodes] == engine
     store.close()
 
     if not project.sqlite:
@@ -180,6 +196,10 @@ async def test_every_door_answers_as_the_engine(project: Project, query: str) ->
     ds = Datasette([project.db])
     page = (await ds.client.get("/polaris/-/polaris.json", params={"q": LOOKUP, "k": "3"})).json()
     assert [(h["document"], h["heading_path"]) for h in page["hits"]] == engine
+    html = (await ds.client.get("/polaris/-/polaris", params={"q": LOOKUP, "k": "3"})).text
+    headings = re.findall(r'<h3 class="polaris-heading">(.*?)</h3>', html, re.S)
+    shown = [" > ".join(re.sub(r"<[^>]+>", "", part) for part in re.findall(r"<span>(.*?)</span>", h)) for h in headings]
+    assert shown == [h for _, h in engine]
     sql = await ds.client.get("/polaris.json", params={"sql": f"select polaris_search('{LOOKUP}', 3) as v",
                                                        "_shape": "array"})
     assert [(h["document"], h["heading_path"]) for h in json.loads(sql.json()[0]["v"])] == engine
