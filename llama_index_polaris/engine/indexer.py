@@ -3,9 +3,14 @@
 A document whose content hash is unchanged is skipped; a changed one is re-chunked
 and only chunks whose embedded text is new are embedded (vectors are reused by
 content hash); a file that disappeared is removed. Each document is committed in
-its own transaction and moves through pending, processing, completed or failed, so
-an interrupted run leaves every finished document readable and resumes next time. A run
+its own transaction and moves through processing to completed or failed, so an
+interrupted run leaves every finished document readable and resumes next time. A run
 is one ``Store.run``: at its end polaris.db alone holds it (the WAL folded in).
+
+``processing`` means a new version is being written: the document's chunks are replaced,
+and it becomes ``completed``, in one transaction, so until then (and after a crash mid-run)
+it answers every search at its last committed version (``search.scope``). The next run over
+its files finishes each document still ``processing`` (never ``unchanged``).
 
 A file is found again by its collection and its path under the collection's root
 (``sources.plan_root``), never by the path typed. A file that can no longer be read
@@ -380,10 +385,17 @@ class Indexer:
         report.failed.append((doc.path or doc.id or "", reason))
         if old is None:
             self.store.put_document(self._document_record(doc, "failed", reason))
-        elif old.status in ("completed", "stale"):
+        elif self._serves_a_version(old):
             self.store.set_status(old.id, "stale", f"re-index failed, serving the version of {old.updated_at}: {reason}")
         else:
             self.store.set_status(old.id, "failed", reason)
+
+    def _serves_a_version(self, old: DocumentRecord) -> bool:
+        """True when ``old`` holds a committed version: completed or stale, or left processing by a
+        run that stopped mid-document after an earlier one had stored it (it has chunks)."""
+        if old.status in ("completed", "stale"):
+            return True
+        return old.status == "processing" and bool(self.store.get_chunks(document_id=old.id))
 
 
 def _resolve_parent(path: Path) -> Path:

@@ -57,8 +57,8 @@ from ..errors import ConfigError, DatabaseError, InputError, ModelMismatchError,
 from ..ids import node_id_for
 from ..records import (
     DEFAULT_COLLECTION, UNKNOWN_MODEL, ChunkRecord, DocumentRecord, ModelBinding, _check_unique,
-    _check_unique_across, check_status, file_document_id, is_relative_path, mismatch_message, normal_chunk, normal_document,
-    unknown_model_message,
+    _check_unique_across, check_committable, check_status, file_document_id, is_relative_path, mismatch_message, normal_chunk,
+    normal_document, unknown_model_message,
 )
 from .. import documents as documents_module
 from ..documents import document_records, files_of
@@ -398,6 +398,7 @@ class PgStore:
         """Add or replace ``doc`` and all its chunks and vectors, in one transaction."""
         doc, chunks = normal_document(doc), [normal_chunk(c) for c in chunks]
         _check_unique(doc, chunks)
+        check_committable(doc, chunks)
         vecs = self._vectors(chunks, vectors)
         with self._write() as conn:
             self._document_row(conn, doc)
@@ -414,6 +415,7 @@ class PgStore:
         for doc, chunks, vectors in groups:
             doc, chunks = normal_document(doc), [normal_chunk(c) for c in chunks]
             _check_unique(doc, chunks)
+            check_committable(doc, chunks)
             prepared.append((doc, chunks, self._vectors(chunks, vectors)))
         _check_unique_across([(doc, chunks) for doc, chunks, _ in prepared])
         with self._write() as conn:
