@@ -37,8 +37,8 @@ from typing import Annotated, Any, Callable, Optional, Sequence
 from urllib.parse import quote
 
 from mcp.server.mcpserver import MCPServer
-from mcp.server.transport_security import TransportSecuritySettings
 from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError
+from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types import CallToolResult, Resource, TextContent, ToolAnnotations
 from pydantic import Field
 from typing_extensions import TypedDict
@@ -405,6 +405,11 @@ def document_uri(collection: str, path: str) -> str:
 
 
 # -- the MCP server -----------------------------------------------------------------------------
+def stderr_line(line: str) -> None:
+    """``polaris: LINE`` on stderr (stdout is the wire of a stdio server)."""
+    print(f"polaris: {line}", file=sys.stderr, flush=True)
+
+
 def _error(message: str) -> CallToolResult:
     return CallToolResult(content=[TextContent(type="text", text=message)], is_error=True)
 
@@ -438,7 +443,7 @@ class PolarisMCP(MCPServer):
     and whose resources/list names each indexed document (``polaris://COLLECTION/PATH``)."""
 
     door: Door
-    say: Callable[[str], None] = staticmethod(lambda line: print(f"polaris: {line}", file=sys.stderr, flush=True))
+    say: Callable[[str], None] = staticmethod(stderr_line)  # where the server speaks
 
     def add_tool(self, fn: Callable[..., Any], name: str | None = None, **kwargs: Any) -> None:
         """Add a tool whose arguments are validated strictly: no unknown names, no conversions."""
@@ -449,6 +454,7 @@ class PolarisMCP(MCPServer):
         tool.parameters = strict.model_json_schema(by_alias=True)
 
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+        """Call a tool; unknown arguments, or values of another type, are an error naming the arguments."""
         from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
         from pydantic import ValidationError
 
@@ -784,7 +790,7 @@ def serve(config: PolarisConfig, *, collection: str | None = None, allow_writes:
     loopback names and ``allow_hosts``."""
     import anyio
 
-    say = announce or (lambda line: print(f"polaris: {line}", file=sys.stderr, flush=True))
+    say = announce or stderr_line
     if http is None and allow_hosts:
         raise PolarisError("--allow-host names the hosts an HTTP server answers for: use it with --http HOST:PORT.")
     address = parse_address(http) if http is not None else None
