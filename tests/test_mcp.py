@@ -315,6 +315,8 @@ def test_unknown_arguments_are_refused_naming_the_known_ones(session: McpSession
         assert error(tool, {"bogus": 1}) == (f"{tool} has no argument 'bogus'. "
                                              + (f"Its arguments: {names}." if names else "It takes no arguments."))
     assert not session.call("search", {"query": QUERIES[0], "k": 1}).is_error
+    listed = session.call("search", {"query": QUERIES[0], "documents": '["guide/sessions.md"]'})  # as some clients send it
+    assert {h["document"] for h in listed.structured_content["hits"]} == {"guide/sessions.md"}
 
 
 @pytest.mark.parametrize("tool, args, wrong", [
