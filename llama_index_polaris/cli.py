@@ -379,7 +379,8 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         raise
 
     try:
-        serve(_config(args), collection=args.collection, allow_writes=args.allow_writes, http=args.http)
+        serve(_config(args), collection=args.collection, allow_writes=args.allow_writes, http=args.http,
+              allow_hosts=args.allow_host or ())
     except KeyboardInterrupt:
         pass
     return 0
@@ -463,6 +464,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--collection", metavar="NAME", help="the collection tools use when a call names none (default: all)")
     p.add_argument("--http", metavar="[HOST:]PORT",
                    help="serve streamable HTTP at http://HOST:PORT/mcp (HOST defaults to 127.0.0.1) instead of stdio")
+    p.add_argument("--allow-host", action="append", metavar="HOST",
+                   help="with --http: also answer requests for HOST (repeatable; required beyond loopback: requests"
+                        " naming another Host or Origin are refused)")
     p.add_argument("--allow-writes", action="store_true",
                    help="open the index for writing and offer the reindex tool (default: read-only)")
     _common(p)
