@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 import numpy as np
 
+from .carry import carry
 from .config import PolarisConfig
 from .db.schema import file_document_id
 from .errors import InputError, NodeIdError
@@ -286,6 +287,8 @@ class Indexer:
         else:
             self.store.set_status(doc.id, "processing")
         chunks, inputs = self._chunks(doc, text, report)
+        if old is not None:  # what another door stored on it stays (engine.carry)
+            chunks = carry(self.store.get_chunks(document_id=old.id), chunks, old.metadata, doc.metadata)
         return _Prepared(doc, chunks, inputs, old is None, old)
 
     def _unchanged(self, old: DocumentRecord, digest: str) -> bool:
