@@ -375,8 +375,7 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 
 # -- mcp --------------------------------------------------------------------------
-MCP_MISSING = ("`polaris mcp` needs the MCP Python SDK, an optional extra: pip install 'llama-index-polaris[mcp]'"
-               " (from a clone: pip install -e '.[mcp]').")
+MCP_MISSING = "`polaris mcp` needs the MCP Python SDK, an optional extra: in the clone of Polaris, pip install -e '.[mcp]'."
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:

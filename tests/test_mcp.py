@@ -406,7 +406,7 @@ def test_without_the_extra_it_says_what_to_install(project: Path) -> None:
                          env=environment(project), timeout=120)
     assert run.returncode == 1
     assert run.stderr.strip() == ("polaris: error: `polaris mcp` needs the MCP Python SDK, an optional extra:"
-                                  " pip install 'llama-index-polaris[mcp]' (from a clone: pip install -e '.[mcp]').")
+                                  " in the clone of Polaris, pip install -e '.[mcp]'.")
 
 
 def test_the_sdk_is_an_extra_the_tests_install_and_the_base_install_does_not() -> None:
