@@ -11,7 +11,7 @@ import functools
 import json
 import os
 import sys
-from typing import Any, Sequence
+from typing import Any, NoReturn, Sequence
 
 from .engine.config import describe, load_config
 from .engine.errors import PolarisError
@@ -408,7 +408,7 @@ class _Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
         self.json_errors = json_errors
 
-    def error(self, message: str) -> Any:
+    def error(self, message: str) -> NoReturn:
         if not self.json_errors:
             super().error(message)
         print_error(True, "UsageError", f"{self.prog}: {message}")
@@ -678,10 +678,15 @@ def flag_query(argv: Sequence[str], parser: argparse.ArgumentParser) -> list[str
     return [*argv, "--", query]
 
 
+def _asks_json(argv: list[str]) -> bool:
+    """True when the command line asks for --json (before any ``--``): its usage errors are JSON too."""
+    return "--json" in (argv[:argv.index("--")] if "--" in argv else argv)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `polaris` console script."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser(json_errors="--json" in argv[:argv.index("--")] if "--" in argv else "--json" in argv)
+    parser = build_parser(json_errors=_asks_json(argv))
     args = parser.parse_args(flag_query(argv, parser))
     as_json = bool(getattr(args, "json", False))
     try:
