@@ -7,15 +7,16 @@ in a row, so start-up stays small.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
-from typing import Any, Sequence
+from typing import Any, NoReturn, Sequence
 
 from .engine.config import describe, load_config
 from .engine.errors import PolarisError
 
-EXIT_ERROR, EXIT_INTERRUPTED = 1, 130
+EXIT_ERROR, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
 
 
 def _config(args: argparse.Namespace, **overrides: Any) -> Any:
@@ -120,9 +121,10 @@ def cmd_remove(args: argparse.Namespace) -> int:
     """polaris remove : drop a collection, or the files under some paths, from the index."""
     if not args.paths and args.collection is None:
         raise PolarisError("name what to remove: PATH... (files under them) or --collection NAME (all of it).")
+    collection = args.collection or "default"
     with _open(args, readonly=False) as index:
-        removed = index.remove(args.collection or "default", args.paths or None)
-    print(f"{removed} removed")
+        removed = index.remove(collection, args.paths or None)
+    print(json.dumps({"removed": removed, "collection": collection}) if args.json else f"{removed} removed")
     return 0
 
 def _remove_index(path: Any) -> None:
@@ -263,7 +265,7 @@ def cmd_backup(args: argparse.Namespace) -> int:
     with _open(args, readonly=True) as index:
         target = index.backup(args.dest)
         counts = index.store.counts()
-    print(f"{target}: {counts['documents']} documents, {counts['chunks']} chunks")
+    _print_summary(args, str(target), counts)
     return 0
 
 
@@ -272,8 +274,16 @@ def cmd_copy(args: argparse.Namespace) -> int:
     from .engine.copy import copy_index
 
     counts = copy_index(args.src, args.dst)
-    print(f"{_shown(args.dst)}: {counts['documents']} documents, {counts['chunks']} chunks")
+    _print_summary(args, _shown(args.dst), counts)
     return 0
+
+
+def _print_summary(args: argparse.Namespace, target: str, counts: dict[str, Any]) -> None:
+    """What `backup` and `copy` wrote: ``TARGET: N documents, M chunks``, or that as a JSON object."""
+    if args.json:
+        print(json.dumps({"target": target, "documents": counts["documents"], "chunks": counts["chunks"]}))
+    else:
+        print(f"{target}: {counts['documents']} documents, {counts['chunks']} chunks")
 
 
 def _shown(target: str) -> str:
@@ -365,8 +375,7 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 
 # -- mcp --------------------------------------------------------------------------
-MCP_MISSING = ("`polaris mcp` needs the MCP Python SDK, an optional extra: pip install 'llama-index-polaris[mcp]'"
-               " (from a clone: pip install -e '.[mcp]').")
+MCP_MISSING = "`polaris mcp` needs the MCP Python SDK, an optional extra: in the clone of Polaris, pip install -e '.[mcp]'."
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:
@@ -393,10 +402,56 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", metavar="FILE", help="polaris.toml to use instead of ./polaris.toml")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser for every subcommand."""
-    parser = argparse.ArgumentParser(prog="polaris", description="Local-first hybrid search over Markdown docs.")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, whose usage errors are JSON when the command line asks for --json."""
+
+    def __init__(self, *args: Any, json_errors: bool = False, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.json_errors = json_errors
+
+    def error(self, message: str) -> NoReturn:
+        if not self.json_errors:
+            super().error(message)
+        print_error(True, "UsageError", f"{self.prog}: {message}")
+        self.exit(EXIT_USAGE)
+
+
+class _Version(argparse.Action):
+    """``polaris --version``: the installed package's version, read only when asked (start-up stays small)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any) -> None:
+        print(f"polaris {package_version()}")
+        parser.exit()
+
+
+def package_version() -> str:
+    """The version of the installed llama-index-polaris distribution."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("llama-index-polaris")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed: pip install -e . in the clone)"
+
+
+def print_error(as_json: bool, kind: str, message: str, label: str = "error") -> None:
+    """An error on stderr: ``polaris: error: MESSAGE``, or, for a command run with --json, one
+    line ``{"error": {"type": KIND, "message": MESSAGE}}`` (KIND: the engine's exception name)."""
+    if as_json:
+        print(json.dumps({"error": {"type": kind, "message": message}}, ensure_ascii=False), file=sys.stderr)
+    else:
+        print(f"polaris: {label}: {message}" if label else f"polaris: {message}", file=sys.stderr)
+
+
+def build_parser(json_errors: bool = False) -> argparse.ArgumentParser:
+    """The argument parser for every subcommand (``json_errors``: its usage errors as ``print_error``'s JSON)."""
+    parser = _Parser(prog="polaris", description="Local-first hybrid search over Markdown docs.", json_errors=json_errors)
+    parser.add_argument("--version", action=_Version, help="print the version of Polaris and exit")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                parser_class=functools.partial(_Parser, json_errors=json_errors))
 
     p = sub.add_parser("index", help="index Markdown and text files (incremental)")
     p.add_argument("paths", nargs="+", metavar="PATH")
@@ -436,6 +491,7 @@ def build_parser() -> argparse.ArgumentParser:
                        epilog="Copying polaris.db alone can miss the last runs (they may still be in"
                               " polaris.db-wal); this writes one complete, checked file.")
     p.add_argument("dest", metavar="DEST", help="a new file, or a folder to put it in")
+    p.add_argument("--json", action="store_true")
     _common(p)
     p.set_defaults(func=cmd_backup)
 
@@ -444,11 +500,13 @@ def build_parser() -> argparse.ArgumentParser:
                               " DST must be a new file or an empty database.")
     p.add_argument("src", metavar="SRC", help="the index to copy: a polaris.db file or a postgresql:// URI")
     p.add_argument("dst", metavar="DST", help="where to: a new file or an empty postgresql:// database")
+    p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_copy, db=None)
 
     p = sub.add_parser("remove", help="remove a collection, or the files under PATHs, from the index")
     p.add_argument("paths", nargs="*", metavar="PATH", help="files or folders (they may no longer exist)")
     p.add_argument("--collection", metavar="NAME", help="the collection (default: 'default'); alone: all of it")
+    p.add_argument("--json", action="store_true")
     _common(p)
     p.set_defaults(func=cmd_remove)
 
@@ -624,17 +682,25 @@ def flag_query(argv: Sequence[str], parser: argparse.ArgumentParser) -> list[str
     return [*argv, "--", query]
 
 
+def _asks_json(argv: list[str]) -> bool:
+    """True when the command line asks for --json (before any ``--``): its usage errors are JSON too."""
+    return "--json" in (argv[:argv.index("--")] if "--" in argv else argv)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `polaris` console script."""
-    parser = build_parser()
-    args = parser.parse_args(flag_query(sys.argv[1:] if argv is None else argv, parser))
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(json_errors=_asks_json(argv))
+    args = parser.parse_args(flag_query(argv, parser))
+    as_json = bool(getattr(args, "json", False))
     try:
         return args.func(args)
     except PolarisError as exc:
-        print(f"polaris: error: {exc}", file=sys.stderr)
+        print_error(as_json, type(exc).__name__, str(exc))
         return EXIT_ERROR
     except KeyboardInterrupt:
-        print("polaris: interrupted; finished documents are saved, run the same command to resume.", file=sys.stderr)
+        print_error(as_json, "Interrupted", "interrupted; finished documents are saved, run the same command to"
+                    " resume.", label="")
         return EXIT_INTERRUPTED
     except BrokenPipeError:
         return 0
@@ -644,7 +710,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         message = error_message(exc, _db_path(args))
         if message is None:
             raise
-        print(f"polaris: error: {message}", file=sys.stderr)
+        print_error(as_json, "DatabaseError", message)
         return EXIT_ERROR
 
 

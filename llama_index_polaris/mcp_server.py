@@ -57,6 +57,7 @@ LIMITS = {
     "answer_tokens": 6000,  # a search answer's section texts together: k x section_tokens is cut to fit
     "read_tokens_default": 2000, "read_tokens_max": 8000,  # read_section's text
     "outline_entries": 400,  # headings an outline lists (deeper ones are left out first)
+    "outline_depth_max": 100,  # the deepest max_depth an outline call takes
     "list_default": 100, "list_max": 500,  # documents a list_documents page holds
     "resource_tokens": 20000,  # a document read as a resource
     "resources_listed": 1000,  # documents resources/list names
@@ -320,7 +321,7 @@ def read_section(door: Door, document: str | None, heading_path: str | None, nod
 
 def outline(door: Door, document: str, collection: str | None, max_depth: int | None) -> tuple[dict, str]:
     if max_depth is not None:
-        check_top_k(max_depth, 100, "max_depth")
+        check_top_k(max_depth, LIMITS["outline_depth_max"], "max_depth")
     o = door.index.outline(document, door.scope(collection))
     entries = [e for e in o.entries if max_depth is None or e.depth <= max_depth]
     limit = LIMITS["outline_entries"]
@@ -388,10 +389,9 @@ def reindex(door: Door, collection: str | None) -> tuple[dict, str]:
 
     name = door.scope(collection) or "default"
     index = door.index
+    index.check_collection(name)  # an unknown name is refused as a search scoped to it is
     root = index.store.collection_root(name)
     if root is None:
-        if name not in index.store.collections():
-            raise ScopeError({"collection": f"no collection '{name}' in {door.db_path}."})
         raise InputError(f"collection '{name}' has no folder to index (its documents came through the LlamaIndex store).")
     report = index.index_paths([root], collection=name)
     data = {k: (v[:20] if isinstance(v, list) else v) for k, v in vars(report).items()}
@@ -710,8 +710,9 @@ def build_server(door: Door) -> PolarisMCP:
     def outline_tool(
         document: DocumentName,
         collection: Collection = None,
-        max_depth: Annotated[Optional[int], Field(description="Only headings this deep (1: top level).",
-                                                  json_schema_extra={"minimum": 1})] = None,
+        max_depth: Annotated[Optional[int], Field(description=f"Only headings this deep (1: top level), 1 to"
+                                                  f" {lim['outline_depth_max']}.", json_schema_extra={
+                                                      "minimum": 1, "maximum": lim["outline_depth_max"]})] = None,
     ) -> Annotated[CallToolResult, OutlineAnswer]:
         return _door_call(door, outline)(document, collection, max_depth)
 

@@ -129,6 +129,8 @@ def test_the_tools_are_listed_with_descriptions_and_bounded_schemas(session: Mcp
     read = tools["read_section"].input_schema["properties"]
     assert read["max_tokens"]["maximum"] == LIMITS["read_tokens_max"]
     assert tools["list_documents"].input_schema["properties"]["limit"]["maximum"] == LIMITS["list_max"]
+    depth = tools["outline"].input_schema["properties"]["max_depth"]  # the bound the call checks, in the schema
+    assert (depth["minimum"], depth["maximum"]) == (1, LIMITS["outline_depth_max"])
     assert "hits" in tools["search"].output_schema["properties"]
 
 
@@ -270,6 +272,8 @@ def test_bad_arguments_are_tool_errors_with_the_engines_message(session: McpSess
 
     assert error("search", {"query": "x", "k": 0}) == f"k must be a whole number from 1 to {LIMITS['k_max']}, got 0."
     assert error("search", {"query": "x", "k": 21}) == f"k must be a whole number from 1 to {LIMITS['k_max']}, got 21."
+    assert error("outline", {"document": "guide/tokens.md", "max_depth": LIMITS["outline_depth_max"] + 1}) == (
+        f"max_depth must be a whole number from 1 to {LIMITS['outline_depth_max']}, got {LIMITS['outline_depth_max'] + 1}.")
     assert error("search", {"query": "x", "collection": "Default"}) == cli_error(
         project, "search", "x", "--collection", "Default")
     assert error("search", {"query": "x", "documents": ["sessions.md"]}) == cli_error(
@@ -558,7 +562,10 @@ def test_reindex_is_offered_only_with_allow_writes(tmp_path: Path, backend_targe
         assert writer.call("status").structured_content["stale"] is False
         hit = writer.call("search", {"query": "shared between two devices", "k": 1}).structured_content["hits"][0]
         assert hit["heading_path"] == "Sessions > Sharing"
-        assert writer.call("reindex", {"collection": "nope"}).is_error
+        unknown = writer.call("reindex", {"collection": "Default"})  # named as every door names a collection
+        assert unknown.is_error and text_of(unknown) == writer.call("search", {"query": "x", "collection": "Default"}
+                                                                    ).content[0].text
+        assert "Did you mean 'default'?" in text_of(unknown)
     finally:
         writer.close()
 
@@ -606,7 +613,7 @@ def test_without_the_extra_it_says_what_to_install(project: Path) -> None:
                          env=environment(project), timeout=120)
     assert run.returncode == 1
     assert run.stderr.strip() == ("polaris: error: `polaris mcp` needs the MCP Python SDK, an optional extra:"
-                                  " pip install 'llama-index-polaris[mcp]' (from a clone: pip install -e '.[mcp]').")
+                                  " in the clone of Polaris, pip install -e '.[mcp]'.")
 
 
 def test_the_sdk_is_an_extra_the_tests_install_and_the_base_install_does_not() -> None:

@@ -12,7 +12,7 @@ from typing import Any
 
 from ..errors import DatabaseError, ExtensionError
 
-INSTALL_HINT = "pip install 'llama-index-polaris[postgres]'"
+INSTALL_HINT = "in the clone of Polaris, pip install -e '.[postgres]'"
 CONNECT_TIMEOUT_S = 10
 EXTENSION_LOCK = 0x706F6C61_72697300  # advisory lock key: "polaris" + 0 (schema.py numbers the others)
 
