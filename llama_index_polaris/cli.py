@@ -169,18 +169,22 @@ def cmd_search(args: argparse.Namespace) -> int:
     if not hits:
         print("no results", file=sys.stderr)
         return 0
+    from .engine.search.highlight import Highlighter
+
     color = sys.stdout.isatty() and "NO_COLOR" not in os.environ
+    marker = Highlighter(args.query, hits.tokenizer)
+    marker.prime(" ".join(h.text.split()) for h in hits)
     for hit in hits:
-        print(_hit_text(hit, args.query, color, args.explain))
+        print(_hit_text(hit, args.query, color, args.explain, marker))
     return 0
 
 
-def _hit_text(hit: Any, query: str, color: bool, explain: bool) -> str:
+def _hit_text(hit: Any, query: str, color: bool, explain: bool, marker: Any = None) -> str:
     from .engine.search.explain import explain_line
 
     bold = (lambda s: f"\033[1m{s}\033[0m") if color else (lambda s: s)
     where = f"{hit.document}" + (f"  ›  {hit.heading_path}" if hit.heading_path else "")
-    lines = [f"{hit.rank:>2}. {hit.score:.3f}  {bold(where)}", "    " + snippet(hit.text, query, color)]
+    lines = [f"{hit.rank:>2}. {hit.score:.3f}  {bold(where)}", "    " + snippet(hit.text, query, color, marker=marker)]
     if hit.document_status == "stale":
         lines.append(f"    stale: {hit.document_error}")
     if explain:
@@ -204,24 +208,22 @@ def _fmt(value: Any, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
-def snippet(text: str, query: str, color: bool = False, width: int = 220) -> str:
-    """A one-line window of ``text`` around the first query term, terms highlighted (for a
-    query of identifiers only, the first place that names one as written)."""
-    from .engine.search import literal
-    from .engine.search.context import first_match, query_pattern
+def snippet(text: str, query: str, color: bool = False, width: int = 220, marker: Any = None) -> str:
+    """A one-line window of ``text`` from a little before its first marked word, the words
+    BM25 matched highlighted by the engine's ``Highlighter`` (as the page and notebook mark)."""
+    from .engine.search.highlight import Highlighter
 
+    marker = marker or Highlighter(query)
     flat = " ".join(text.split())
-    named = literal.spans(flat, literal.lookup_terms(query))
-    pattern = query_pattern(query)
-    first = first_match(flat, query)
+    marks = marker.spans(flat)
+    first = marks[0][0] if marks else 0
     start = max(0, first - width // 3)
     if start:
         start = flat.find(" ", start) + 1 or start
     window = flat[start:start + width]
     if color:
-        marks = [(a - start, b - start) for a, b in named if start <= a and b <= start + width] if named else (
-            [m.span() for m in pattern.finditer(window)] if pattern else [])
-        for a, b in reversed(marks):
+        inside = [(a - start, b - start) for a, b in marks if start <= a and b <= start + width]
+        for a, b in reversed(inside):
             window = window[:a] + f"\033[1;33m{window[a:b]}\033[0m" + window[b:]
     return ("…" if start else "") + window + ("…" if start + width < len(flat) else "")
 

@@ -366,6 +366,19 @@ def test_the_snippet_of_a_lookup_shows_where_the_identifier_is_named() -> None:
     assert snippet(text, "copy dir", width=80).startswith("Pass --out-dir to copy")  # words: the first of them
 
 
+def test_the_terminal_marks_the_words_the_page_marks() -> None:
+    """The CLI's excerpt marks through the engine's Highlighter, as the page and the notebook
+    do: "expired" is marked inside ``token_expired`` (unicode61 splits it at the underscore)."""
+    from llama_index_polaris.cli import snippet
+    from llama_index_polaris.engine.search.highlight import Highlighter
+
+    text = "When the access token lapses the API answers 401 with the code token_expired; refresh it."
+    line = snippet(text, "expired", color=True, width=200)
+    assert "token_\033[1;33mexpired\033[0m" in line
+    page = Highlighter("expired").mark(text)
+    assert page.count("<mark>") == line.count("\033[1;33m") == 1
+
+
 def test_a_database_password_is_never_shown(tmp_path: Path, pg_uri: str) -> None:
     """Postgres only (a file has no password): `polaris status` and the MCP server name the database
     without it (the session's server trusts its socket, so any password connects)."""
