@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import queue
@@ -27,26 +28,37 @@ LINE = re.compile(r"^\d\d:\d\d:\d\d (\w+) +(.*)$")
 class Watching:
     """The `polaris index --watch` process, its output read line by line as it comes."""
 
-    def __init__(self, cwd: Path, *args: str, quiet: bool = True) -> None:
+    def __init__(self, cwd: Path, *args: str, quiet: bool = True, tty: bool = False) -> None:
         env = {**os.environ, "XDG_CONFIG_HOME": str(cwd / ".xdg"), "PYTHONUNBUFFERED": "1"}
         flags = ["--watch", "--quiet"] if quiet else ["--watch"]
-        self.proc = subprocess.Popen([POLARIS, "index", *args, *flags], cwd=cwd, env=env,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # bytes: a "\r" is kept
+        if tty:  # stderr on a terminal (a pseudo-terminal), as when a person runs it
+            import pty
+            import struct
+            import termios
+
+            primary, secondary = pty.openpty()
+            fcntl.ioctl(secondary, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 120, 0, 0))  # a size: a bar to draw
+        self.proc = subprocess.Popen([POLARIS, "index", *args, *flags], cwd=cwd, env=env, stdout=subprocess.PIPE,
+                                     stderr=secondary if tty else subprocess.PIPE)  # bytes: a "\r" is kept
+        if tty:
+            os.close(secondary)
+        err = os.fdopen(primary, "rb", buffering=0) if tty else self.proc.stderr
         self.lines: queue.Queue[tuple[str, str, float]] = queue.Queue()
         self.changes: list[str] = []
         self.times: list[float] = []  # when each change line was read (time.monotonic())
         self.stderr: list[str] = []
         self.raw = {"out": "", "err": ""}  # everything each stream wrote, as written
         self.readers = [threading.Thread(target=self._read, args=(name, stream), daemon=True)
-                        for name, stream in (("out", self.proc.stdout), ("err", self.proc.stderr))]
+                        for name, stream in (("out", self.proc.stdout), ("err", err))]
         for reader in self.readers:
             reader.start()
 
     def _read(self, name: str, stream) -> None:
-        for data in stream:
-            line = data.decode()
-            self.raw[name] += line
-            self.lines.put((name, line.rstrip("\n"), time.monotonic()))
+        with contextlib.suppress(OSError):  # a pseudo-terminal whose process has ended (EIO)
+            for data in stream:
+                line = data.decode()
+                self.raw[name] += line
+                self.lines.put((name, line.rstrip("\r\n"), time.monotonic()))
 
     def _keep(self, name: str, line: str, at: float) -> None:
         if name == "err":
@@ -310,3 +322,18 @@ def test_a_second_ctrl_c_stops_at_once_and_rolls_back_the_document_being_written
     assert not [rel for rel, (status, _) in files.items() if status == "processing"], files
     assert files["bulk/m.md"] == old  # rolled back: its last version answers, as it was
     assert sorted(rel for rel in files if rel.startswith("bulk/")) == sorted([*saved, "bulk/m.md"])
+
+
+def test_on_a_terminal_a_batch_draws_a_bar_and_its_lines_stay_whole(project: Path, bulk: Path) -> None:
+    w = Watching(project, "docs", quiet=False, tty=True)
+    try:
+        w.expect(r"watching docs for changes", timeout=240, stream="err")
+        copy_in(bulk, project / "docs" / "bulk")
+        w.expect(r"added +bulk/z09\.md", timeout=240)
+    finally:
+        code = w.stop()
+    assert code == 0, w.stderr
+    assert re.search(r"indexing: +\d+%\|.*\| \d+/26 ", w.raw["err"]), w.raw["err"][-600:]  # the batch's bar
+    assert sorted(shown(w)) == sorted(f"bulk/{f.name}" for f in bulk.iterdir())
+    lines = w.raw["out"].splitlines()
+    assert "\r" not in w.raw["out"] and all(LINE.match(line) for line in lines[1:]), lines  # after the first run's
