@@ -461,7 +461,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true")
     p.add_argument("--watch", action="store_true",
-                   help="after the run, follow changes under PATHs and index each one (Ctrl-C stops)")
+                   help="after the run, follow changes under PATHs and index each one (Ctrl-C stops after the"
+                        " current document; a second Ctrl-C at once)")
     _common(p)
     p.set_defaults(func=cmd_index)
 

@@ -274,7 +274,8 @@ class Indexer:
             for i, doc in enumerate(docs, start=1):
                 if self.stop is not None and self.stop.is_set():
                     break
-                old = by_id.get(doc.id) if doc.id is not None else files.get(doc.path or "") or located.get(doc.location)
+                old = (by_id.get(doc.id) if doc.id is not None
+                       else files.get(doc.path or "") or located.get(doc.location))
                 if doc.id is None:  # a file: its stored key, else the key a new file gets
                     doc.id = old.id if old is not None else file_document_id(self.collection, doc.path or "")
                 item = self._prepare(doc, old, report)
