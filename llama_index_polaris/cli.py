@@ -144,8 +144,8 @@ class _WatchLines:
 
         self._start()
         self.saved += change.kind in ("added", "updated", "renamed")
-        self.bar.write(json.dumps(change.to_dict()) if self.json else f"{time.strftime('%H:%M:%S')} {change.line()}",
-                       file=sys.stdout)
+        line = json.dumps(change.to_dict()) if self.json else f"{time.strftime('%H:%M:%S')} {change.line()}"
+        self.bar.write(line, file=sys.stdout)
 
     def update(self, stage: str, done: int, total: int) -> None:
         """The indexer's progress: the bar, and how far the batch got."""

@@ -38,15 +38,16 @@ class IndexProgress:
             self.bar.total = max(total, self.bar.total or 0)
             self.bar.update(done - self.bar.n)
         else:
-            rate = done / max(time.perf_counter() - self.started, 1e-9)
-            self.bar.set_postfix_str(f"{done} chunks embedded, {rate:.1f} chunks/s")
+            elapsed = time.perf_counter() - self.started
+            self.bar.set_postfix_str(f"{done} chunks embedded, {done / max(elapsed, 1e-9):.1f} chunks/s",
+                                     refresh=elapsed >= self.delay)  # not drawn before the delay
 
     def write(self, line: str, file: Any = None) -> None:
         """``line`` printed (and flushed) to ``file`` (stdout by default), above the bar while one is shown."""
         import sys
 
         file = file if file is not None else sys.stdout
-        if self.bar is None:
+        if self.bar is None or time.perf_counter() - self.started < self.delay:  # no bar on screen yet
             print(line, file=file, flush=True)
             return
         from tqdm.auto import tqdm
