@@ -78,29 +78,31 @@ def cmd_index(args: argparse.Namespace) -> int:
 
 
 def _watch(args: argparse.Namespace) -> int:
-    """After the first run of `polaris index --watch`: one line per change until Ctrl-C (or SIGTERM).
+    """After the first run of `polaris index --watch`: one line per document as it is stored, until
+    Ctrl-C (or SIGTERM).
 
-    The first Ctrl-C lets the change being indexed finish, then stops; a second one stops at once
-    (the document being written is rolled back, as any interrupted run's)."""
+    The first Ctrl-C says so at once, lets the documents being indexed finish, then stops (exit 0);
+    a second one stops at once (exit 130): the document being written is rolled back, as any
+    interrupted run's. Either way the last line says what the batch under way saved."""
     import signal
     import threading
-    import time
 
     from .engine.watch import Follower
 
-    stop = threading.Event()
+    stop, hard = threading.Event(), threading.Event()
+    shown = " ".join(args.paths)
+    out = _WatchLines(args.json, _progress_bar(args.quiet or args.json, delay=0.5))
 
     def on_signal(signum: int, frame: Any) -> None:
+        if hard.is_set():  # stopping at once already: the rollback is under way
+            return
         if stop.is_set():
+            hard.set()
             raise KeyboardInterrupt
         stop.set()
-
-    def on_change(change: Any) -> None:
-        line = json.dumps(change.to_dict()) if args.json else f"{time.strftime('%H:%M:%S')} {change.line()}"
-        print(line, flush=True)
+        _say_now("polaris: stopping after the current document (Ctrl-C again stops at once)")
 
     def on_ready() -> None:
-        shown = " ".join(args.paths)
         print(f"polaris: watching {shown} for changes (Ctrl-C to stop)", file=sys.stderr, flush=True)
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
@@ -108,12 +110,66 @@ def _watch(args: argparse.Namespace) -> int:
         with _open(args, readonly=False, model_id=args.model) as index:
             follower = Follower(index, args.paths, args.collection,
                                 on_wait=lambda msg: print(f"polaris: {msg}", file=sys.stderr, flush=True))
-            follower.follow(on_change, stop, on_ready)
+            follower.follow(out.change, stop, on_ready, progress=out)
+    except KeyboardInterrupt:
+        print(f"polaris: stopped at once: {out.saved} documents of the batch saved (shown above), the one being"
+              f" written rolled back; `polaris index {shown}` (or --watch) indexes the rest", file=sys.stderr)
+        return EXIT_INTERRUPTED
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    print("polaris: stopped watching; the index holds every change shown above", file=sys.stderr)
+    if out.left:
+        print(f"polaris: stopped after the current document: {out.saved} documents of the batch saved (shown"
+              f" above), {out.left} files left for the next run (`polaris index {shown}`, or --watch)", file=sys.stderr)
+    else:
+        print("polaris: stopped watching; the index holds every change shown above", file=sys.stderr)
     return 0
+
+
+class _WatchLines:
+    """What `polaris index --watch` prints of each batch: a line per change as it comes (above the
+    bar, which ``bar`` draws on a terminal), and what the batch saved and left (``saved``, ``left``)."""
+
+    def __init__(self, json_lines: bool, bar: Any) -> None:
+        self.json, self.bar = json_lines, bar
+        self.saved = self.done = self.total = 0
+        self.open = False
+
+    def _start(self) -> None:
+        if not self.open:  # a new batch
+            self.open, self.saved, self.done, self.total = True, 0, 0, 0
+
+    def change(self, change: Any) -> None:
+        """One change, printed at once (flushed)."""
+        import time
+
+        self._start()
+        self.saved += change.kind in ("added", "updated", "renamed")
+        line = json.dumps(change.to_dict()) if self.json else f"{time.strftime('%H:%M:%S')} {change.line()}"
+        self.bar.write(line, file=sys.stdout)
+
+    def update(self, stage: str, done: int, total: int) -> None:
+        """The indexer's progress: the bar, and how far the batch got."""
+        self._start()
+        if stage == "documents":
+            self.done, self.total = done, total
+        self.bar.update(stage, done, total)
+
+    def close(self) -> None:
+        """The batch is over."""
+        self.open = False
+        self.bar.close()
+
+    @property
+    def left(self) -> int:
+        """The files of the last batch its run did not reach (it was stopped)."""
+        return self.total - self.done
+
+
+def _say_now(message: str) -> None:
+    """``message`` on stderr from a signal handler (no buffered stream: it may be mid-write), over the bar."""
+    clear = "\r\033[K" if sys.stderr.isatty() else ""
+    os.write(sys.stderr.fileno(), f"{clear}{message}\n".encode())
 
 
 # -- remove -----------------------------------------------------------------------
@@ -147,11 +203,12 @@ def _remove_index(path: Any) -> None:
             pass
 
 
-def _progress_bar(quiet: bool) -> Any:
-    """The indexing bar on a terminal (``progress``); silent otherwise."""
+def _progress_bar(quiet: bool, delay: float = 0) -> Any:
+    """The indexing bar on a terminal (``progress``), shown once a run has lasted ``delay`` seconds;
+    silent otherwise."""
     from .progress import IndexProgress
 
-    return IndexProgress(enabled=not quiet and sys.stderr.isatty(), file=sys.stderr, leave=False)
+    return IndexProgress(enabled=not quiet and sys.stderr.isatty(), file=sys.stderr, leave=False, delay=delay)
 
 
 # -- search -----------------------------------------------------------------------
@@ -462,7 +519,8 @@ def build_parser(json_errors: bool = False) -> argparse.ArgumentParser:
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true")
     p.add_argument("--watch", action="store_true",
-                   help="after the run, follow changes under PATHs and index each one (Ctrl-C stops)")
+                   help="after the run, follow changes under PATHs and index each one (Ctrl-C stops after the"
+                        " current document; a second Ctrl-C at once)")
     _common(p)
     p.set_defaults(func=cmd_index)
 

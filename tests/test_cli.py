@@ -196,6 +196,8 @@ def _interrupt_and_resume(root: Path, sig: int, target: str) -> None:
     rows = _chunks_per_document(db)  # every committed document is whole, nothing half-written
     assert all(n == 1 for status, n in rows if status == "completed")
     assert all(n == 0 for status, n in rows if status != "completed")
+    if sig == signal.SIGINT:  # the documents it had started and not written are put back, not left processing
+        assert not [status for status, _ in rows if status == "processing"], rows
     c = index_counts(db)
     assert c["chunks"] == c["vectors"]
     _full_text_is_whole(db)

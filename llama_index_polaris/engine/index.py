@@ -403,19 +403,24 @@ class PolarisIndex:
             recorded = str(plan.root)
         return [_under(recorded, loc or rel) or rel for rel, loc in files]
 
-    def indexer(self, collection: str = "default", progress: Any = None, on_wait: Any = None) -> Any:
+    def indexer(self, collection: str = "default", progress: Any = None, on_wait: Any = None,
+                on_document: Any = None, stop: Any = None) -> Any:
         """An Indexer writing into this index."""
         from .indexer import Indexer
 
         return Indexer(
-            self.store, self.embedder, self.config, collection=collection, progress=progress, on_wait=on_wait
+            self.store, self.embedder, self.config, collection=collection, progress=progress, on_wait=on_wait,
+            on_document=on_document, stop=stop,
         )
 
     def index_paths(
-        self, paths: Sequence[str | Path], collection: str = "default", progress: Any = None, on_wait: Any = None
+        self, paths: Sequence[str | Path], collection: str = "default", progress: Any = None, on_wait: Any = None,
+        on_document: Any = None, stop: Any = None,
     ) -> Any:
-        """Index the files under ``paths`` incrementally (one run per file at a time)."""
-        return self.indexer(collection, progress, on_wait).index_paths(paths)
+        """Index the files under ``paths`` incrementally (one run per file at a time). ``on_document``
+        gets each document's ``Finished`` as it commits; once ``stop`` (a ``threading.Event``) is
+        set, the run finishes the documents it started and stops (the rest wait for the next run)."""
+        return self.indexer(collection, progress, on_wait, on_document, stop).index_paths(paths)
 
 
 def _under(root: str | None, location: str | None) -> str | None:
