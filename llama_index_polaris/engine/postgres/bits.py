@@ -138,7 +138,7 @@ class PgVectorCache:
         docs_array = np.fromiter((codes.setdefault(d, len(codes)) for d in documents), dtype=np.int32,
                                  count=len(documents))
         signs = SignBits(np.concatenate(ids), np.concatenate(bits)) if ids else _empty()[0]
-        self._state = ((generation, version), signs, docs_array, codes)  # replaced whole: a reader never mixes two loads
+        self._state = ((generation, version), signs, docs_array, codes)  # replaced whole: never two loads mixed
         self.active = len(signs) >= self.min_chunks
 
     def knn(
