@@ -100,6 +100,18 @@ def test_a_long_lived_index_answers_after_its_connection_is_lost(server: OwnServ
         assert index.store.generation == 3
 
 
+def test_a_reader_outlives_idle_session_timeout(server: OwnServer, project: Path) -> None:
+    uri = server.database(f"{DATABASE}_idle", template=DATABASE)
+    with psycopg.connect(server.uri, autocommit=True) as conn:  # the server ends each session idle for 300 ms
+        conn.execute(f'ALTER DATABASE "{DATABASE}_idle" SET idle_session_timeout = 300')
+    with PolarisIndex(uri, config=cfg(project), readonly=True) as index:
+        before = hits(index)
+        for _ in range(2):
+            time.sleep(0.6)
+            assert hits(index) == before
+        assert index.store.generation >= 2
+
+
 def test_a_connection_lost_inside_a_query_fails_that_query_alone(server: OwnServer, project: Path) -> None:
     with PolarisIndex(uri_of(project), config=cfg(project), readonly=True) as index:
         before = hits(index)
