@@ -25,6 +25,11 @@ The contract, by what it keeps:
   a hit shows), ``section_rows`` (every chunk of some sections);
 - copying: ``export_rows`` and ``import_rows`` (``copy.py``: vectors move, nothing is
   re-embedded).
+
+Errors: a store raises the ``DatabaseError`` family (``errors.py``). A server's store outlives its
+connection: one found lost before a call ran anything is made again and the call answers; one
+lost inside a call fails that call alone with ``ConnectionLostError`` (a write is never sent
+twice), and the next call reconnects. A file has no connection to lose and never raises it.
 """
 
 from __future__ import annotations

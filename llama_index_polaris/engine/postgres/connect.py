@@ -10,7 +10,7 @@ from __future__ import annotations
 import urllib.parse
 from typing import Any
 
-from ..errors import DatabaseError, ExtensionError
+from ..errors import ConnectionLostError, DatabaseError, ExtensionError
 
 INSTALL_HINT = "in the clone of Polaris, pip install -e '.[postgres]'"
 CONNECT_TIMEOUT_S = 10
@@ -93,3 +93,24 @@ def is_driver_error(exc: BaseException) -> bool:
     except ImportError:
         return False
     return isinstance(exc, psycopg.Error)
+
+
+def is_lost(exc: BaseException, conn: Any) -> bool:
+    """True when ``exc`` is ``conn`` going away (a restart, a failover, an ended session): psycopg
+    closes a connection whose server is gone, and only then (a cancelled statement leaves it open)."""
+    return is_driver_error(exc) and bool(conn.closed)
+
+
+def lost_error(name: str, exc: BaseException | None, *, write: bool = False,
+               reconnect: BaseException | None = None) -> ConnectionLostError:
+    """The ConnectionLostError for ``exc`` on the index ``name`` (None: found closed by an earlier
+    call; a write's: not retried; with the ``reconnect`` error when no new connection could be made)."""
+    lines = str(exc).strip().splitlines() if exc is not None else []
+    lost = f"the connection to {name} was lost" + (f" ({lines[0].strip()})" if lines else "")
+    if reconnect is not None:
+        return ConnectionLostError(f"{lost} and a new one could not be made: {reconnect} Retrying will reconnect once"
+                                   " the server answers.")
+    if write:
+        return ConnectionLostError(f"{lost} during a write, which was not retried: the server rolled it back unless"
+                                   " its COMMIT had reached it. Run it again; retrying will reconnect.")
+    return ConnectionLostError(f"{lost} and this call did not finish. Retrying will reconnect.")
