@@ -78,6 +78,8 @@ SOURCES: dict[str, Source] = {
     "rust-book": Source("rust-lang/book", "917544888a55e4da7109bdba8c88c893c0da70f4", "src", "MIT OR Apache-2.0"),
     "vite": Source("vitejs/vite", "a98c8d95d552c6fa98ab66fb810f5b39ad5abf49", "docs", "MIT"),
     "prettier": Source("prettier/prettier", "4f84a934201322ca87750e2b9b25baf296da6560", "docs", "MIT"),
+    "electron-api": Source("electron/electron", "96f3996d8d3ce6e2fcfb86326fc4b953b53936fb", "docs/api", "MIT"),
+    "deno-runtime": Source("denoland/docs", "eb8f78e90dbc72f3b3ab7dcd85609622379b5bca", "runtime", "MIT"),
 }
 DERIVED = ("anthropic_docs",)
 ALL_SETS = tuple(SOURCES) + DERIVED
