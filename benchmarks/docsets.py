@@ -86,6 +86,8 @@ SOURCES: dict[str, Source] = {
     "react-zh": Source("reactjs/zh-hans.react.dev", "f6cda05526ceff44b24588e9e0c2e2106d4588d4", "src/content",
                        "CC-BY-4.0", only=("learn", "reference")),
     "vue-ja": Source("vuejs-translations/docs-ja", "c627102bfabf8bc5ecaa6eb763b965a0a5d43a5b", "src", "CC-BY-4.0"),
+    "electron-api": Source("electron/electron", "96f3996d8d3ce6e2fcfb86326fc4b953b53936fb", "docs/api", "MIT"),
+    "deno-runtime": Source("denoland/docs", "eb8f78e90dbc72f3b3ab7dcd85609622379b5bca", "runtime", "MIT"),
 }
 DERIVED = ("anthropic_docs",)
 ALL_SETS = tuple(SOURCES) + DERIVED
