@@ -21,7 +21,7 @@ from ..masking import scrub, shown_target as shown
 
 INSTALL_HINT = "pip install 'llama-index-polaris[postgres]'"
 CONNECT_TIMEOUT_S = 10
-EXTENSION_LOCK = 0x706F6C61_72697300  # advisory lock key: "polaris" + 0 (schema.py numbers the others)
+EXTENSION_LOCK = 0x706F6C61_72697300  # the database's ("polaris" + 0); schema.lock_key: a schema's
 
 
 def driver() -> Any:
@@ -106,15 +106,16 @@ def first_in_path(search_path: str, user: str) -> str:
 
 
 def ensure_vector(conn: Any, where: str) -> None:
-    """Create pgvector in Polaris's schema when the database has none (a writer's first migration,
-    inside its transaction), then register its types; an ExtensionError says what to do."""
+    """Create pgvector when the database has none (a writer's first migration, inside its
+    transaction), in ``public`` when the database has that schema (the extension is the
+    database's, not one index's), else in Polaris's schema; then register its types. An
+    ExtensionError says what to do."""
     psycopg = driver()
     if conn.vector_schema is not None:
         return
     try:
-        with conn.transaction():  # a savepoint: the migration's transaction survives a refusal to say so
+        with conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (EXTENSION_LOCK,))  # two schemas at once: one creates it
-            # in public when there is one (the database's, as the extension is), else in Polaris's schema
             conn.execute("CREATE EXTENSION IF NOT EXISTS vector SCHEMA public" if conn.execute(
                 "SELECT to_regnamespace('public') IS NOT NULL").fetchone()[0] else "CREATE EXTENSION IF NOT EXISTS vector")
         use_vector(conn)
