@@ -277,9 +277,13 @@ def cmd_copy(args: argparse.Namespace) -> int:
 
 
 def _shown(target: str) -> str:
-    from .engine.storage import shown_target
+    from .engine.storage import is_server_uri
 
-    return shown_target(target)
+    if is_server_uri(target):
+        from .engine.postgres.connect import shown
+
+        return shown(target)
+    return target
 
 
 def _status_text(s: dict[str, Any]) -> str:
@@ -623,7 +627,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.func(args)
     except PolarisError as exc:
-        print(f"polaris: error: {_masked(exc, args)}", file=sys.stderr)
+        print(f"polaris: error: {exc}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
         print("polaris: interrupted; finished documents are saved, run the same command to resume.", file=sys.stderr)
@@ -636,15 +640,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         message = error_message(exc, _db_path(args))
         if message is None:
             raise
-        print(f"polaris: error: {_masked(message, args)}", file=sys.stderr)
+        print(f"polaris: error: {message}", file=sys.stderr)
         return EXIT_ERROR
-
-
-def _masked(message: Any, args: argparse.Namespace) -> str:
-    """``message`` with the passwords of the databases the command names masked (``engine.masking``)."""
-    from .engine.masking import scrub
-
-    return scrub(str(message), [getattr(args, name, None) or "" for name in ("db", "src", "dst")] + [_db_path(args)])
 
 
 if __name__ == "__main__":  # pragma: no cover
