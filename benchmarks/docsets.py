@@ -11,10 +11,13 @@ down to the section's own heading, as ``chunk_document`` produces it with the bu
 all-MiniLM-L6-v2 chunk budget). Grades: 2 answers the question, 1 answers part of it.
 
 Hand-labelled sets keep their questions and labels in the repository
-(``benchmarks/docsets/<name>/queries.jsonl``, ``qrels/train.tsv``, ``qrels/test.tsv``);
+(``benchmarks/docsets/<name>/queries.jsonl``, ``qrels/train.tsv``, ``qrels/test.tsv``), and
+optionally ``unanswerable.jsonl``: questions the docs do not answer (same fields, kind
+``unanswerable``, plus a ``split`` field), for choosing a "nothing matched" threshold;
 the documentation itself is never committed: ``prepare`` extracts the pinned commit's
-subtree from the fetched git directory (``/work/.mirror/<owner>+<name>/repo``) with
-``git archive`` into ``../shared/eval/docsets/<name>/docs/`` (Markdown files only).
+subtree (or just the listed folders of it, ``Source.only``) from the fetched git directory
+(``/work/.mirror/<owner>+<name>/repo``) with ``git archive`` into
+``../shared/eval/docsets/<name>/docs/`` (Markdown files only).
 
 ``anthropic_docs`` is derived, not hand-labelled: ``prepare`` rebuilds its 45 pages from
 ``../shared/eval/anthropic_docs`` the way ``benchmarks/quality.py`` does (each section
@@ -48,6 +51,7 @@ DOCSETS = DEFAULT_EVAL / "docsets"
 MIRRORS = Path("/work/.mirror")
 MODEL = "all-minilm-l6-v2"
 KINDS = ("paraphrase", "identifier", "mixed")
+UNANSWERABLE = "unanswerable"
 SPLITS = ("train", "test")
 MARKDOWN = (".md", ".markdown")
 
@@ -60,6 +64,7 @@ class Source:
     commit: str
     subtree: str
     licence: str
+    only: tuple[str, ...] = ()  # keep just these folders of the subtree (all of it when empty)
 
     @property
     def git_dir(self) -> Path:
@@ -78,6 +83,9 @@ SOURCES: dict[str, Source] = {
     "rust-book": Source("rust-lang/book", "917544888a55e4da7109bdba8c88c893c0da70f4", "src", "MIT OR Apache-2.0"),
     "vite": Source("vitejs/vite", "a98c8d95d552c6fa98ab66fb810f5b39ad5abf49", "docs", "MIT"),
     "prettier": Source("prettier/prettier", "4f84a934201322ca87750e2b9b25baf296da6560", "docs", "MIT"),
+    "react-zh": Source("reactjs/zh-hans.react.dev", "f6cda05526ceff44b24588e9e0c2e2106d4588d4", "src/content",
+                       "CC-BY-4.0", only=("learn", "reference")),
+    "vue-ja": Source("vuejs-translations/docs-ja", "c627102bfabf8bc5ecaa6eb763b965a0a5d43a5b", "src", "CC-BY-4.0"),
 }
 DERIVED = ("anthropic_docs",)
 ALL_SETS = tuple(SOURCES) + DERIVED
@@ -92,6 +100,7 @@ class DocSet:
     docs: Path
     queries: dict[str, dict[str, str]]
     qrels: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)
+    unanswerable: dict[str, dict[str, str]] = field(default_factory=dict)  # split -> {id: text}
 
     def split(self, split: str) -> dict[str, dict[str, int]]:
         return self.qrels.get(split, {})
@@ -129,7 +138,16 @@ def load_set(name: str) -> DocSet:
     queries = {str(q["_id"]): {"text": q["text"], "kind": q.get("kind", "paraphrase")}
                for q in (read_jsonl(qfile) if qfile.is_file() else [])}
     qrels = {s: read_qrels(ldir / "qrels" / f"{s}.tsv") for s in SPLITS if (ldir / "qrels" / f"{s}.tsv").is_file()}
-    return DocSet(name, docs, queries, qrels)
+    unanswerable: dict[str, dict[str, str]] = {}
+    for q in read_unanswerable(name):
+        unanswerable.setdefault(str(q.get("split")), {})[str(q["_id"])] = q["text"]
+    return DocSet(name, docs, queries, qrels, unanswerable)
+
+
+def read_unanswerable(name: str) -> list[dict[str, Any]]:
+    """The rows of the set's ``unanswerable.jsonl`` (none when it has no such file)."""
+    path = labels_dir(name) / f"{UNANSWERABLE}.jsonl"
+    return read_jsonl(path) if path.is_file() else []
 
 
 def section_id(relpath: str, heading_path: str) -> str:
@@ -199,7 +217,8 @@ def prepare_source(name: str, src: Source) -> Path:
                          capture_output=True)
     if has.returncode != 0:
         raise SystemExit(f"{src.git_dir} does not hold commit {src.commit}; fetch a newer snapshot of {src.repo}.")
-    tar = subprocess.run(["git", "--git-dir", str(src.git_dir), "archive", "--format=tar", src.commit, src.subtree],
+    paths = [f"{src.subtree.rstrip('/')}/{d}" for d in src.only] or [src.subtree]
+    tar = subprocess.run(["git", "--git-dir", str(src.git_dir), "archive", "--format=tar", src.commit, *paths],
                          capture_output=True, check=True).stdout
     dest = set_dir(name) / "docs"
     if dest.exists():
@@ -221,7 +240,8 @@ def prepare_source(name: str, src: Source) -> Path:
             manifest.append((rel, hashlib.sha256(data).hexdigest(), len(data)))
     manifest.sort()
     (set_dir(name) / "MANIFEST.tsv").write_text(
-        f"# {src.repo} {src.commit} {src.subtree} (Markdown files only)\n"
+        f"# {src.repo} {src.commit} {src.subtree}"
+        + (f" ({', '.join(src.only)} only)" if src.only else "") + " (Markdown files only)\n"
         + "".join(f"{r}\t{h}\t{n}\n" for r, h, n in manifest))
     print(f"{name}: {len(manifest)} files, {sum(n for *_, n in manifest):,} bytes -> {dest}")
     return dest
@@ -320,6 +340,18 @@ def check(name: str) -> list[str]:
             problems.append(f"{qid}: question without labels")
         if q["kind"] not in KINDS:
             problems.append(f"{qid}: kind {q['kind']!r} not one of {KINDS}")
+    ids: set[str] = set()
+    for q in read_unanswerable(name):
+        qid = str(q.get("_id"))
+        if qid in ids or qid in ds.queries:
+            problems.append(f"{UNANSWERABLE}: {qid} is used twice")
+        ids.add(qid)
+        if q.get("kind") != UNANSWERABLE:
+            problems.append(f"{UNANSWERABLE}: {qid}: kind {q.get('kind')!r} (use {UNANSWERABLE!r})")
+        if q.get("split") not in SPLITS:
+            problems.append(f"{UNANSWERABLE}: {qid}: split {q.get('split')!r} not one of {SPLITS}")
+        if not str(q.get("text", "")).strip():
+            problems.append(f"{UNANSWERABLE}: {qid}: no text")
     return problems
 
 
@@ -331,6 +363,8 @@ def counts(name: str) -> dict[str, Any]:
         for qid in qrels:
             kinds[ds.queries[qid]["kind"]] = kinds.get(ds.queries[qid]["kind"], 0) + 1
         out[split] = {"questions": len(qrels), "qrels": sum(len(r) for r in qrels.values()), "kinds": kinds}
+    if ds.unanswerable:
+        out[UNANSWERABLE] = {split: len(qs) for split, qs in ds.unanswerable.items()}
     return out
 
 

@@ -1,13 +1,10 @@
 """Pure helpers for the pages: highlighting, Markdown, overlaps, sizes. Every text is escaped here.
 
-Highlighting asks FTS5 itself. The words marked in a text are the ones the BM25 stage's
-MATCH expression (``fts_query``, the engine's) finds in it under the index's own
-tokenizer: ``unicode61`` splits ``token_expired`` into ``token`` and ``expired``, ``porter``
-makes ``expires`` meet ``expired``. FTS5's ``highlight()`` runs in a private in-memory
-database with that tokenizer, so the index is never written to and the words marked are
-exactly the words BM25 matched, never a second, regex-based idea of a word. For a query of
-identifiers only (``OUT_DIR``, ``--locked``), whose BM25 list puts first the texts naming
-one as written, those places are marked (``literal.spans``), and the words elsewhere.
+Highlighting is the engine's (``engine.search.highlight``, which the notebook's tables use
+too): the words marked in a text are the ones the BM25 stage's MATCH expression finds in it
+under the index's own FTS5 tokenizer (``unicode61`` splits ``token_expired`` into ``token``
+and ``expired``, ``porter`` makes ``expires`` meet ``expired``); for a query of identifiers
+only (``OUT_DIR``, ``--locked``) the places naming one as written (``literal.spans``).
 
 Markdown is rendered by markdown-it-py with raw HTML off (a ``<script>`` in a document is
 text), links only to http, https or relative URLs (anything else, ``javascript:``
@@ -23,12 +20,9 @@ from markdown_it import MarkdownIt
 from markdown_it.common.utils import escapeHtml
 from markupsafe import Markup, escape
 
-from llama_index_polaris.engine.db.connect import sqlite_module
-from llama_index_polaris.engine.search import legend, literal
-from llama_index_polaris.engine.search.bm25 import fts_query
+from llama_index_polaris.engine.search import highlight, legend
 
 MAX_TEXT_OVERLAP = 2000  # characters compared when offsets are missing
-_MARKERS = [chr(c) for c in range(0xE000, 0xE100)]  # private-use characters, never shown
 _SCHEME = re.compile(r"^([a-z][a-z0-9+.-]*):", re.IGNORECASE)
 LINK_SCHEMES = ("http", "https")
 LINK_REL = "nofollow noopener noreferrer"
@@ -36,87 +30,12 @@ LINK_REL = "nofollow noopener noreferrer"
 Span = tuple[int, int]
 
 
-class Highlighter:
-    """Marks the words of texts that the BM25 stage would match for ``query``.
+class Highlighter(highlight.Highlighter):
+    """The engine's highlighter (``engine.search.highlight``, the notebook's too), its marks as Markup."""
 
-    ``tokenizer`` is the index's FTS5 ``tokenize=`` argument (recorded in polaris_meta).
-    Spans are computed in batches (``prime``) and remembered per text.
-    """
-
-    def __init__(self, query: str, tokenizer: str) -> None:
-        self.match = fts_query(query) if query else None
-        self.tokenizer = tokenizer
-        # a query of identifiers only ranks the texts that name one as written: those places are marked
-        self.identifiers = literal.lookup_terms(query) if query else []
-        self._spans: dict[str, list[Span]] = {}
-
-    def prime(self, texts: Iterable[str]) -> None:
-        """Compute the spans of every text not seen yet, in one FTS5 query."""
-        todo = list(dict.fromkeys(t for t in texts if t and t not in self._spans))
-        if not todo:
-            return
-        found = self._fts_spans(todo) if self.match else {}
-        for i, text in enumerate(todo):
-            self._spans[text] = literal.spans(text, self.identifiers) or found.get(i, [])
-
-    def spans(self, text: str) -> list[Span]:
-        """(start, end) of each marked word of ``text``, in order."""
-        if text not in self._spans:
-            self.prime([text])
-        return self._spans.get(text, [])
-
-    def mark(self, text: str, start: int = 0, end: int | None = None) -> Markup:
-        """``text[start:end]`` escaped, with the matched words wrapped in <mark>.
-
-        The raw text is cut at the matches and every piece is escaped before any markup
-        is added, so neither the document nor the query can inject HTML.
-        """
-        end = len(text) if end is None else end
-        out, pos = [], start
-        for s, e in self.spans(text):
-            s, e = max(s, start), min(e, end)
-            if s >= e:
-                continue
-            out.append(escape(text[pos:s]))
-            out.append(Markup("<mark>%s</mark>") % text[s:e])
-            pos = e
-        out.append(escape(text[pos:end]))
-        return Markup("").join(out)
-
-    def _fts_spans(self, texts: list[str]) -> dict[int, list[Span]]:
-        used = set("".join(texts))
-        free = [c for c in _MARKERS if c not in used]
-        if len(free) < 2:
-            return {}
-        opening, closing = free[0], free[1]
-        conn = sqlite_module().connect(":memory:")
-        try:
-            tokenize = self.tokenizer.replace("'", "''")
-            conn.execute(f"CREATE VIRTUAL TABLE t USING fts5(text, tokenize='{tokenize}')")
-            conn.executemany("INSERT INTO t (rowid, text) VALUES (?, ?)", list(enumerate(texts)))
-            rows = conn.execute(
-                "SELECT rowid, highlight(t, 0, ?, ?) FROM t WHERE t MATCH ?", (opening, closing, self.match)
-            ).fetchall()
-        except Exception:  # as in the BM25 stage: a full-text error marks nothing, never fails a page
-            return {}
-        finally:
-            conn.close()
-        return {rowid: _marked_spans(marked, opening, closing) for rowid, marked in rows}
-
-
-def _marked_spans(marked: str, opening: str, closing: str) -> list[Span]:
-    """Spans in the original text of the parts FTS5 wrapped in ``opening``/``closing``."""
-    spans, pos, start = [], 0, None
-    for ch in marked:
-        if ch == opening:
-            start = pos
-        elif ch == closing:
-            if start is not None and pos > start:
-                spans.append((start, pos))
-            start = None
-        else:
-            pos += 1
-    return spans
+    def mark(self, text: str, start: int = 0, end: int | None = None) -> Markup:  # type: ignore[override]
+        """``text[start:end]`` escaped, with the matched words wrapped in <mark> (``highlight.Highlighter.mark``)."""
+        return Markup(super().mark(text, start, end, escape=escape))
 
 
 # -- Markdown ---------------------------------------------------------------------------

@@ -5,11 +5,15 @@ the LLM so the example shows retrieval (the sources) without an API key. The ind
 builds is the one `polaris index handbook` builds: the same chunks, ids and vectors.
 
     python examples/llamaindex_query_engine.py [DB_PATH]
+
+Without DB_PATH the index goes to a temporary folder, removed at the end (nothing is left in
+the clone); give one to keep it and open it with `polaris search --db DB_PATH`.
 """
 
 from __future__ import annotations
 
 import sys
+import tempfile
 from pathlib import Path
 
 from llama_index.core import Settings, SimpleDirectoryReader, StorageContext, VectorStoreIndex
@@ -17,6 +21,7 @@ from llama_index.core.llms import MockLLM
 from llama_index.core.query_engine import RetrieverQueryEngine
 
 from llama_index_polaris import PolarisEmbedding, PolarisNodeParser, PolarisRetriever, PolarisVectorStore
+from llama_index_polaris.engine.search.explain import brief_line  # the explanation line the MCP server prints
 
 HANDBOOK = Path(__file__).parent / "handbook"
 
@@ -43,11 +48,15 @@ def main(db_path: Path) -> None:
         for hit in response.source_nodes:
             meta = hit.node.metadata
             print(f"  {hit.score:.3f}  {meta['file_path']}  {meta['heading_path']}")
-            e = hit.explain
-            print(f"         vector #{e.vector_rank}  bm25 #{e.bm25_rank}  boost {e.boost:.4f}  mmr penalty {e.mmr_penalty:.4f}")
+            print(f"         {brief_line(hit.explain)}")  # a list that did not find the hit reads '-'
     same = index.as_retriever(similarity_top_k=3).retrieve("rrf_k")  # no mode: what `polaris search` answers
     print("as_retriever():", [n.node.metadata["heading_path"] for n in same])
+    index.vector_store.close()
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]) if len(sys.argv) > 1 else Path("llamaindex-example.db"))
+    if len(sys.argv) > 1:
+        main(Path(sys.argv[1]))
+    else:
+        with tempfile.TemporaryDirectory(prefix="polaris-example-") as folder:
+            main(Path(folder) / "polaris.db")

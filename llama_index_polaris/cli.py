@@ -7,15 +7,16 @@ in a row, so start-up stays small.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
-from typing import Any, Sequence
+from typing import Any, NoReturn, Sequence
 
 from .engine.config import describe, load_config
 from .engine.errors import PolarisError
 
-EXIT_ERROR, EXIT_INTERRUPTED = 1, 130
+EXIT_ERROR, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
 
 
 def _config(args: argparse.Namespace, **overrides: Any) -> Any:
@@ -77,29 +78,31 @@ def cmd_index(args: argparse.Namespace) -> int:
 
 
 def _watch(args: argparse.Namespace) -> int:
-    """After the first run of `polaris index --watch`: one line per change until Ctrl-C (or SIGTERM).
+    """After the first run of `polaris index --watch`: one line per document as it is stored, until
+    Ctrl-C (or SIGTERM).
 
-    The first Ctrl-C lets the change being indexed finish, then stops; a second one stops at once
-    (the document being written is rolled back, as any interrupted run's)."""
+    The first Ctrl-C says so at once, lets the documents being indexed finish, then stops (exit 0);
+    a second one stops at once (exit 130): the document being written is rolled back, as any
+    interrupted run's. Either way the last line says what the batch under way saved."""
     import signal
     import threading
-    import time
 
     from .engine.watch import Follower
 
-    stop = threading.Event()
+    stop, hard = threading.Event(), threading.Event()
+    shown = " ".join(args.paths)
+    out = _WatchLines(args.json, _progress_bar(args.quiet or args.json, delay=0.5))
 
     def on_signal(signum: int, frame: Any) -> None:
+        if hard.is_set():  # stopping at once already: the rollback is under way
+            return
         if stop.is_set():
+            hard.set()
             raise KeyboardInterrupt
         stop.set()
-
-    def on_change(change: Any) -> None:
-        line = json.dumps(change.to_dict()) if args.json else f"{time.strftime('%H:%M:%S')} {change.line()}"
-        print(line, flush=True)
+        _say_now("polaris: stopping after the current document (Ctrl-C again stops at once)")
 
     def on_ready() -> None:
-        shown = " ".join(args.paths)
         print(f"polaris: watching {shown} for changes (Ctrl-C to stop)", file=sys.stderr, flush=True)
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
@@ -107,12 +110,66 @@ def _watch(args: argparse.Namespace) -> int:
         with _open(args, readonly=False, model_id=args.model) as index:
             follower = Follower(index, args.paths, args.collection,
                                 on_wait=lambda msg: print(f"polaris: {msg}", file=sys.stderr, flush=True))
-            follower.follow(on_change, stop, on_ready)
+            follower.follow(out.change, stop, on_ready, progress=out)
+    except KeyboardInterrupt:
+        print(f"polaris: stopped at once: {out.saved} documents of the batch saved (shown above), the one being"
+              f" written rolled back; `polaris index {shown}` (or --watch) indexes the rest", file=sys.stderr)
+        return EXIT_INTERRUPTED
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    print("polaris: stopped watching; the index holds every change shown above", file=sys.stderr)
+    if out.left:
+        print(f"polaris: stopped after the current document: {out.saved} documents of the batch saved (shown"
+              f" above), {out.left} files left for the next run (`polaris index {shown}`, or --watch)", file=sys.stderr)
+    else:
+        print("polaris: stopped watching; the index holds every change shown above", file=sys.stderr)
     return 0
+
+
+class _WatchLines:
+    """What `polaris index --watch` prints of each batch: a line per change as it comes (above the
+    bar, which ``bar`` draws on a terminal), and what the batch saved and left (``saved``, ``left``)."""
+
+    def __init__(self, json_lines: bool, bar: Any) -> None:
+        self.json, self.bar = json_lines, bar
+        self.saved = self.done = self.total = 0
+        self.open = False
+
+    def _start(self) -> None:
+        if not self.open:  # a new batch
+            self.open, self.saved, self.done, self.total = True, 0, 0, 0
+
+    def change(self, change: Any) -> None:
+        """One change, printed at once (flushed)."""
+        import time
+
+        self._start()
+        self.saved += change.kind in ("added", "updated", "renamed")
+        line = json.dumps(change.to_dict()) if self.json else f"{time.strftime('%H:%M:%S')} {change.line()}"
+        self.bar.write(line, file=sys.stdout)
+
+    def update(self, stage: str, done: int, total: int) -> None:
+        """The indexer's progress: the bar, and how far the batch got."""
+        self._start()
+        if stage == "documents":
+            self.done, self.total = done, total
+        self.bar.update(stage, done, total)
+
+    def close(self) -> None:
+        """The batch is over."""
+        self.open = False
+        self.bar.close()
+
+    @property
+    def left(self) -> int:
+        """The files of the last batch its run did not reach (it was stopped)."""
+        return self.total - self.done
+
+
+def _say_now(message: str) -> None:
+    """``message`` on stderr from a signal handler (no buffered stream: it may be mid-write), over the bar."""
+    clear = "\r\033[K" if sys.stderr.isatty() else ""
+    os.write(sys.stderr.fileno(), f"{clear}{message}\n".encode())
 
 
 # -- remove -----------------------------------------------------------------------
@@ -120,9 +177,10 @@ def cmd_remove(args: argparse.Namespace) -> int:
     """polaris remove : drop a collection, or the files under some paths, from the index."""
     if not args.paths and args.collection is None:
         raise PolarisError("name what to remove: PATH... (files under them) or --collection NAME (all of it).")
+    collection = args.collection or "default"
     with _open(args, readonly=False) as index:
-        removed = index.remove(args.collection or "default", args.paths or None)
-    print(f"{removed} removed")
+        removed = index.remove(collection, args.paths or None)
+    print(json.dumps({"removed": removed, "collection": collection}) if args.json else f"{removed} removed")
     return 0
 
 def _remove_index(path: Any) -> None:
@@ -145,11 +203,12 @@ def _remove_index(path: Any) -> None:
             pass
 
 
-def _progress_bar(quiet: bool) -> Any:
-    """The indexing bar on a terminal (``progress``); silent otherwise."""
+def _progress_bar(quiet: bool, delay: float = 0) -> Any:
+    """The indexing bar on a terminal (``progress``), shown once a run has lasted ``delay`` seconds;
+    silent otherwise."""
     from .progress import IndexProgress
 
-    return IndexProgress(enabled=not quiet and sys.stderr.isatty(), file=sys.stderr, leave=False)
+    return IndexProgress(enabled=not quiet and sys.stderr.isatty(), file=sys.stderr, leave=False, delay=delay)
 
 
 # -- search -----------------------------------------------------------------------
@@ -167,18 +226,22 @@ def cmd_search(args: argparse.Namespace) -> int:
     if not hits:
         print("no results", file=sys.stderr)
         return 0
+    from .engine.search.highlight import Highlighter
+
     color = sys.stdout.isatty() and "NO_COLOR" not in os.environ
+    marker = Highlighter(args.query, hits.tokenizer)
+    marker.prime(" ".join(h.text.split()) for h in hits)
     for hit in hits:
-        print(_hit_text(hit, args.query, color, args.explain))
+        print(_hit_text(hit, args.query, color, args.explain, marker))
     return 0
 
 
-def _hit_text(hit: Any, query: str, color: bool, explain: bool) -> str:
+def _hit_text(hit: Any, query: str, color: bool, explain: bool, marker: Any = None) -> str:
     from .engine.search.explain import explain_line
 
     bold = (lambda s: f"\033[1m{s}\033[0m") if color else (lambda s: s)
     where = f"{hit.document}" + (f"  ›  {hit.heading_path}" if hit.heading_path else "")
-    lines = [f"{hit.rank:>2}. {hit.score:.3f}  {bold(where)}", "    " + snippet(hit.text, query, color)]
+    lines = [f"{hit.rank:>2}. {hit.score:.3f}  {bold(where)}", "    " + snippet(hit.text, query, color, marker=marker)]
     if hit.document_status == "stale":
         lines.append(f"    stale: {hit.document_error}")
     if explain:
@@ -202,24 +265,22 @@ def _fmt(value: Any, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
-def snippet(text: str, query: str, color: bool = False, width: int = 220) -> str:
-    """A one-line window of ``text`` around the first query term, terms highlighted (for a
-    query of identifiers only, the first place that names one as written)."""
-    from .engine.search import literal
-    from .engine.search.context import first_match, query_pattern
+def snippet(text: str, query: str, color: bool = False, width: int = 220, marker: Any = None) -> str:
+    """A one-line window of ``text`` from a little before its first marked word, the words
+    BM25 matched highlighted by the engine's ``Highlighter`` (as the page and notebook mark)."""
+    from .engine.search.highlight import Highlighter
 
+    marker = marker or Highlighter(query)
     flat = " ".join(text.split())
-    named = literal.spans(flat, literal.lookup_terms(query))
-    pattern = query_pattern(query)
-    first = first_match(flat, query)
+    marks = marker.spans(flat)
+    first = marks[0][0] if marks else 0
     start = max(0, first - width // 3)
     if start:
         start = flat.find(" ", start) + 1 or start
     window = flat[start:start + width]
     if color:
-        marks = [(a - start, b - start) for a, b in named if start <= a and b <= start + width] if named else (
-            [m.span() for m in pattern.finditer(window)] if pattern else [])
-        for a, b in reversed(marks):
+        inside = [(a - start, b - start) for a, b in marks if start <= a and b <= start + width]
+        for a, b in reversed(inside):
             window = window[:a] + f"\033[1;33m{window[a:b]}\033[0m" + window[b:]
     return ("…" if start else "") + window + ("…" if start + width < len(flat) else "")
 
@@ -263,7 +324,7 @@ def cmd_backup(args: argparse.Namespace) -> int:
     with _open(args, readonly=True) as index:
         target = index.backup(args.dest)
         counts = index.store.counts()
-    print(f"{target}: {counts['documents']} documents, {counts['chunks']} chunks")
+    _print_summary(args, str(target), counts)
     return 0
 
 
@@ -272,8 +333,16 @@ def cmd_copy(args: argparse.Namespace) -> int:
     from .engine.copy import copy_index
 
     counts = copy_index(args.src, args.dst)
-    print(f"{_shown(args.dst)}: {counts['documents']} documents, {counts['chunks']} chunks")
+    _print_summary(args, _shown(args.dst), counts)
     return 0
+
+
+def _print_summary(args: argparse.Namespace, target: str, counts: dict[str, Any]) -> None:
+    """What `backup` and `copy` wrote: ``TARGET: N documents, M chunks``, or that as a JSON object."""
+    if args.json:
+        print(json.dumps({"target": target, "documents": counts["documents"], "chunks": counts["chunks"]}))
+    else:
+        print(f"{target}: {counts['documents']} documents, {counts['chunks']} chunks")
 
 
 def _shown(target: str) -> str:
@@ -365,8 +434,7 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 
 # -- mcp --------------------------------------------------------------------------
-MCP_MISSING = ("`polaris mcp` needs the MCP Python SDK, an optional extra: pip install 'llama-index-polaris[mcp]'"
-               " (from a clone: pip install -e '.[mcp]').")
+MCP_MISSING = "`polaris mcp` needs the MCP Python SDK, an optional extra: in the clone of Polaris, pip install -e '.[mcp]'."
 
 
 def cmd_mcp(args: argparse.Namespace) -> int:
@@ -379,7 +447,8 @@ def cmd_mcp(args: argparse.Namespace) -> int:
         raise
 
     try:
-        serve(_config(args), collection=args.collection, allow_writes=args.allow_writes, http=args.http)
+        serve(_config(args), collection=args.collection, allow_writes=args.allow_writes, http=args.http,
+              allow_hosts=args.allow_host or ())
     except KeyboardInterrupt:
         pass
     return 0
@@ -392,10 +461,56 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", metavar="FILE", help="polaris.toml to use instead of ./polaris.toml")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser for every subcommand."""
-    parser = argparse.ArgumentParser(prog="polaris", description="Local-first hybrid search over Markdown docs.")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, whose usage errors are JSON when the command line asks for --json."""
+
+    def __init__(self, *args: Any, json_errors: bool = False, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.json_errors = json_errors
+
+    def error(self, message: str) -> NoReturn:
+        if not self.json_errors:
+            super().error(message)
+        print_error(True, "UsageError", f"{self.prog}: {message}")
+        self.exit(EXIT_USAGE)
+
+
+class _Version(argparse.Action):
+    """``polaris --version``: the installed package's version, read only when asked (start-up stays small)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any) -> None:
+        print(f"polaris {package_version()}")
+        parser.exit()
+
+
+def package_version() -> str:
+    """The version of the installed llama-index-polaris distribution."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("llama-index-polaris")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed: pip install -e . in the clone)"
+
+
+def print_error(as_json: bool, kind: str, message: str, label: str = "error") -> None:
+    """An error on stderr: ``polaris: error: MESSAGE``, or, for a command run with --json, one
+    line ``{"error": {"type": KIND, "message": MESSAGE}}`` (KIND: the engine's exception name)."""
+    if as_json:
+        print(json.dumps({"error": {"type": kind, "message": message}}, ensure_ascii=False), file=sys.stderr)
+    else:
+        print(f"polaris: {label}: {message}" if label else f"polaris: {message}", file=sys.stderr)
+
+
+def build_parser(json_errors: bool = False) -> argparse.ArgumentParser:
+    """The argument parser for every subcommand (``json_errors``: its usage errors as ``print_error``'s JSON)."""
+    parser = _Parser(prog="polaris", description="Local-first hybrid search over Markdown docs.", json_errors=json_errors)
+    parser.add_argument("--version", action=_Version, help="print the version of Polaris and exit")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                parser_class=functools.partial(_Parser, json_errors=json_errors))
 
     p = sub.add_parser("index", help="index Markdown and text files (incremental)")
     p.add_argument("paths", nargs="+", metavar="PATH")
@@ -404,7 +519,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true")
     p.add_argument("--watch", action="store_true",
-                   help="after the run, follow changes under PATHs and index each one (Ctrl-C stops)")
+                   help="after the run, follow changes under PATHs and index each one (Ctrl-C stops after the"
+                        " current document; a second Ctrl-C at once)")
     _common(p)
     p.set_defaults(func=cmd_index)
 
@@ -435,6 +551,7 @@ def build_parser() -> argparse.ArgumentParser:
                        epilog="Copying polaris.db alone can miss the last runs (they may still be in"
                               " polaris.db-wal); this writes one complete, checked file.")
     p.add_argument("dest", metavar="DEST", help="a new file, or a folder to put it in")
+    p.add_argument("--json", action="store_true")
     _common(p)
     p.set_defaults(func=cmd_backup)
 
@@ -443,11 +560,13 @@ def build_parser() -> argparse.ArgumentParser:
                               " DST must be a new file or an empty database.")
     p.add_argument("src", metavar="SRC", help="the index to copy: a polaris.db file or a postgresql:// URI")
     p.add_argument("dst", metavar="DST", help="where to: a new file or an empty postgresql:// database")
+    p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_copy, db=None)
 
     p = sub.add_parser("remove", help="remove a collection, or the files under PATHs, from the index")
     p.add_argument("paths", nargs="*", metavar="PATH", help="files or folders (they may no longer exist)")
     p.add_argument("--collection", metavar="NAME", help="the collection (default: 'default'); alone: all of it")
+    p.add_argument("--json", action="store_true")
     _common(p)
     p.set_defaults(func=cmd_remove)
 
@@ -463,6 +582,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--collection", metavar="NAME", help="the collection tools use when a call names none (default: all)")
     p.add_argument("--http", metavar="[HOST:]PORT",
                    help="serve streamable HTTP at http://HOST:PORT/mcp (HOST defaults to 127.0.0.1) instead of stdio")
+    p.add_argument("--allow-host", action="append", metavar="HOST",
+                   help="with --http: also answer requests for HOST (repeatable; required beyond loopback: requests"
+                        " naming another Host or Origin are refused)")
     p.add_argument("--allow-writes", action="store_true",
                    help="open the index for writing and offer the reindex tool (default: read-only)")
     _common(p)
@@ -620,17 +742,25 @@ def flag_query(argv: Sequence[str], parser: argparse.ArgumentParser) -> list[str
     return [*argv, "--", query]
 
 
+def _asks_json(argv: list[str]) -> bool:
+    """True when the command line asks for --json (before any ``--``): its usage errors are JSON too."""
+    return "--json" in (argv[:argv.index("--")] if "--" in argv else argv)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `polaris` console script."""
-    parser = build_parser()
-    args = parser.parse_args(flag_query(sys.argv[1:] if argv is None else argv, parser))
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(json_errors=_asks_json(argv))
+    args = parser.parse_args(flag_query(argv, parser))
+    as_json = bool(getattr(args, "json", False))
     try:
         return args.func(args)
     except PolarisError as exc:
-        print(f"polaris: error: {exc}", file=sys.stderr)
+        print_error(as_json, type(exc).__name__, str(exc))
         return EXIT_ERROR
     except KeyboardInterrupt:
-        print("polaris: interrupted; finished documents are saved, run the same command to resume.", file=sys.stderr)
+        print_error(as_json, "Interrupted", "interrupted; finished documents are saved, run the same command to"
+                    " resume.", label="")
         return EXIT_INTERRUPTED
     except BrokenPipeError:
         return 0
@@ -640,7 +770,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         message = error_message(exc, _db_path(args))
         if message is None:
             raise
-        print(f"polaris: error: {message}", file=sys.stderr)
+        print_error(as_json, "DatabaseError", message)
         return EXIT_ERROR
 
 

@@ -13,8 +13,12 @@ which the engine enforces with its own messages (``check_top_k``).
   cannot be opened yet (not indexed) is an error of each call, tried again by the next.
 - Bad input is a tool result with ``isError`` and the engine's message (the same text
   `polaris` prints after ``polaris: error:``); the session goes on.
-- Transports: stdio (what an agent starts), or streamable HTTP bound to loopback unless
-  another address is named (DNS-rebinding protection on for loopback).
+- Arguments are strict: an unknown one is refused naming the known ones (the schemas say
+  ``additionalProperties: false``), and a value of another type is not converted (``k: true``).
+- Transports: stdio (what an agent starts), where a line that cannot be decoded is answered
+  with a JSON-RPC error (and a line on stderr), not dropped; or streamable HTTP, bound to
+  loopback unless another address is named, with the SDK's Host and Origin checks on every
+  bind (beyond loopback only for the hosts named with ``--allow-host``).
 
 The tools, resources and limits are described for users in docs/mcp.md. (No ``from
 __future__ import annotations`` here: the SDK reads the tools' signatures, bounds included,
@@ -22,16 +26,19 @@ at registration, from closures.)
 """
 
 import functools
+import ipaddress
 import json
+import re
 import socket
 import sys
 import threading
 from dataclasses import asdict
-from typing import Annotated, Any, Callable, Optional
+from typing import Annotated, Any, Callable, Optional, Sequence
 from urllib.parse import quote
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError
+from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types import CallToolResult, Resource, TextContent, ToolAnnotations
 from pydantic import Field
 from typing_extensions import TypedDict
@@ -42,7 +49,7 @@ from .engine.search.explain import brief_line
 from .engine.search.pipeline import MAX_QUERY_CHARS, MODES, check_top_k
 
 SCHEME = "polaris"
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
+LOOPBACK = ("127.0.0.1", "localhost", "[::1]")  # the names a server on this machine always answers for
 # Every answer is bounded. Tokens are the index's model's (what the engine's budgets count).
 LIMITS = {
     "k_default": 5, "k_max": 20,  # search hits
@@ -50,6 +57,7 @@ LIMITS = {
     "answer_tokens": 6000,  # a search answer's section texts together: k x section_tokens is cut to fit
     "read_tokens_default": 2000, "read_tokens_max": 8000,  # read_section's text
     "outline_entries": 400,  # headings an outline lists (deeper ones are left out first)
+    "outline_depth_max": 100,  # the deepest max_depth an outline call takes
     "list_default": 100, "list_max": 500,  # documents a list_documents page holds
     "resource_tokens": 20000,  # a document read as a resource
     "resources_listed": 1000,  # documents resources/list names
@@ -313,7 +321,7 @@ def read_section(door: Door, document: str | None, heading_path: str | None, nod
 
 def outline(door: Door, document: str, collection: str | None, max_depth: int | None) -> tuple[dict, str]:
     if max_depth is not None:
-        check_top_k(max_depth, 100, "max_depth")
+        check_top_k(max_depth, LIMITS["outline_depth_max"], "max_depth")
     o = door.index.outline(document, door.scope(collection))
     entries = [e for e in o.entries if max_depth is None or e.depth <= max_depth]
     limit = LIMITS["outline_entries"]
@@ -381,10 +389,9 @@ def reindex(door: Door, collection: str | None) -> tuple[dict, str]:
 
     name = door.scope(collection) or "default"
     index = door.index
+    index.check_collection(name)  # an unknown name is refused as a search scoped to it is
     root = index.store.collection_root(name)
     if root is None:
-        if name not in index.store.collections():
-            raise ScopeError({"collection": f"no collection '{name}' in {door.db_path}."})
         raise InputError(f"collection '{name}' has no folder to index (its documents came through the LlamaIndex store).")
     report = index.index_paths([root], collection=name)
     data = {k: (v[:20] if isinstance(v, list) else v) for k, v in vars(report).items()}
@@ -398,6 +405,11 @@ def document_uri(collection: str, path: str) -> str:
 
 
 # -- the MCP server -----------------------------------------------------------------------------
+def stderr_line(line: str) -> None:
+    """``polaris: LINE`` on stderr (stdout is the wire of a stdio server)."""
+    print(f"polaris: {line}", file=sys.stderr, flush=True)
+
+
 def _error(message: str) -> CallToolResult:
     return CallToolResult(content=[TextContent(type="text", text=message)], is_error=True)
 
@@ -427,9 +439,48 @@ def _door_call(door: Door, work: Callable[..., tuple[dict, str]]) -> Callable[..
 
 
 class PolarisMCP(MCPServer):
-    """MCPServer whose resources/list names each indexed document (``polaris://COLLECTION/PATH``)."""
+    """MCPServer whose tools take strict arguments, whose stdio transport answers what it cannot decode,
+    and whose resources/list names each indexed document (``polaris://COLLECTION/PATH``)."""
 
     door: Door
+    say: Callable[[str], None] = staticmethod(stderr_line)  # where the server speaks
+
+    def add_tool(self, fn: Callable[..., Any], name: str | None = None, **kwargs: Any) -> None:
+        """Add a tool whose arguments are validated strictly: no unknown names, no conversions."""
+        super().add_tool(fn, name=name, **kwargs)
+        tool = self._tool_manager.get_tool(name or fn.__name__)
+        strict = strict_arguments(tool.fn_metadata.arg_model)
+        tool.fn_metadata.arg_model = strict
+        tool.parameters = strict.model_json_schema(by_alias=True)
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+        """Call a tool; unknown arguments, or values of another type, are an error naming the arguments."""
+        from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
+        from pydantic import ValidationError
+
+        tool = self._tool_manager.get_tool(name)
+        if tool is not None:
+            known = [field.alias or key for key, field in tool.fn_metadata.arg_model.model_fields.items()]
+            unknown = [key for key in arguments if key not in known]
+            if unknown:
+                raise ToolError(unknown_arguments(name, unknown, known))
+        try:
+            return await super().call_tool(name, arguments, context)
+        except UnexpectedToolError:
+            raise
+        except ToolError as exc:
+            if isinstance(exc.__cause__, ValidationError) and tool is not None:
+                raise ToolError(invalid_arguments(name, exc.__cause__)) from exc.__cause__
+            raise
+
+    async def run_stdio_async(self) -> None:
+        """Serve over stdio as the SDK does, a line it cannot decode answered (``Undecodable``)."""
+        from mcp.server.stdio import stdio_server
+
+        async with stdio_server() as (read_stream, write_stream):
+            server = self._lowlevel_server
+            await server.run(Undecodable(read_stream, write_stream, self.say), write_stream,
+                             server.create_initialization_options())
 
     async def list_resources(self) -> list[Resource]:
         import anyio.to_thread
@@ -446,6 +497,153 @@ class PolarisMCP(MCPServer):
                          title=f"{r.collection}/{r.path or r.id}", mime_type="text/markdown",
                          description=f"{r.sections} sections, {r.chunks} chunks ({r.status})")
                 for r in page.rows]
+
+
+# -- arguments: strict --------------------------------------------------------------------------
+# Other servers' names for an argument (markdown-memory's ``limit``), per tool: suggested when used.
+OTHER_NAMES = {"search": {"limit": "k", "top_k": "k", "n": "k", "document": "documents"}}
+
+
+def strict_arguments(model: type) -> type:
+    """``model`` (the arguments of a tool, as the SDK builds them) refusing unknown names (its schema
+    then says ``additionalProperties: false``) and values of another type (``true`` for an integer,
+    ``"3"`` for 3)."""
+    from pydantic import ConfigDict
+
+    return type(model.__name__, (model,), {"__module__": model.__module__,
+                                           "model_config": ConfigDict(strict=True, extra="forbid")})
+
+
+def unknown_arguments(tool: str, unknown: Sequence[str], known: Sequence[str]) -> str:
+    """The message for a call of ``tool`` with arguments it does not have: they, a close name, and its own."""
+    from .engine.search.names import close_names, did_you_mean
+
+    other = OTHER_NAMES.get(tool, {})
+    near = [m for u in unknown for m in ([other[u]] if u in other else close_names(u, known))]
+    names = ", ".join(repr(u) for u in unknown)
+    own = f"Its arguments: {', '.join(known)}." if known else "It takes no arguments."
+    return f"{tool} has no argument{'s' if len(unknown) > 1 else ''} {names}.{did_you_mean(near)} {own}"
+
+
+def invalid_arguments(tool: str, error: Any) -> str:
+    """The message for a call of ``tool`` whose arguments failed validation: each argument and what was wrong."""
+    parts = []
+    for e in error.errors():
+        where = ".".join(str(part) for part in e["loc"])
+        if e["type"] == "missing":
+            parts.append(f"{where} is required")
+            continue
+        try:
+            got = json.dumps(e["input"], ensure_ascii=False)
+        except (TypeError, ValueError):
+            got = repr(e["input"])
+        parts.append(f"{where}: {e['msg']}, got {got if len(got) <= 80 else got[:77] + '...'}")
+    return f"{tool}: {'; '.join(parts)}."
+
+
+# -- stdio: a line that cannot be decoded ---------------------------------------------------------
+class Undecodable:
+    """The stdio transport's read stream, where the SDK's decoding errors (which it would drop: an
+    agent then waits forever) are answered: a JSON-RPC error on the wire, a line on stderr."""
+
+    def __init__(self, inner: Any, write_stream: Any, say: Callable[[str], None]) -> None:
+        self._inner, self._write, self._say = inner, write_stream, say
+
+    @property
+    def last_context(self) -> Any:
+        return getattr(self._inner, "last_context", None)
+
+    async def receive(self) -> Any:
+        while True:
+            item = await self._inner.receive()
+            if not isinstance(item, Exception):
+                return item
+            await self._answer(item)
+
+    async def _answer(self, exc: Exception) -> None:
+        import anyio
+        from mcp.shared.message import SessionMessage
+        from mcp_types import ErrorData, JSONRPCError
+
+        request_id, code, message = decoding_error(exc)
+        self._say(f"could not decode a request (id {json.dumps(request_id)}): {message}")
+        try:
+            await self._write.send(SessionMessage(JSONRPCError(jsonrpc="2.0", id=request_id,
+                                                               error=ErrorData(code=code, message=message))))
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            pass  # the session is over: stderr has it
+
+    def __aiter__(self) -> "Undecodable":
+        return self
+
+    async def __anext__(self) -> Any:
+        import anyio
+
+        try:
+            return await self.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    def close(self) -> None:
+        self._inner.close()
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    async def __aenter__(self) -> "Undecodable":
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        await self.aclose()
+
+
+def decoding_error(exc: Exception) -> tuple[int | str | None, int, str]:
+    """The JSON-RPC error for a line that could not be decoded: (the request's id when it can be read,
+    else None; -32700 for a line that is no JSON, or holds a lone surrogate escape; -32600 for JSON that
+    is no JSON-RPC message; the message)."""
+    from mcp_types import INVALID_REQUEST, PARSE_ERROR
+    from pydantic import ValidationError
+
+    errors = exc.errors() if isinstance(exc, ValidationError) else []
+    if not errors:
+        return None, PARSE_ERROR, f"Parse error: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}."
+    first = errors[0]
+    if first["type"] != "json_invalid":
+        return _request_id(first["input"]), INVALID_REQUEST, (
+            'Invalid Request: not a JSON-RPC 2.0 message (a request is an object with "jsonrpc": "2.0", an "id"'
+            ' and a "method").')
+    raw = str(first["input"]).rstrip("\r\n")
+    try:
+        parsed = json.loads(raw)  # Python's reader takes what the SDK's refuses, lone surrogates included
+    except json.JSONDecodeError as bad:
+        return None, PARSE_ERROR, (f"Parse error: the line is not valid JSON ({bad.msg} at column {bad.colno});"
+                                   " send each message whole, on one line.")
+    except (ValueError, RecursionError):
+        return None, PARSE_ERROR, "Parse error: the line is not valid JSON."
+    lone = _lone_surrogate(parsed)
+    if lone is None:
+        return _request_id(parsed), PARSE_ERROR, f"Parse error: {first['msg']}."
+    return _request_id(parsed), PARSE_ERROR, (
+        f"Parse error: a string holds a lone surrogate escape ({lone}), half of a character (a text cut in the"
+        " middle of an emoji?); send whole characters.")
+
+
+def _request_id(message: Any) -> int | str | None:
+    """The id of a request (an object with a method and an id), else None."""
+    if isinstance(message, dict) and "method" in message:
+        found = message.get("id")
+        if isinstance(found, str) or (isinstance(found, int) and not isinstance(found, bool)):
+            return found
+    return None
+
+
+def _lone_surrogate(value: Any) -> str | None:
+    """The first lone surrogate in a parsed JSON value's strings (keys included), as its escape."""
+    if isinstance(value, str):
+        found = re.search("[\ud800-\udfff]", value)
+        return f"\\u{ord(found.group()):04x}" if found else None
+    items = [*value.keys(), *value.values()] if isinstance(value, dict) else value if isinstance(value, list) else []
+    return next((x for x in map(_lone_surrogate, items) if x is not None), None)
 
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
@@ -512,8 +710,9 @@ def build_server(door: Door) -> PolarisMCP:
     def outline_tool(
         document: DocumentName,
         collection: Collection = None,
-        max_depth: Annotated[Optional[int], Field(description="Only headings this deep (1: top level).",
-                                                  json_schema_extra={"minimum": 1})] = None,
+        max_depth: Annotated[Optional[int], Field(description=f"Only headings this deep (1: top level), 1 to"
+                                                  f" {lim['outline_depth_max']}.", json_schema_extra={
+                                                      "minimum": 1, "maximum": lim["outline_depth_max"]})] = None,
     ) -> Annotated[CallToolResult, OutlineAnswer]:
         return _door_call(door, outline)(document, collection, max_depth)
 
@@ -586,26 +785,93 @@ def parse_address(value: str) -> tuple[str, int]:
 
 
 def serve(config: PolarisConfig, *, collection: str | None = None, allow_writes: bool = False,
-          http: str | None = None, announce: Callable[[str], None] | None = None) -> None:
-    """Serve the index of ``config`` over stdio, or over streamable HTTP at ``http`` (HOST:PORT)."""
+          http: str | None = None, allow_hosts: Sequence[str] = (),
+          announce: Callable[[str], None] | None = None) -> None:
+    """Serve the index of ``config`` over stdio, or over streamable HTTP at ``http`` (HOST:PORT) for
+    loopback names and ``allow_hosts``."""
     import anyio
 
-    say = announce or (lambda line: print(f"polaris: {line}", file=sys.stderr, flush=True))
+    say = announce or stderr_line
+    if http is None and allow_hosts:
+        raise PolarisError("--allow-host names the hosts an HTTP server answers for: use it with --http HOST:PORT.")
     address = parse_address(http) if http is not None else None
+    security = http_security(address[0], allow_hosts, port=address[1]) if address is not None else None
     door = Door(config, collection=collection, allow_writes=allow_writes,
                 transport="stdio" if address is None else "streamable-http")
     app = build_server(door)
+    app.say = say
     door.warm()
     try:
         if address is None:
             anyio.run(app.run_stdio_async)
         else:
-            anyio.run(_serve_http, app, *address, say)
+            anyio.run(_serve_http, app, *address, security, say)
     finally:
         door.close()
 
 
-async def _serve_http(app: PolarisMCP, host: str, port: int, say: Callable[[str], None]) -> None:
+def is_loopback(host: str) -> bool:
+    """Whether a server bound to ``host`` is reachable from this machine only (127.0.0.0/8, ::1, localhost)."""
+    try:
+        return host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _in_url(host: str) -> str:
+    """``host`` as a URL (and a Host header) writes it: an IPv6 address in brackets."""
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
+
+
+HOST_NAME = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+)(:[0-9]{1,5})?")
+
+
+def host_name(value: str) -> str:
+    """An ``--allow-host`` value as a Host header writes it: ``docs.example``, ``192.0.2.1``, ``[::1]``
+    (a bare IPv6 address is bracketed), with a port when one is named (``docs.example:8443``)."""
+    try:
+        value = _in_url(str(ipaddress.IPv6Address(value)))
+    except ValueError:
+        pass
+    if not HOST_NAME.fullmatch(value):
+        raise PolarisError("--allow-host takes a host name or address as clients write it in the URL (docs.example,"
+                           f" 192.0.2.1, [::1], docs.example:8443), got {value!r}.")
+    return value
+
+
+def _patterns(name: str) -> tuple[list[str], list[str]]:
+    """The Host and Origin values the SDK's check accepts for one host (any port unless it names one)."""
+    hosts = [name] if re.search(r":[0-9]+$", name) else [name, f"{name}:*"]
+    return hosts, [f"{scheme}://{h}" for h in hosts for scheme in ("http", "https")]
+
+
+def http_security(host: str, allow_hosts: Sequence[str], *, port: int | None = None
+                  ) -> tuple[TransportSecuritySettings, str | None]:
+    """The SDK's DNS-rebinding protection for a server bound to ``host``, and the notice it prints (None
+    on loopback). Requests must name, in Host (and Origin, when sent), a loopback name, a loopback
+    ``host`` itself, or one of ``allow_hosts``; beyond loopback those must be named (``--allow-host``)."""
+    named = [host_name(h) for h in allow_hosts]
+    local = is_loopback(host)
+    shown = _in_url(host)
+    if not local and not named:
+        example = socket.gethostname() if host in ("0.0.0.0", "::") else shown
+        where = f"{shown}:{port}" if port is not None else shown
+        raise PolarisError(
+            f"--http {where} is reachable from other machines: name the hosts its clients will use with"
+            f" --allow-host HOST (e.g. --allow-host docs.example --allow-host {example}); requests naming any"
+            " other Host or Origin are refused (DNS-rebinding protection). To keep it on this machine, bind 127.0.0.1.")
+    names = list(dict.fromkeys([*LOOPBACK, *([shown] if local else []), *named]))
+    hosts, origins = ([p for n in names for p in _patterns(n)[i]] for i in (0, 1))
+    settings = TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=hosts,
+                                         allowed_origins=origins)
+    notice = None if local else (
+        f"listening on {shown}, reachable from other machines, without authentication; only requests for"
+        f" {', '.join(names)} (Host, and Origin when sent) are served. Use 127.0.0.1 to keep it on this machine.")
+    return settings, notice
+
+
+async def _serve_http(app: PolarisMCP, host: str, port: int, security: tuple[TransportSecuritySettings, str | None],
+                      say: Callable[[str], None]) -> None:
     import uvicorn
 
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -618,12 +884,11 @@ async def _serve_http(app: PolarisMCP, host: str, port: int, say: Callable[[str]
         sock.close()
         raise PolarisError(f"cannot listen on {host}:{port} ({exc.strerror or exc}).") from exc
     bound = sock.getsockname()[1]
-    shown = f"[{host}]" if family == socket.AF_INET6 else host
-    if host not in LOOPBACK:
-        say(f"listening on {host}, reachable from other machines, without authentication;"
-            " use 127.0.0.1 to keep it on this one.")
-    say(f"MCP server at http://{shown}:{bound}/mcp ({app.door.db_path}, "
+    settings, notice = security
+    if notice is not None:
+        say(notice)
+    say(f"MCP server at http://{_in_url(host)}:{bound}/mcp ({app.door.db_path}, "
         f"{'writes allowed' if app.door.allow_writes else 'read-only'})")
-    starlette_app = app.streamable_http_app(host=host)
+    starlette_app = app.streamable_http_app(host=host, transport_security=settings)
     server = uvicorn.Server(uvicorn.Config(starlette_app, log_level="warning", lifespan="on"))
     await server.serve(sockets=[sock])

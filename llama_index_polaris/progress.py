@@ -15,10 +15,12 @@ from typing import Any
 
 
 class IndexProgress:
-    """``update(stage, done, total)`` is the indexer's ``progress`` callback; ``close()`` ends the bar."""
+    """``update(stage, done, total)`` is the indexer's ``progress`` callback; ``close()`` ends the bar
+    (the next ``update`` starts a new one: `polaris index --watch` draws one per batch). The bar
+    appears once the run has lasted ``delay`` seconds; ``write`` prints a line above it."""
 
-    def __init__(self, enabled: bool = True, file: Any = None, leave: bool = True) -> None:
-        self.enabled, self.file, self.leave = enabled, file, leave
+    def __init__(self, enabled: bool = True, file: Any = None, leave: bool = True, delay: float = 0) -> None:
+        self.enabled, self.file, self.leave, self.delay = enabled, file, leave, delay
         self.bar: Any = None
         self.started = 0.0
 
@@ -30,18 +32,34 @@ class IndexProgress:
             from tqdm.auto import tqdm
 
             self.started = time.perf_counter()
-            self.bar = tqdm(total=total, unit="file", desc="indexing", leave=self.leave, file=self.file)
+            self.bar = tqdm(total=total, unit="file", desc="indexing", leave=self.leave, file=self.file,
+                            delay=self.delay)
         if stage == "documents":
             self.bar.total = max(total, self.bar.total or 0)
             self.bar.update(done - self.bar.n)
         else:
-            rate = done / max(time.perf_counter() - self.started, 1e-9)
-            self.bar.set_postfix_str(f"{done} chunks embedded, {rate:.1f} chunks/s")
+            elapsed = time.perf_counter() - self.started
+            self.bar.set_postfix_str(f"{done} chunks embedded, {done / max(elapsed, 1e-9):.1f} chunks/s",
+                                     refresh=elapsed >= self.delay)  # not drawn before the delay
+
+    def write(self, line: str, file: Any = None) -> None:
+        """``line`` printed (and flushed) to ``file`` (stdout by default), above the bar while one is shown."""
+        import sys
+
+        file = file if file is not None else sys.stdout
+        if self.bar is None or time.perf_counter() - self.started < self.delay:  # no bar on screen yet
+            print(line, file=file, flush=True)
+            return
+        from tqdm.auto import tqdm
+
+        tqdm.write(line, file=file)
+        file.flush()
 
     def close(self) -> None:
         """End the bar (it stays shown when ``leave``)."""
         if self.bar is not None:
             self.bar.close()
+            self.bar = None
 
     def __enter__(self) -> "IndexProgress":
         return self

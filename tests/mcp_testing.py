@@ -3,8 +3,8 @@
 ``McpSession`` holds one client session (``mcp.Client``: over stdio it starts the server
 process itself; over HTTP it connects to a URL) open in a thread of its own, with its own
 event loop, so a module-scoped fixture can keep it for many tests and a test calls it
-like a function. ``http_server`` starts ``polaris mcp --http 127.0.0.1:0`` and reads the
-address it announces.
+like a function. ``http_server`` starts ``polaris mcp --http 127.0.0.1:0`` (or another
+loopback address) and reads the address it announces.
 """
 
 from __future__ import annotations
@@ -92,9 +92,10 @@ def text_of(result: Any) -> str:
     return result.content[0].text
 
 
-def http_server(project: Path, *args: str) -> Iterator[tuple[str, subprocess.Popen]]:
-    """``polaris mcp --http 127.0.0.1:0 ARGS`` in ``project``: yields (its URL, the process), then stops it."""
-    proc = subprocess.Popen([POLARIS, "mcp", "--http", "127.0.0.1:0", *args], cwd=project, env=environment(project),
+def http_server(project: Path, *args: str, address: str = "127.0.0.1:0") -> Iterator[tuple[str, list[str]]]:
+    """``polaris mcp --http ADDRESS ARGS`` in ``project``: yields (its URL, the lines it wrote on stderr so
+    far and from then on), then stops it."""
+    proc = subprocess.Popen([POLARIS, "mcp", "--http", address, *args], cwd=project, env=environment(project),
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     lines: list[str] = []
     url = None
@@ -111,7 +112,7 @@ def http_server(project: Path, *args: str) -> Iterator[tuple[str, subprocess.Pop
     drain = threading.Thread(target=lambda: [lines.append(x) for x in proc.stderr], daemon=True)  # type: ignore[union-attr]
     drain.start()
     try:
-        yield url, proc
+        yield url, lines
     finally:
         proc.terminate()
         try:

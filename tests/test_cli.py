@@ -122,7 +122,9 @@ def test_scoped_search(project: Path) -> None:
     assert hits and {h["document"] for h in hits} == {"config.md"}
     none = run("search", "tokens", "--json", "--collection", "nope", cwd=project, check=False)
     assert none.returncode == 1 and none.stdout == ""
-    assert none.stderr.startswith("polaris: error: no collection 'nope' in ") and "which has 1: 'default'." in none.stderr
+    error = json.loads(none.stderr)["error"]  # under --json, the error is JSON too
+    assert error["type"] == "ScopeError"
+    assert error["message"].startswith("no collection 'nope' in ") and "which has 1: 'default'." in error["message"]
 
 
 def schema_version_of(target: str) -> int:
@@ -194,6 +196,8 @@ def _interrupt_and_resume(root: Path, sig: int, target: str) -> None:
     rows = _chunks_per_document(db)  # every committed document is whole, nothing half-written
     assert all(n == 1 for status, n in rows if status == "completed")
     assert all(n == 0 for status, n in rows if status != "completed")
+    if sig == signal.SIGINT:  # the documents it had started and not written are put back, not left processing
+        assert not [status for status, _ in rows if status == "processing"], rows
     c = index_counts(db)
     assert c["chunks"] == c["vectors"]
     _full_text_is_whole(db)
@@ -364,6 +368,19 @@ def test_the_snippet_of_a_lookup_shows_where_the_identifier_is_named() -> None:
     assert snippet(text, "copy dir", width=80).startswith("Pass --out-dir to copy")  # words: the first of them
 
 
+def test_the_terminal_marks_the_words_the_page_marks() -> None:
+    """The CLI's excerpt marks through the engine's Highlighter, as the page and the notebook
+    do: "expired" is marked inside ``token_expired`` (unicode61 splits it at the underscore)."""
+    from llama_index_polaris.cli import snippet
+    from llama_index_polaris.engine.search.highlight import Highlighter
+
+    text = "When the access token lapses the API answers 401 with the code token_expired; refresh it."
+    line = snippet(text, "expired", color=True, width=200)
+    assert "token_\033[1;33mexpired\033[0m" in line
+    page = Highlighter("expired").mark(text)
+    assert page.count("<mark>") == line.count("\033[1;33m") == 1
+
+
 def test_a_database_password_is_never_shown(tmp_path: Path, pg_uri: str) -> None:
     """Postgres only (a file has no password): `polaris status` and the MCP server name the database
     without it (the session's server trusts its socket, so any password connects)."""
@@ -385,3 +402,98 @@ def test_a_database_password_is_never_shown(tmp_path: Path, pg_uri: str) -> None
         assert "s3cret-pw" not in missing.content[0].text
     finally:
         session.close()
+
+
+# -- newcomer frictions (#34, item 13) ---------------------------------------------------------------
+def test_version_is_the_installed_package_version(tmp_path: Path) -> None:
+    from importlib.metadata import version
+
+    shown = run("--version", cwd=tmp_path)
+    assert shown.stdout == f"polaris {version('llama-index-polaris')}\n" and shown.stderr == ""
+
+
+def json_error(proc: subprocess.CompletedProcess, code: int = 1) -> dict:
+    """The error a command run with --json printed: one JSON object on stderr, nothing on stdout."""
+    assert proc.returncode == code, proc.stderr
+    assert proc.stdout == "" or json.loads(proc.stdout) is not None  # a report already printed stays JSON
+    error = json.loads(proc.stderr)["error"]
+    assert set(error) == {"type", "message"} and error["type"] and error["message"]
+    return error
+
+
+# the commands that take --json: argv that fails, and the error's type
+JSON_FAILURES = {
+    "index": (["index", "no/such/dir"], "InputError"),
+    "search": (["search", "tokens", "--collection", "nope"], "ScopeError"),
+    "status": (["status", "--config", "missing.toml"], "ConfigError"),
+    "models": (["models", "--config", "missing.toml"], "ConfigError"),
+    "eval": (["eval", "no-beir-here"], "InputError"),
+    "tune": (["tune", "no-labels.jsonl"], "InputError"),
+    "backup": (["backup", "polaris.toml"], "InputError"),
+    "copy": (["copy", "no-such.db", "new.db"], "InputError"),
+    "remove": (["remove", "--collection", "nope"], "ScopeError"),
+}
+
+
+def test_every_command_that_takes_json_says_its_errors_in_json(project: Path) -> None:
+    from llama_index_polaris.cli import build_parser
+
+    parser = build_parser()
+    commands = parser._subparsers._group_actions[0].choices
+    assert {name for name, p in commands.items() if "--json" in p._option_string_actions} == set(JSON_FAILURES)
+    index_json(project, "docs")
+    for command, (argv, kind) in JSON_FAILURES.items():
+        error = json_error(run(*argv, "--json", cwd=project, check=False))
+        assert error["type"] == kind, (command, error)
+        plain = run(*argv, cwd=project, check=False)  # without --json: the same message, as text
+        assert plain.returncode == 1 and plain.stderr == f"polaris: error: {error['message']}\n", command
+    scope = json_error(run("search", "tokens", "--json", "--collection", "nope", cwd=project, check=False))
+    assert scope["message"].startswith("no collection 'nope' in ") and "which has 1: 'default'." in scope["message"]
+    usage = json_error(run("search", "--json", "-k", "many", "tokens", cwd=project, check=False), code=2)
+    assert usage == {"type": "UsageError", "message": "polaris search: argument -k: invalid int value: 'many'"}
+
+
+def test_backup_copy_and_remove_print_their_summary_as_json(project: Path) -> None:
+    index_json(project, "docs")
+    target = target_of(project)
+    copied = json.loads(run("copy", target, str(project / "copy.db"), "--json", cwd=project).stdout)
+    assert copied == {"target": str(project / "copy.db"), "documents": 3, "chunks": counts(project)[1]}
+    if "://" not in target:  # a database is backed up with `polaris copy` or pg_dump (its error is the test above's)
+        backup = json.loads(run("backup", str(project / "b.db"), "--json", cwd=project).stdout)
+        assert backup == {"target": str(project / "b.db"), "documents": 3, "chunks": copied["chunks"]}
+    removed = json.loads(run("remove", "docs/deploy.md", "--json", cwd=project).stdout)
+    assert removed == {"removed": 1, "collection": "default"}
+    assert counts(project)[0] == 2
+
+
+def test_every_command_names_a_collection_as_search_does(project: Path) -> None:
+    """`remove --collection Default` is refused with search's words (the engine's one rule), not "0 removed"."""
+    index_json(project, "docs")
+    searched = run("search", "tokens", "--collection", "Default", cwd=project, check=False)
+    assert searched.returncode == 1 and "Did you mean 'default'?" in searched.stderr
+    for argv in (["remove", "--collection", "Default"], ["remove", "docs/deploy.md", "--collection", "Default"]):
+        removed = run(*argv, cwd=project, check=False)
+        assert (removed.returncode, removed.stdout, removed.stderr) == (1, "", searched.stderr), argv
+    assert counts(project)[0] == 3
+
+
+def test_remove_refuses_paths_that_match_nothing(project: Path) -> None:
+    """A path outside the collection's root, or naming no indexed file, is an error naming the roots
+    (and the nearest names); nothing is removed, not even the paths that did match."""
+    index_json(project, "docs")
+    (project / "notes").mkdir()
+    (project / "notes" / "plan.md").write_text("# Plan\n\nShip the release on Friday.\n")
+    run("index", "notes", "--collection", "notes", "--quiet", cwd=project)
+    root = str((project / "docs").resolve())
+
+    outside = run("remove", "../elsewhere", cwd=project, check=False)
+    assert outside.returncode == 1 and outside.stdout == ""
+    assert outside.stderr.startswith(f"polaris: error: {project.parent / 'elsewhere'} is outside")
+    assert f"is outside the root of collection 'default' ({root}). Nothing was removed" in outside.stderr
+    other = run("remove", "notes/plan.md", cwd=project, check=False)
+    assert other.returncode == 1 and "collection 'notes'" in other.stderr and "--collection notes" in other.stderr
+    typo = run("remove", "docs/deplyo.md", "docs/deploy.md", cwd=project, check=False)
+    assert typo.returncode == 1 and typo.stderr.startswith("polaris: error: no indexed file of collection 'default' is at"
+                                                           f" {project / 'docs' / 'deplyo.md'}. Did you mean 'deploy.md'?")
+    assert counts(project)[0] == 4  # deploy.md too: the run removed nothing
+    assert run("remove", "notes/plan.md", "--collection", "notes", cwd=project).stdout == "1 removed\n"

@@ -179,16 +179,53 @@ def test_second_process_reuses_the_cache(spec, server, tmp_path):
     assert len(server.requests) == before
 
 
-@pytest.mark.slow
-def test_no_network_names_the_directory_and_the_bundled_model(spec, monkeypatch):
-    """The hub client retries a refused connection five times (about 23 s) before giving up."""
-    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # discard port: refused
-    with pytest.raises(ModelDownloadError) as err:
+def closed_port() -> int:
+    """A local port nothing listens on (bound, then released)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_no_network_names_the_directory_and_the_bundled_model(spec, monkeypatch, caplog):
+    """One short attempt, no retries: the hub client alone retries a refused connection five times
+    (about 23 s) before giving up (#34: 25.8 s of warnings before the message)."""
+    import time
+
+    base = f"http://127.0.0.1:{closed_port()}"
+    monkeypatch.setenv("HF_ENDPOINT", base)
+    start = time.monotonic()
+    with caplog.at_level("INFO"), pytest.raises(ModelDownloadError) as err:
         load_embedder("tiny-remote")
+    assert time.monotonic() - start < 5
+    assert not [r for r in caplog.records if "etry" in r.getMessage()]  # no "Retrying in 1s [Retry 1/5]"
     message = str(err.value)
     assert str(model_cache_dir(spec)) in message
-    assert 'model_id = "all-minilm-l6-v2"' in message
-    assert "no network" in message and "http://127.0.0.1:9" in message
+    assert 'model_id = "all-minilm-l6-v2" in polaris.toml' in message
+    assert "--model all-minilm-l6-v2" in message and 'PolarisEmbedding(model_id="all-minilm-l6-v2")' in message
+    assert "no network" in message and base in message
+
+
+def test_polaris_embedding_with_no_model_and_no_network_answers_at_once(tmp_path, monkeypatch, caplog):
+    """``PolarisEmbedding()``: the configured default model, not on this machine, no hub to reach."""
+    import time
+
+    from llama_index_polaris import PolarisEmbedding
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{closed_port()}")
+    start = time.monotonic()
+    with caplog.at_level("INFO"), pytest.raises(ModelDownloadError) as err:
+        PolarisEmbedding()
+    assert time.monotonic() - start < 5
+    assert not [r for r in caplog.records if "etry" in r.getMessage()]
+    message = str(err.value)
+    assert "nomic-embed-text-v1.5" in message and "no network" in message
+    for way in ('model_id = "all-minilm-l6-v2" in polaris.toml', "--model all-minilm-l6-v2",
+                'PolarisEmbedding(model_id="all-minilm-l6-v2")'):
+        assert way in message
 
 
 @pytest.mark.parametrize("flag", ["HF_HUB_OFFLINE", "POLARIS_OFFLINE"])

@@ -59,3 +59,17 @@ def test_llamaindex_query_engine_example(tmp_path: Path) -> None:
     report = json.loads(cli.stdout)
     assert (report["added"], report["updated"], report["removed"], report["chunks_embedded"]) == (0, 11, 0, 0)
     assert report["chunks_reused"] == report["chunks"] == 59
+
+
+def test_llamaindex_query_engine_example_leaves_nothing_behind(tmp_path: Path) -> None:
+    """Run as a newcomer runs it (no DB_PATH, from the folder it is in): its index goes to a temporary
+    folder, not into the clone, and a stage that did not see a hit reads `-`, as in `polaris search --explain`."""
+    before = sorted(p.name for p in EXAMPLES.iterdir())
+    proc = subprocess.run(
+        [sys.executable, str(EXAMPLES / "llamaindex_query_engine.py")], capture_output=True, text=True, timeout=600,
+        cwd=tmp_path, env={**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "xdg")},
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "None" not in proc.stdout and "bm25 #-" in proc.stdout  # the rrf_k question has hits BM25 did not find
+    assert [p.name for p in tmp_path.iterdir() if p.name != "xdg"] == []
+    assert sorted(p.name for p in EXAMPLES.iterdir()) == before

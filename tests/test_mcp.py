@@ -7,17 +7,22 @@ rest. One stdio session and one HTTP server per module serve most tests.
 from __future__ import annotations
 
 import json
+import queue
 import subprocess
 import sys
+import threading
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
 from mcp.shared.exceptions import MCPError
 
 from llama_index_polaris.engine.config import load_config
+from llama_index_polaris.engine.errors import PolarisError
 from llama_index_polaris.engine.index import PolarisIndex
 from llama_index_polaris.engine.search.pipeline import MAX_QUERY_CHARS
 from llama_index_polaris.mcp_server import BRIEF, LIMITS, document_uri, parse_address
@@ -71,6 +76,9 @@ def http_url(project: Path) -> Iterator[str]:
     yield from (url for url, _ in http_server(project))
 
 
+served = contextmanager(http_server)  # a server stopped however the test ends
+
+
 def cli_search(project: Path, *args: str) -> list[dict]:
     run = subprocess.run([POLARIS, "search", *args, "--json"], cwd=project, capture_output=True, text=True,
                          env=environment(project), timeout=120)
@@ -121,6 +129,8 @@ def test_the_tools_are_listed_with_descriptions_and_bounded_schemas(session: Mcp
     read = tools["read_section"].input_schema["properties"]
     assert read["max_tokens"]["maximum"] == LIMITS["read_tokens_max"]
     assert tools["list_documents"].input_schema["properties"]["limit"]["maximum"] == LIMITS["list_max"]
+    depth = tools["outline"].input_schema["properties"]["max_depth"]  # the bound the call checks, in the schema
+    assert (depth["minimum"], depth["maximum"]) == (1, LIMITS["outline_depth_max"])
     assert "hits" in tools["search"].output_schema["properties"]
 
 
@@ -262,6 +272,8 @@ def test_bad_arguments_are_tool_errors_with_the_engines_message(session: McpSess
 
     assert error("search", {"query": "x", "k": 0}) == f"k must be a whole number from 1 to {LIMITS['k_max']}, got 0."
     assert error("search", {"query": "x", "k": 21}) == f"k must be a whole number from 1 to {LIMITS['k_max']}, got 21."
+    assert error("outline", {"document": "guide/tokens.md", "max_depth": LIMITS["outline_depth_max"] + 1}) == (
+        f"max_depth must be a whole number from 1 to {LIMITS['outline_depth_max']}, got {LIMITS['outline_depth_max'] + 1}.")
     assert error("search", {"query": "x", "collection": "Default"}) == cli_error(
         project, "search", "x", "--collection", "Default")
     assert error("search", {"query": "x", "documents": ["sessions.md"]}) == cli_error(
@@ -276,6 +288,130 @@ def test_bad_arguments_are_tool_errors_with_the_engines_message(session: McpSess
         "document 'guide/sessions.md' is in 2 collections ('blog', 'default')")
     good = session.call("search", {"query": QUERIES[0], "k": 1})
     assert not good.is_error and good.structured_content["hits"][0]["rank"] == 1
+
+
+ARGUMENTS = {"search": "query, k, mode, collection, documents, section_tokens, explain, full",
+             "read_section": "document, heading_path, node_id, collection, max_tokens, subsections",
+             "outline": "document, collection, max_depth", "list_documents": "collection, prefix, limit, offset",
+             "status": ""}
+
+
+def test_unknown_arguments_are_refused_naming_the_known_ones(session: McpSession) -> None:
+    """A misspelled argument is an error, not a search of the whole index (#34: `document` for `documents`,
+    markdown-memory's `limit` for `k`); the schema says so too, for clients that check before sending."""
+    tools = {t.name: t for t in session.run(lambda c: c.list_tools()).tools}
+    assert {name: tool.input_schema.get("additionalProperties") for name, tool in tools.items()} == dict.fromkeys(
+        TOOLS, False)
+
+    def error(tool: str, args: dict) -> str:
+        result = session.call(tool, args)
+        assert result.is_error and result.structured_content is None, result
+        return text_of(result)
+
+    known = ARGUMENTS["search"]
+    assert error("search", {"query": "x", "document": "nope.md"}) == (
+        f"search has no argument 'document'. Did you mean 'documents'? Its arguments: {known}.")
+    assert error("search", {"query": "x", "limit": 1}) == (
+        f"search has no argument 'limit'. Did you mean 'k'? Its arguments: {known}.")
+    assert error("search", {"query": "x", "k": 2, "colection": "default", "zzz": 1}) == (
+        f"search has no arguments 'colection', 'zzz'. Did you mean 'collection'? Its arguments: {known}.")
+    for tool, names in ARGUMENTS.items():
+        assert error(tool, {"bogus": 1}) == (f"{tool} has no argument 'bogus'. "
+                                             + (f"Its arguments: {names}." if names else "It takes no arguments."))
+    assert not session.call("search", {"query": QUERIES[0], "k": 1}).is_error
+    listed = session.call("search", {"query": QUERIES[0], "documents": '["guide/sessions.md"]'})  # as some clients send it
+    assert {h["document"] for h in listed.structured_content["hits"]} == {"guide/sessions.md"}
+
+
+@pytest.mark.parametrize("tool, args, wrong", [
+    ("search", {"query": "x", "k": True}, "k: Input should be a valid integer, got true"),
+    ("search", {"query": "x", "k": "3"}, "k: Input should be a valid integer, got \"3\""),
+    ("search", {"query": "x", "k": 2.0}, "k: Input should be a valid integer, got 2.0"),
+    ("search", {"query": "x", "explain": 1}, "explain: Input should be a valid boolean, got 1"),
+    ("search", {"query": 7}, "query: Input should be a valid string, got 7"),
+    ("search", {"query": "x", "documents": "guide/sessions.md"},
+     "documents: Input should be a valid list, got \"guide/sessions.md\""),
+    ("list_documents", {"offset": False}, "offset: Input should be a valid integer, got false"),
+    ("outline", {"document": "guide/tokens.md", "max_depth": True}, "max_depth: Input should be a valid integer, got true"),
+])
+def test_argument_types_are_strict(session: McpSession, tool: str, args: dict, wrong: str) -> None:
+    """`k: true` is not 1, nor "3" 3: each argument has its schema's type or the call is refused."""
+    result = session.call(tool, args)
+    assert result.is_error and text_of(result) == f"{tool}: {wrong}.", result
+
+
+class RawStdio:
+    """`polaris mcp` over stdio, written to and read from line by line, bytes as given."""
+
+    def __init__(self, project: Path) -> None:
+        self.proc = subprocess.Popen([POLARIS, "mcp"], cwd=project, env=environment(project), stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.lines: queue.Queue[bytes] = queue.Queue()
+        self.stderr: list[bytes] = []
+        self.readers = [threading.Thread(target=lambda: [self.lines.put(x) for x in self.proc.stdout], daemon=True),  # type: ignore[union-attr]
+                        threading.Thread(target=lambda: [self.stderr.append(x) for x in self.proc.stderr], daemon=True)]  # type: ignore[union-attr]
+        for reader in self.readers:
+            reader.start()
+
+    def send(self, line: bytes) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(line + b"\n")
+        self.proc.stdin.flush()
+
+    def answer(self, timeout: float = 60) -> dict:
+        """The next message the server writes (a test waits at most ``timeout`` seconds, never forever)."""
+        try:
+            return json.loads(self.lines.get(timeout=timeout))
+        except queue.Empty:
+            raise AssertionError(f"no answer within {timeout}s; stderr: {b''.join(self.stderr)!r}") from None
+
+    def close(self) -> None:
+        if self.proc.stdin:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(30)
+        for reader in self.readers:
+            reader.join(30)
+
+
+def request(id_: int, method: str, params: dict) -> bytes:
+    return json.dumps({"jsonrpc": "2.0", "id": id_, "method": method, "params": params}).encode()
+
+
+def test_a_request_that_cannot_be_decoded_is_answered_over_stdio(project: Path) -> None:
+    """A line the SDK cannot decode gets a JSON-RPC error (and a line on stderr), never silence (#34):
+    a lone surrogate escape (what JavaScript's JSON.stringify writes for a string cut mid-emoji; the
+    id is read back), a truncated line (no id to read: null), JSON that is no JSON-RPC message, bytes
+    that are not UTF-8. The server goes on serving."""
+    server = RawStdio(project)
+    try:
+        server.send(request(1, "initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
+                                              "clientInfo": {"name": "raw", "version": "0"}}))
+        assert server.answer(120)["id"] == 1
+        server.send(b'{"jsonrpc": "2.0", "method": "notifications/initialized"}')
+        cut = b'{"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "search",' \
+              b' "arguments": {"query": "session \\ud83d"}}}'
+        bad = [(cut, 2, -32700, "lone surrogate escape (\\ud83d)"),
+               (b'{"jsonrpc": "2.0", "id": 3, "method": "tools/li', None, -32700, "not valid JSON"),
+               (b'\xff\xfe', None, -32700, "not valid JSON"),
+               (b'{"id": 4, "method": "tools/list"}', 4, -32600, "not a JSON-RPC 2.0 message"),
+               (b'[1, 2]', None, -32600, "not a JSON-RPC 2.0 message")]
+        for line, id_, code, words in bad:
+            server.send(line)
+            answer = server.answer(30)
+            assert answer == {"jsonrpc": "2.0", "id": id_, "error": answer["error"]}, (line, answer)
+            assert answer["error"]["code"] == code and words in answer["error"]["message"], (line, answer)
+        server.send(request(6, "tools/call", {"name": "search", "arguments": {"query": QUERIES[0], "k": 1}}))
+        good = server.answer(120)
+        assert good["id"] == 6 and good["result"]["structuredContent"]["hits"][0]["rank"] == 1, good
+    finally:
+        server.close()
+    told = [x.decode() for x in server.stderr if b"could not decode" in x]
+    assert len(told) == len(bad), server.stderr
+    assert told[0].startswith("polaris: could not decode a request (id 2):")
 
 
 # -- resources -----------------------------------------------------------------------------------
@@ -322,6 +458,81 @@ def test_http_refuses_a_request_for_another_host(http_url: str) -> None:
     assert response.status_code in (400, 403, 421)
 
 
+def initialize(url: str, **headers: str) -> httpx.Response:
+    """An initialize request posted to ``url`` with these headers (Host and Origin among them)."""
+    body = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "probe", "version": "0"}}}
+    return httpx.post(url, content=json.dumps(body), timeout=60, headers={
+        "Content-Type": "application/json", "Accept": "application/json, text/event-stream", **headers})
+
+
+@pytest.mark.parametrize("bind, allowed", [("127.0.0.2", ()), ("127.0.0.3", ("docs.example", "10.0.0.7"))])
+def test_every_bind_checks_host_and_origin(project: Path, bind: str, allowed: tuple[str, ...]) -> None:
+    """DNS-rebinding protection on every address, not only 127.0.0.1 (#34): a request naming another
+    Host (a rebound name) or sent from a page of another Origin is refused; loopback names, the bound
+    address and the hosts named with --allow-host are served."""
+    with served(project, *(f for h in allowed for f in ("--allow-host", h)), address=f"{bind}:0") as (url, lines):
+        port = urlsplit(url).port
+        assert url == f"http://{bind}:{port}/mcp"
+        for host in ("evil.example", f"evil.example:{port}", f"{bind}.evil.example:{port}"):
+            assert initialize(url, Host=host).status_code == 421, host
+        for origin in ("http://evil.example", f"http://evil.example:{port}", "null"):
+            assert initialize(url, Host=f"{bind}:{port}", Origin=origin).status_code == 403, origin
+        for host in (f"{bind}:{port}", f"127.0.0.1:{port}", f"localhost:{port}", *(f"{h}:{port}" for h in allowed)):
+            name = host.rpartition(":")[0]
+            for origin in (None, f"http://{host}", f"https://{name}"):
+                answer = initialize(url, Host=host, **({"Origin": origin} if origin else {}))
+                assert answer.status_code == 200 and answer.headers["mcp-session-id"], (host, origin, answer.text)
+        text = "".join(lines)
+        assert "reachable from other machines" not in text  # 127.0.0.0/8 is this machine's loopback
+        assert "cannot" not in text and "Traceback" not in text
+
+
+def test_binding_beyond_loopback_needs_the_hosts_named(project: Path) -> None:
+    """Without --allow-host, a non-loopback bind is refused before anything listens. (192.0.2.1 is a
+    documentation address no interface here has: the old code failed to bind it, and the test never
+    opens a port beyond loopback.)"""
+    for args in (["--http", "192.0.2.1:8765"], ["--http", "192.0.2.1:8765", "--collection", "default"]):
+        assert cli_error(project, "mcp", *args) == (
+            "--http 192.0.2.1:8765 is reachable from other machines: name the hosts its clients will use"
+            " with --allow-host HOST (e.g. --allow-host docs.example --allow-host 192.0.2.1); requests naming"
+            " any other Host or Origin are refused (DNS-rebinding protection). To keep it on this machine,"
+            " bind 127.0.0.1.")
+    assert cli_error(project, "mcp", "--allow-host", "docs.example") == (
+        "--allow-host names the hosts an HTTP server answers for: use it with --http HOST:PORT.")
+    assert cli_error(project, "mcp", "--http", "8765", "--allow-host", "http://docs.example/") == (
+        "--allow-host takes a host name or address as clients write it in the URL (docs.example,"
+        " 192.0.2.1, [::1], docs.example:8443), got 'http://docs.example/'.")
+
+
+def test_the_hosts_each_bind_allows_and_what_it_says() -> None:
+    """The settings handed to the SDK, and the notice on stderr, for binds a test does not open
+    (0.0.0.0 and :: listen beyond this machine)."""
+    from llama_index_polaris.mcp_server import http_security
+
+    loop_hosts = ["127.0.0.1", "127.0.0.1:*", "localhost", "localhost:*", "[::1]", "[::1]:*"]
+    settings, notice = http_security("0.0.0.0", ["docs.example", "192.168.1.5", "fe80::1", "docs.example:8443"])
+    assert settings.enable_dns_rebinding_protection is True
+    assert settings.allowed_hosts == [*loop_hosts, "docs.example", "docs.example:*", "192.168.1.5", "192.168.1.5:*",
+                                      "[fe80::1]", "[fe80::1]:*", "docs.example:8443"]
+    assert {"http://docs.example", "https://docs.example:*", "http://[fe80::1]:*", "https://docs.example:8443",
+            "http://localhost:*"} <= set(settings.allowed_origins)
+    assert notice == ("listening on 0.0.0.0, reachable from other machines, without authentication; only requests"
+                      " for 127.0.0.1, localhost, [::1], docs.example, 192.168.1.5, [fe80::1], docs.example:8443"
+                      " (Host, and Origin when sent) are served. Use 127.0.0.1 to keep it on this machine.")
+    settings, notice = http_security("::", ["docs.example"])
+    assert notice.startswith("listening on [::], reachable from other machines")
+    assert settings.allowed_hosts == [*loop_hosts, "docs.example", "docs.example:*"]
+    for loopback in ("127.0.0.1", "localhost", "::1", "127.0.0.2", "127.255.0.9"):
+        settings, notice = http_security(loopback, [])
+        assert notice is None and settings.enable_dns_rebinding_protection is True
+        shown = f"[{loopback}]" if ":" in loopback else loopback
+        assert settings.allowed_hosts[:6] == loop_hosts and f"{shown}:*" in settings.allowed_hosts
+    for beyond in ("0.0.0.0", "::", "192.168.1.5", "myhost.local"):
+        with pytest.raises(PolarisError, match="--allow-host HOST"):
+            http_security(beyond, [])
+
+
 def test_an_address_is_loopback_unless_one_is_named() -> None:
     assert parse_address("8765") == ("127.0.0.1", 8765)
     assert parse_address("0.0.0.0:80") == ("0.0.0.0", 80)
@@ -351,7 +562,10 @@ def test_reindex_is_offered_only_with_allow_writes(tmp_path: Path, backend_targe
         assert writer.call("status").structured_content["stale"] is False
         hit = writer.call("search", {"query": "shared between two devices", "k": 1}).structured_content["hits"][0]
         assert hit["heading_path"] == "Sessions > Sharing"
-        assert writer.call("reindex", {"collection": "nope"}).is_error
+        unknown = writer.call("reindex", {"collection": "Default"})  # named as every door names a collection
+        assert unknown.is_error and text_of(unknown) == writer.call("search", {"query": "x", "collection": "Default"}
+                                                                    ).content[0].text
+        assert "Did you mean 'default'?" in text_of(unknown)
     finally:
         writer.close()
 
@@ -399,7 +613,7 @@ def test_without_the_extra_it_says_what_to_install(project: Path) -> None:
                          env=environment(project), timeout=120)
     assert run.returncode == 1
     assert run.stderr.strip() == ("polaris: error: `polaris mcp` needs the MCP Python SDK, an optional extra:"
-                                  " pip install 'llama-index-polaris[mcp]' (from a clone: pip install -e '.[mcp]').")
+                                  " in the clone of Polaris, pip install -e '.[mcp]'.")
 
 
 def test_the_sdk_is_an_extra_the_tests_install_and_the_base_install_does_not() -> None:

@@ -294,7 +294,7 @@ def test_without_the_driver_the_extra_is_named(run_python) -> None:
             "from llama_index_polaris.engine.index import PolarisIndex\n"
             "try:\n    PolarisIndex('postgresql://localhost/x')\nexcept ExtensionError as e:\n    print(e)\n")
     result = run_python(code)
-    assert "pip install 'llama-index-polaris[postgres]'" in result.stdout, result.stderr
+    assert "pip install -e '.[postgres]'" in result.stdout, result.stderr
 
 
 WRITER = r"""

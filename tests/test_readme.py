@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -71,3 +72,17 @@ def test_ci_refuses_a_readme_without_a_one_line_command(tmp_path) -> None:
     result = subprocess.run([str(ci)], capture_output=True, text=True)
     assert result.returncode == 2
     assert "must give the test command as one line" in result.stderr
+
+
+def test_every_install_line_works_from_a_clone() -> None:
+    """Polaris is not on the package registry: `pip install 'llama-index-polaris[x]'` fails for a
+    newcomer, so no page, notebook or message tells them to run it; from a clone it is
+    `pip install -e '.[x]'`."""
+    places = [README, *sorted((REPO / "docs").glob("*.md")), *sorted((REPO / "examples").glob("*.ipynb")),
+              *sorted((REPO / "llama_index_polaris").rglob("*.py"))]
+    registry = re.compile(r"pip install ['\"]?llama-index-polaris")
+    found = [f"{p.relative_to(REPO)}:{n}" for p in places
+             for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if registry.search(line)]
+    assert found == []
+    first = json.loads((REPO / "examples" / "quickstart.ipynb").read_text(encoding="utf-8"))["cells"][0]
+    assert "pip install -e '.[notebook]'" in "".join(first["source"])

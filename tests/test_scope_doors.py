@@ -88,10 +88,14 @@ def test_the_engine_names_what_is_missing_and_what_exists(project: Project) -> N
 
 
 def test_the_cli_exits_1_with_the_message(project: Project) -> None:
-    bad = polaris(project, "search", QUERY, "--collection", "Default", "--json")
+    bad = polaris(project, "search", QUERY, "--collection", "Default")
     assert (bad.returncode, bad.stdout) == (1, "")
     assert bad.stderr.startswith(f"polaris: error: no collection 'Default' in {project.where}, ")
     assert f"which has 3: {COLLECTIONS}. Did you mean 'default'?" in bad.stderr
+    as_json = polaris(project, "search", QUERY, "--collection", "Default", "--json")  # the same message, as JSON
+    assert (as_json.returncode, as_json.stdout) == (1, "")
+    assert json.loads(as_json.stderr) == {"error": {"type": "ScopeError",
+                                                    "message": bad.stderr.removeprefix("polaris: error: ").strip()}}
     doc = polaris(project, "search", QUERY, "--document", "guide/sesions.md")
     assert doc.returncode == 1 and "no document 'guide/sesions.md'" in doc.stderr
     assert "Did you mean 'guide/sessions.md'?" in doc.stderr

@@ -4,7 +4,8 @@
      ├── ConfigError            a polaris.toml value or an argument is invalid
      ├── DatabaseError          polaris.db cannot be opened or used
      │    ├── ExtensionError    sqlite-vec or FTS5 cannot be loaded
-     │    └── ModelMismatchError  the index was built with another model or dim
+     │    ├── ModelMismatchError  the index was built with another model or dim
+     │    └── ConnectionLostError  the server's connection went away mid-call; retrying reconnects
      ├── ModelError             an embedding model is unknown, missing or corrupt
      │    └── ModelDownloadError  a model could not be fetched (offline, checksum)
      └── InputError             a document, query or filter that cannot be used
@@ -34,6 +35,15 @@ class ExtensionError(DatabaseError):
 
 class ModelMismatchError(DatabaseError):
     """The database was built with a different embedding model or dimension."""
+
+
+class ConnectionLostError(DatabaseError):
+    """The connection to a PostgreSQL index was lost during a call (a restart, a failover, an
+    ended session) or could not be made again: that call did not finish, and retrying it
+    reconnects. A read found the connection lost before it began is reconnected and run again
+    without this error; a write lost inside its transaction is never retried (the server rolled
+    it back unless its COMMIT had reached it). A SQLite file has no connection to lose: it never
+    raises this (a file that cannot be read is a ``DatabaseError``)."""
 
 
 class ModelError(PolarisError):

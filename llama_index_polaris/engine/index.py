@@ -347,30 +347,38 @@ class PolarisIndex:
         """A checked, consistent one-file copy of the index at ``dest`` (``Store.backup``)."""
         return self.store.backup(dest)
 
+    def check_collection(self, name: str) -> None:
+        """Refuse a collection the index does not have as a search scoped to it is refused: a
+        ScopeError naming the collections there are and the closest (``search.names``)."""
+        from .search.names import collections_named
+
+        with self.store.read() as conn:
+            collections_named(conn, [name])
+
     def remove(self, collection: str, paths: Sequence[str | Path] | None = None) -> int:
         """Remove ``collection`` (its documents and root), or only its files under ``paths``: those
-        keyed relative to its root, and those a door stored by their absolute path."""
-        from .sources import covers
+        keyed relative to its root, and those a door stored by their absolute path. An unknown
+        collection, or a path that takes nothing, is refused and nothing is removed (``removal``)."""
+        from .removal import documents_under
 
+        self.check_collection(collection)
         with self.store.writer_lock(), self.store.run():
             if not paths:
                 return self.store.remove_collection(collection)
             root = self.store.collection_root(collection)
-            scope = [Path(p).absolute() for p in paths]
             located = [d for d in self.store.documents(collection) if d.path and Path(d.path).is_absolute()]
-            gone = [d.id for d in located if covers(scope, Path("/"), d.path or "")]
-            if root is not None:
-                gone += [d.id for rel, d in self.store.files(collection).items() if covers(scope, Path(root), rel)]
-            elif self.store.files(collection):
+            files = self.store.files(collection)
+            if root is None and files:
                 raise InputError(
                     f"collection '{collection}' records no folder its files' paths are relative to (they came in"
                     " through LlamaIndex without a root), so PATHs cannot name them. Remove the collection"
                     f" (`polaris remove --collection {collection}`) or its documents by id (PolarisVectorStore"
                     ".delete(ref_doc_id)); give PolarisNodeParser root_dir= to record the folder next time."
                 )
-            elif not located:
+            if root is None and not located:
                 raise InputError(f"collection '{collection}' has no folder to remove paths from.")
-            return self.store.delete_documents(gone) if gone else 0
+            gone = documents_under(collection, paths, root, files, located, self.store.collections())
+            return self.store.delete_documents(gone)
 
     def place_files(self, collection: str, files: Sequence[tuple[str | None, str | None]]) -> list[str | None]:
         """The path each document a door brings is stored by, as ``(file_path, location)`` pairs:
@@ -395,19 +403,24 @@ class PolarisIndex:
             recorded = str(plan.root)
         return [_under(recorded, loc or rel) or rel for rel, loc in files]
 
-    def indexer(self, collection: str = "default", progress: Any = None, on_wait: Any = None) -> Any:
+    def indexer(self, collection: str = "default", progress: Any = None, on_wait: Any = None,
+                on_document: Any = None, stop: Any = None) -> Any:
         """An Indexer writing into this index."""
         from .indexer import Indexer
 
         return Indexer(
-            self.store, self.embedder, self.config, collection=collection, progress=progress, on_wait=on_wait
+            self.store, self.embedder, self.config, collection=collection, progress=progress, on_wait=on_wait,
+            on_document=on_document, stop=stop,
         )
 
     def index_paths(
-        self, paths: Sequence[str | Path], collection: str = "default", progress: Any = None, on_wait: Any = None
+        self, paths: Sequence[str | Path], collection: str = "default", progress: Any = None, on_wait: Any = None,
+        on_document: Any = None, stop: Any = None,
     ) -> Any:
-        """Index the files under ``paths`` incrementally (one run per file at a time)."""
-        return self.indexer(collection, progress, on_wait).index_paths(paths)
+        """Index the files under ``paths`` incrementally (one run per file at a time). ``on_document``
+        gets each document's ``Finished`` as it commits; once ``stop`` (a ``threading.Event``) is
+        set, the run finishes the documents it started and stops (the rest wait for the next run)."""
+        return self.indexer(collection, progress, on_wait, on_document, stop).index_paths(paths)
 
 
 def _under(root: str | None, location: str | None) -> str | None:

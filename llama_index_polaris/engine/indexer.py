@@ -3,9 +3,20 @@
 A document whose content hash is unchanged is skipped; a changed one is re-chunked
 and only chunks whose embedded text is new are embedded (vectors are reused by
 content hash); a file that disappeared is removed. Each document is committed in
-its own transaction and moves through pending, processing, completed or failed, so
-an interrupted run leaves every finished document readable and resumes next time. A run
+its own transaction and moves through processing to completed or failed, so an
+interrupted run leaves every finished document readable and resumes next time. A run
 is one ``Store.run``: at its end polaris.db alone holds it (the WAL folded in).
+
+``processing`` means a new version is being written: the document's chunks are replaced,
+and it becomes ``completed``, in one transaction, so until then (and after a crash mid-run)
+it answers every search at its last committed version (``search.scope``). The next run over
+its files finishes each document still ``processing`` (never ``unchanged``).
+
+Each document is reported as it commits (``on_document``, one ``Finished``), not at the
+end of the run. A run asked to ``stop`` (a ``threading.Event``) finishes the documents it
+has started and reads no more; one interrupted (``KeyboardInterrupt``: a second Ctrl-C)
+rolls back the document being written and puts every document it had marked processing
+back as it was (a new one is dropped), so no row is left processing by it.
 
 A file is found again by its collection and its path under the collection's root
 (``sources.plan_root``), never by the path typed. A file that can no longer be read
@@ -19,6 +30,7 @@ spelling by an earlier Polaris counts as changed at the next run and is stored a
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -29,6 +41,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 import numpy as np
 
+from .carry import carry
 from .config import PolarisConfig
 from .db.schema import file_document_id
 from .errors import InputError, NodeIdError
@@ -115,6 +128,18 @@ class IndexReport:
 Progress = Callable[[str, int, int], None]  # (stage, done, total)
 
 
+@dataclass(frozen=True)
+class Finished:
+    """One document a run is done with, reported as it commits: ``kind`` is added, updated or
+    failed (then ``reason`` says why; its last indexed version, if any, stays)."""
+
+    kind: str
+    path: str  # under the collection's root (a document given by id: its id)
+    chunks: int = 0
+    content_hash: str | None = None
+    reason: str | None = None
+
+
 @dataclass
 class _Prepared:
     doc: SourceDocument
@@ -149,11 +174,15 @@ class Indexer:
         heading_context: str = DEFAULT_CONTEXT,
         on_wait: Callable[[str], None] | None = None,
         whole_documents: bool = False,
+        on_document: Callable[[Finished], None] | None = None,
+        stop: Any = None,
     ) -> None:
         self.store, self.embedder, self.config = store, embedder, config
         self.collection = nfc(collection)
         self.progress = progress or (lambda stage, done, total: None)
         self.on_wait = on_wait
+        self.on_document = on_document or (lambda finished: None)
+        self.stop = stop  # a threading.Event: when set, the run finishes what it started and stops
         self.whole_documents = whole_documents  # one chunk per document, cut at the window (BEIR/MTEB setup)
         self.window = embedder.max_chunk_tokens
         self._heading_context = heading_context
@@ -198,7 +227,7 @@ class Indexer:
             self._vanished: set[str] = set()
             docs = (self._file_document(f) for f in found.files)
             self._index(docs, len(found.files), report)
-            present = {f.relpath for f in found.files} - self._vanished
+            present = {f.relpath for f in found.files} - self._vanished  # those not reached (stop) stay
             scope = [Path(p).absolute() for p in paths]
             report.removed += self._remove_missing(plan.root, scope, present, found.unlisted)
         return report
@@ -245,21 +274,42 @@ class Indexer:
         by_id = {d.id: d for d in self.store.documents()}
         files = self.store.files(self.collection)
         located = {d.path: d for d in self.store.documents(self.collection) if d.path and Path(d.path).is_absolute()}
+        self._unfinished: dict[str, DocumentRecord | None] = {}  # marked processing, not yet written
         pending: list[_Prepared] = []
-        for i, doc in enumerate(docs, start=1):
-            old = by_id.get(doc.id) if doc.id is not None else files.get(doc.path or "") or located.get(doc.location)
-            if doc.id is None:  # a file: its stored key, else the key a new file gets
-                doc.id = old.id if old is not None else file_document_id(self.collection, doc.path or "")
-            item = self._prepare(doc, old, report)
-            if item is not None:
-                pending.append(item)
-            if sum(len(p.chunks) for p in pending) >= EMBED_BATCH_CHUNKS:
-                self._flush(pending, report)
-                pending = []
-            self.progress("documents", i, total or i)
-        self._flush(pending, report)
+        try:
+            for i, doc in enumerate(docs, start=1):
+                if self.stop is not None and self.stop.is_set():
+                    break
+                old = (by_id.get(doc.id) if doc.id is not None
+                       else files.get(doc.path or "") or located.get(doc.location))
+                if doc.id is None:  # a file: its stored key, else the key a new file gets
+                    doc.id = old.id if old is not None else file_document_id(self.collection, doc.path or "")
+                item = self._prepare(doc, old, report)
+                if item is not None:
+                    pending.append(item)
+                if sum(len(p.chunks) for p in pending) >= EMBED_BATCH_CHUNKS:
+                    self._flush(pending, report)
+                    pending = []
+                self.progress("documents", i, total or i)
+            self._flush(pending, report)
+        except BaseException:
+            self._put_back()
+            raise
         report.seconds = time.perf_counter() - start
         return report
+
+    def _put_back(self) -> None:
+        """The documents this run marked processing and did not write go back as they were: a new
+        one is dropped, another gets its last status (its last version never stopped answering)."""
+        for doc_id, old in self._unfinished.items():
+            with contextlib.suppress(Exception):  # a connection lost with the interrupt: the next run finishes it
+                now = self.store.get_document(doc_id)
+                if now is None or now.status != "processing":
+                    continue
+                if old is None:
+                    self.store.delete_documents([doc_id])
+                else:
+                    self.store.set_status(doc_id, old.status, old.error)
 
     def _prepare(self, doc: SourceDocument, old: DocumentRecord | None, report: IndexReport) -> _Prepared | None:
         try:
@@ -276,11 +326,14 @@ class Indexer:
         if old is not None and self._unchanged(old, doc.content_hash):
             report.unchanged += 1
             return None
+        self._unfinished[doc.id] = old
         if old is None:  # visible as processing, with no chunks yet
             self.store.put_document(self._document_record(doc, "processing"))
         else:
             self.store.set_status(doc.id, "processing")
         chunks, inputs = self._chunks(doc, text, report)
+        if old is not None:  # what another door stored on it stays (engine.carry)
+            chunks = carry(self.store.get_chunks(document_id=old.id), chunks, old.metadata, doc.metadata)
         return _Prepared(doc, chunks, inputs, old is None, old)
 
     def _unchanged(self, old: DocumentRecord, digest: str) -> bool:
@@ -345,9 +398,12 @@ class Indexer:
                 if reason is not None:  # nothing of it written: its last indexed version stays
                     self._fail(p.doc, p.old, reason, report)
                     continue
+                self._unfinished.pop(p.doc.id, None)
                 report.added += p.is_new
                 report.updated += not p.is_new
                 report.chunks += len(p.chunks)
+                self.on_document(Finished("added" if p.is_new else "updated", p.doc.path or p.doc.id or "",
+                                          len(p.chunks), p.doc.content_hash))
 
     def _bad_vector(self, p: _Prepared, vecs: np.ndarray | None) -> str | None:
         """Why the model's vectors for ``p`` cannot be stored (``vectors.problem``), or None."""
@@ -380,10 +436,19 @@ class Indexer:
         report.failed.append((doc.path or doc.id or "", reason))
         if old is None:
             self.store.put_document(self._document_record(doc, "failed", reason))
-        elif old.status in ("completed", "stale"):
+        elif self._serves_a_version(old):
             self.store.set_status(old.id, "stale", f"re-index failed, serving the version of {old.updated_at}: {reason}")
         else:
             self.store.set_status(old.id, "failed", reason)
+        self._unfinished.pop(doc.id or "", None)
+        self.on_document(Finished("failed", doc.path or doc.id or "", reason=reason))
+
+    def _serves_a_version(self, old: DocumentRecord) -> bool:
+        """True when ``old`` holds a committed version: completed or stale, or left processing by a
+        run that stopped mid-document after an earlier one had stored it (it has chunks)."""
+        if old.status in ("completed", "stale"):
+            return True
+        return old.status == "processing" and bool(self.store.get_chunks(document_id=old.id))
 
 
 def _resolve_parent(path: Path) -> Path:

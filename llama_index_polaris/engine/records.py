@@ -30,6 +30,17 @@ def check_status(status: str) -> None:
         raise InputError(f"document status must be one of {', '.join(STATUSES)}, got {status!r}.")
 
 
+def check_committable(doc: "DocumentRecord", chunks: Sequence["ChunkRecord"]) -> None:
+    """Refuse chunks written under ``processing``: that status marks a document whose new version is
+    not written yet, so that what it holds is its last committed version (``search.scope``)."""
+    if doc.status == "processing" and chunks:
+        raise InputError(
+            f"document {doc.id!r}: chunks are written with the status they answer under, not 'processing'"
+            " (a document whose new version is not written yet); write them as 'completed' (or 'pending')."
+            " Nothing was written."
+        )
+
+
 def text_hash(text: str) -> str:
     """The content hash that lets a chunk reuse a vector already computed."""
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()

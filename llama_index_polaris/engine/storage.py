@@ -25,6 +25,11 @@ The contract, by what it keeps:
   a hit shows), ``section_rows`` (every chunk of some sections);
 - copying: ``export_rows`` and ``import_rows`` (``copy.py``: vectors move, nothing is
   re-embedded).
+
+Errors: a store raises the ``DatabaseError`` family (``errors.py``). A server's store outlives its
+connection: one found lost before a call ran anything is made again and the call answers; one
+lost inside a call fails that call alone with ``ConnectionLostError`` (a write is never sent
+twice), and the next call reconnects. A file has no connection to lose and never raises it.
 """
 
 from __future__ import annotations
@@ -98,6 +103,7 @@ class Storage(Protocol):
     def candidates(self, ids: Sequence[int], with_vectors: bool) -> dict[int, tuple[str, str, Any]]: ...
     def hit_rows(self, ids: Sequence[int]) -> dict[int, tuple]: ...
     def section_rows(self, keys: Sequence[tuple[str, str]], with_text: bool) -> list[tuple]: ...
+    def tokenizer(self) -> Any: ...  # the index's FTS5 tokenizer (``tokenize.Tokenizer``; its name marks hits)
 
     # copying
     def export_rows(self) -> Iterator[Any]: ...

@@ -39,8 +39,9 @@ from .db.schema import (
 )
 from .config import SETTINGS_BY_NAME
 from .records import (  # noqa: F401  (the records are the contract's; names kept importable from here)
-    UNKNOWN_MODEL, ChunkRecord, DocumentRecord, ModelBinding, _check_unique, _check_unique_across, check_status, from_blob,
-    is_relative_path, mismatch_message, normal_document, normal_chunk, text_hash, to_blob, unknown_model_message,
+    UNKNOWN_MODEL, ChunkRecord, DocumentRecord, ModelBinding, _check_unique, _check_unique_across, check_committable,
+    check_status, from_blob, is_relative_path, mismatch_message, normal_document, normal_chunk, text_hash, to_blob,
+    unknown_model_message,
 )
 from .errors import ConfigError, DatabaseError, InputError, ModelMismatchError, NodeIdError
 from .ids import node_id_for
@@ -497,6 +498,7 @@ class Store:
         """Add or replace ``doc`` and all its chunks and vectors, in one transaction."""
         doc, chunks = normal_document(doc), [normal_chunk(c) for c in chunks]
         _check_unique(doc, chunks)
+        check_committable(doc, chunks)
         blobs = self._blobs(chunks, vectors)
         with self._write():
             self._upsert_document_row(doc)
@@ -529,6 +531,7 @@ class Store:
         for doc, chunks, vectors in groups:
             doc, chunks = normal_document(doc), [normal_chunk(c) for c in chunks]
             _check_unique(doc, chunks)
+            check_committable(doc, chunks)
             prepared.append((doc, chunks, self._blobs(chunks, vectors)))
         _check_unique_across([(doc, chunks) for doc, chunks, _ in prepared])
         with self._write():
@@ -631,7 +634,7 @@ class Store:
             self._upsert_document_row(normal_document(doc))
 
     def set_status(self, document_id: str, status: str, error: str | None = None) -> None:
-        """Move a document to ``status`` (pending, processing, completed, failed)."""
+        """Move a document to ``status`` (``records.STATUSES``; ``search.scope`` says which answer in a collection)."""
         check_status(status)
         with self._write():
             self.conn.execute(

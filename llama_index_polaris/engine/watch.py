@@ -10,8 +10,11 @@ a file renamed keeps its vectors (they are reused by text) and reads as one rena
 
 Each batch is an ordinary incremental run over the paths that changed (``Indexer``:
 unchanged text is not re-embedded, each document commits in its own transaction), then
-a removal of the paths that are gone. What it did is compared with the index as it was
-before the batch, and each document that changed is one ``Change``.
+a removal of the paths that are gone. Each document the run stores is one ``Change``,
+handed on as it commits (a bulk copy is shown file by file, not at the end of the batch);
+what the run did not report (removals) is found by comparing the index with what it
+held before the batch. Once ``stop`` is set, the batch's run finishes the documents it
+started and stops; the files it did not reach are caught up by the next run.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 from .errors import InputError, PolarisError
+from .indexer import Finished
 from .sources import EXTENSIONS, covers, walked
 from .store import DocumentRecord
 
@@ -87,8 +91,10 @@ class Follower:
         return path.suffix.lower() in EXTENSIONS or not path.is_file()  # a folder, or gone (maybe one)
 
     # -- one batch --------------------------------------------------------------------
-    def sync(self, changed: Iterable[str | Path]) -> list[Change]:
-        """Bring the index in line with what ``changed`` paths hold now; the documents that changed."""
+    def sync(self, changed: Iterable[str | Path], on_change: Callable[[Change], None] | None = None,
+             stop: Any = None, progress: Any = None) -> list[Change]:
+        """Bring the index in line with what ``changed`` paths hold now; the documents that changed,
+        each also handed to ``on_change`` as it commits. ``stop`` and ``progress`` go to the run."""
         root = self.index.store.collection_root(self.collection)
         if root is None:
             raise InputError(f"collection '{self.collection}' has no root yet: run `polaris index PATH` first.")
@@ -96,10 +102,12 @@ class Follower:
         paths = sorted({Path(p) for p in changed if self.relevant(p)})
         before = self._files(root, paths)
         present, gone = self._classify(paths, before, root)
-        report = self._index(present) if present else None
+        tally = _Tally(root, before, on_change, self._chunks)
+        report = self._index(present, tally.finished, stop, progress) if present else None
         if gone:
             self.index.remove(self.collection, gone)
-        return self._diff(before, self._files(root, paths), report)
+        tally.rest(self._files(root, paths), report)
+        return tally.changes
 
     def _classify(self, paths: list[Path], before: dict[str, DocumentRecord], root: Path) -> tuple[list[Path], list[Path]]:
         """The paths to index (files and folders as the walk would see them) and those gone."""
@@ -122,38 +130,24 @@ class Follower:
     def _walked(self, path: Path, is_dir: bool) -> bool:
         return any(walked(path, top, is_dir) or path == top for top in self.folders if path.is_relative_to(top))
 
-    def _index(self, present: list[Path]) -> Any:
+    def _index(self, present: list[Path], on_document: Callable[[Finished], None], stop: Any, progress: Any) -> Any:
+        def run() -> Any:
+            return self.index.index_paths(present, collection=self.collection, on_wait=self.on_wait,
+                                          on_document=on_document, stop=stop, progress=progress)
+
         for _ in range(3):  # a path may vanish between looking at it and reading it
             try:
-                return self.index.index_paths(present, collection=self.collection, on_wait=self.on_wait)
+                return run()
             except InputError:
                 present = [p for p in present if p.exists()]
                 if not present:
                     return None
-        return self.index.index_paths(present, collection=self.collection, on_wait=self.on_wait)
+        return run()
 
     def _files(self, root: Path, paths: list[Path]) -> dict[str, DocumentRecord]:
         """The collection's files under ``paths`` (a ``.gitignore``: under its folder), as stored now."""
         scope = [p.parent if p.name == ".gitignore" else p for p in paths]
         return {rel: doc for rel, doc in self.index.store.files(self.collection).items() if covers(scope, root, rel)}
-
-    def _diff(self, before: dict[str, DocumentRecord], after: dict[str, DocumentRecord], report: Any) -> list[Change]:
-        failed = dict(report.failed) if report is not None else {}
-        changes: list[Change] = []
-        removed = {rel: doc for rel, doc in before.items() if rel not in after}
-        by_hash = {doc.content_hash: rel for rel, doc in removed.items() if doc.content_hash}
-        for rel, doc in sorted(after.items()):
-            old = before.get(rel)
-            if rel in failed:
-                changes.append(Change("failed", rel, reason=failed[rel]))
-            elif old is None:
-                previous = by_hash.pop(doc.content_hash, None) if doc.content_hash else None
-                removed.pop(previous, None)
-                changes.append(Change("renamed" if previous else "added", rel, self._chunks(doc.id), previous))
-            elif (old.content_hash, old.status, old.updated_at) != (doc.content_hash, doc.status, doc.updated_at):
-                changes.append(Change("updated", rel, self._chunks(doc.id)))
-        changes += [Change("removed", rel) for rel in sorted(removed)]
-        return changes
 
     def _chunks(self, document_id: str) -> int:
         with self.index.store.read() as conn:
@@ -161,8 +155,11 @@ class Follower:
 
     # -- the loop ---------------------------------------------------------------------
     def follow(self, on_change: Callable[[Change], None], stop: Any, on_ready: Callable[[], None] | None = None,
-               quiet_ms: int = QUIET_MS) -> None:
-        """Watch until ``stop`` (a ``threading.Event``) is set, handing each change to ``on_change``.
+               quiet_ms: int = QUIET_MS, progress: Any = None) -> None:
+        """Watch until ``stop`` (a ``threading.Event``) is set, handing each change to ``on_change``
+        as its document commits; a batch under way when ``stop`` is set finishes the documents
+        it started, then the watch ends. ``progress`` (an ``IndexProgress``, say) gets each
+        batch's run (``update``) and is closed after it.
 
         Once the watcher is listening, the followed paths are synced once (what changed since
         the first run, while the watcher started, is caught), then ``on_ready()`` is called.
@@ -179,14 +176,74 @@ class Follower:
             if not ready:
                 paths |= {str(p) for p in (*self.folders, *self.files)}
             try:
-                changes = self.sync(paths) if paths else []
+                if paths:
+                    self.sync(paths, on_change, stop, progress.update if progress is not None else None)
             except PolarisError as exc:  # e.g. a folder renamed outside the root: say so, keep watching
-                changes = [Change("error", "", reason=str(exc))]
-            for change in changes:
-                on_change(change)
+                on_change(Change("error", "", reason=str(exc)))
+            finally:
+                if progress is not None:
+                    progress.close()
             if not ready:
                 ready = True
                 if on_ready is not None:
                     on_ready()
             if stop.is_set():
                 break
+
+
+class _Tally:
+    """One batch's changes: each document the run stores becomes a ``Change`` at once (``finished``),
+    handed to ``emit``; at the end, ``rest`` finds what the run did not report (removals, and any
+    change made around it) by comparing the index with ``before``, what it held before the batch."""
+
+    def __init__(self, root: Path, before: dict[str, DocumentRecord], emit: Callable[[Change], None] | None,
+                 chunks: Callable[[str], int]) -> None:
+        self.root, self.before, self.emit, self.chunks = root, before, emit, chunks
+        self.changes: list[Change] = []
+        self.by_hash: dict[str, list[str]] = {}
+        for rel, doc in before.items():
+            if doc.content_hash:
+                self.by_hash.setdefault(doc.content_hash, []).append(rel)
+        self.renamed: set[str] = set()  # paths of ``before`` that a new path took over
+
+    def _add(self, change: Change) -> None:
+        self.changes.append(change)
+        if self.emit is not None:
+            self.emit(change)
+
+    def finished(self, done: Finished) -> None:
+        """A document the run has just committed."""
+        if done.kind == "failed":
+            self._add(Change("failed", done.path, reason=done.reason))
+        elif done.path in self.before:
+            self._add(Change("updated", done.path, done.chunks))
+        else:  # new here: renamed when a file with its text was here before and is gone from disk
+            previous = self._previous(done.content_hash, lambda rel: not (self.root / rel).exists())
+            self._add(Change("renamed" if previous else "added", done.path, done.chunks, previous))
+
+    def _previous(self, digest: str | None, gone: Callable[[str], bool]) -> str | None:
+        """The path of ``before`` with text ``digest`` that is ``gone`` (taken: it is renamed), or None."""
+        for rel in self.by_hash.get(digest or "", []):
+            if rel not in self.renamed and gone(rel):
+                self.renamed.add(rel)
+                return rel
+        return None
+
+    def rest(self, after: dict[str, DocumentRecord], report: Any) -> None:
+        """What changed between ``before`` and ``after`` (the index now) that was not handed on yet."""
+        failed = dict(report.failed) if report is not None else {}
+        told = {c.path for c in self.changes}
+        removed = {rel for rel in self.before if rel not in after}
+        for rel, doc in sorted(after.items()):
+            old = self.before.get(rel)
+            if rel in told:
+                continue
+            if rel in failed:
+                self._add(Change("failed", rel, reason=failed[rel]))
+            elif old is None:
+                previous = self._previous(doc.content_hash, removed.__contains__)
+                self._add(Change("renamed" if previous else "added", rel, self.chunks(doc.id), previous))
+            elif (old.content_hash, old.status, old.updated_at) != (doc.content_hash, doc.status, doc.updated_at):
+                self._add(Change("updated", rel, self.chunks(doc.id)))
+        for rel in sorted(removed - self.renamed):
+            self._add(Change("removed", rel))

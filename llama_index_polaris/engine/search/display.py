@@ -1,8 +1,10 @@
 """Search results in a notebook: ``Hits``, the list ``Searcher.search`` returns, renders in
 Jupyter (``_repr_html_``) as a table of the fields the Datasette page shows for each hit:
 rank, score with its bar, heading path, document and collection, the text with the
-query's words marked (scrolled to the first of them), and the explanation folded, each
-figure with the same label and meaning as the page's (``legend``). Plain HTML with its own
+query's words marked (from a little before the first of them), and the explanation folded, each
+figure with the same label and meaning as the page's (``legend``). The words marked are the
+page's: both mark through ``highlight.Highlighter`` with the index's FTS5 tokenizer. A single
+``Hit`` renders as its row of the list it came in (``hit_html``). Plain HTML with its own
 style, no script: it renders the same in JupyterLab, VS Code and a saved HTML export.
 """
 
@@ -11,9 +13,10 @@ from __future__ import annotations
 from html import escape
 from typing import Any, Iterable, Mapping
 
+from ..tokenize import DEFAULT_TOKENIZER
 from . import legend
-from .context import first_match, query_pattern
 from .explain import brief_line
+from .highlight import Highlighter
 
 EXCERPT_CHARS = 600  # of a hit's text shown, from a little before its first matched word
 
@@ -54,41 +57,61 @@ STYLE = """<style>
 
 class Hits(list):
     """The hits of one search, best first (a ``list`` of ``Hit``), with the query, mode and
-    settings that ranked them, so that a notebook can show them as the Datasette page does."""
+    settings that ranked them and the index's FTS5 tokenizer, so that a notebook can show them
+    as the Datasette page does. Each hit keeps them too, to render as its row (``hit_html``)."""
 
     def __init__(self, hits: Iterable[Any] = (), *, query: str = "", mode: str = "hybrid",
-                 settings: Mapping[str, Any] | None = None) -> None:
+                 settings: Mapping[str, Any] | None = None, tokenizer: str = DEFAULT_TOKENIZER) -> None:
         super().__init__(hits)
-        self.query, self.mode, self.settings = query, mode, dict(settings or {})
+        self.query, self.mode, self.settings, self.tokenizer = query, mode, dict(settings or {}), tokenizer
+        for hit in self:
+            hit.shown_as = self.shown_as  # not a field of the hit: its JSON is unchanged
+
+    @property
+    def shown_as(self) -> tuple[str, str, dict[str, Any], str]:
+        """(query, mode, settings, tokenizer): what the table of these hits is drawn from."""
+        return self.query, self.mode, self.settings, self.tokenizer
 
     def __getitem__(self, item: Any) -> Any:
         """A hit, or for a slice the hits in it (still shown as a table)."""
         got = super().__getitem__(item)
-        return Hits(got, query=self.query, mode=self.mode, settings=self.settings) if isinstance(item, slice) else got
+        if isinstance(item, slice):
+            return Hits(got, query=self.query, mode=self.mode, settings=self.settings, tokenizer=self.tokenizer)
+        return got
 
     def _repr_html_(self) -> str:
         """The table Jupyter shows (``hits_html``)."""
-        return hits_html(self, self.query, self.mode, self.settings)
+        return hits_html(self, self.query, self.mode, self.settings, self.tokenizer)
 
 
-def hits_html(hits: Iterable[Any], query: str, mode: str, settings: Mapping[str, Any]) -> str:
-    """The hits as one HTML table (see the module's docstring)."""
+def hit_html(hit: Any) -> str:
+    """One hit as Jupyter shows it (``Hit._repr_html_``): its row of the table of the list it came in."""
+    query, mode, settings, tokenizer = getattr(hit, "shown_as", ("", "hybrid", {}, DEFAULT_TOKENIZER))
+    lead = f"Hit {hit.rank} for <q>{escape(query)}</q> ({escape(mode)})."
+    return hits_html([hit], query, mode, settings, tokenizer, lead=lead)
+
+
+def hits_html(hits: Iterable[Any], query: str, mode: str, settings: Mapping[str, Any],
+              tokenizer: str = DEFAULT_TOKENIZER, *, lead: str | None = None) -> str:
+    """The hits as one HTML table (see the module's docstring); ``lead`` replaces the count line's start."""
     hits = list(hits)
     if not hits:
         return f'<div class="polaris-hits-repr">{STYLE}<p>No hits for <q>{escape(query)}</q>.</p></div>'
     cols = legend.columns(mode, settings)
-    rows = "".join(_row(h, query, cols) for h in hits)
+    marker = Highlighter(query, tokenizer)
+    marker.prime(h.text for h in hits)  # one FTS5 query for the table
+    rows = "".join(_row(h, marker, cols) for h in hits)
     formula = escape(legend.formula(mode, settings)) if settings else ""
+    if lead is None:
+        lead = f'{len(hits)} hit{"s" if len(hits) != 1 else ""} for <q>{escape(query)}</q> ({escape(mode)}).'
     return (
-        f'<div class="polaris-hits-repr">{STYLE}'
-        f'<p class="p-legend">{len(hits)} hit{"s" if len(hits) != 1 else ""} for <q>{escape(query)}</q>'
-        f' ({escape(mode)}). {formula}</p>'
+        f'<div class="polaris-hits-repr">{STYLE}<p class="p-legend">{lead} {formula}</p>'
         '<table><thead><tr><th class="p-rank">#</th><th class="p-score">Score</th><th class="p-where">Heading path'
         f' · document</th><th>Text · why it ranked</th></tr></thead><tbody>{rows}</tbody></table></div>'
     )
 
 
-def _row(h: Any, query: str, cols: list[legend.Column]) -> str:
+def _row(h: Any, marker: Highlighter, cols: list[legend.Column]) -> str:
     parts = "".join(f"<span>{escape(p)}</span>" for p in (h.heading_path or "(no heading)").split(" > "))
     stale = f'<div class="p-stale">stale: {escape(h.document_error or "")}</div>' if h.document_status == "stale" else ""
     figures = "".join(
@@ -102,22 +125,18 @@ def _row(h: Any, query: str, cols: list[legend.Column]) -> str:
         f'<td class="p-where"><div class="p-heading">{parts}</div>'
         f'<div class="p-doc">{escape(h.document)}<span class="p-tag">{escape(h.collection)}</span>'
         f' chunk {h.chunk_id}</div>{stale}</td>'
-        f'<td><div class="p-text">{excerpt_html(h.text, query)}</div>'
+        f'<td><div class="p-text">{excerpt_html(h.text, marker)}</div>'
         f'<details><summary>Why: {escape(brief_line(h.explain))}</summary><dl>{figures}</dl></details></td></tr>'
     )
 
 
-def excerpt_html(text: str, query: str, chars: int = EXCERPT_CHARS) -> str:
-    """``text`` from a little before its first match, at most ``chars`` of it, escaped, the
-    query's words marked (the page scrolls its box to the same place)."""
-    start = max(0, first_match(text, query) - chars // 5)
+def excerpt_html(text: str, marker: Highlighter | str, chars: int = EXCERPT_CHARS) -> str:
+    """``text`` from a little before its first marked word, at most ``chars`` of it, escaped, the
+    words ``marker`` (a ``Highlighter``, or a query under the default tokenizer) matched marked."""
+    marker = Highlighter(marker) if isinstance(marker, str) else marker
+    spans = marker.spans(text)
+    start = max(0, (spans[0][0] if spans else 0) - chars // 5)
     if start:
         start = (text.rfind("\n", 0, start) + 1) or (text.find(" ", start) + 1) or start
-    window = text[start:start + chars]
-    pattern = query_pattern(query)
-    out, at = [], 0
-    for m in pattern.finditer(window) if pattern else ():
-        out += [escape(window[at:m.start()]), f"<mark>{escape(m.group())}</mark>"]
-        at = m.end()
-    out.append(escape(window[at:]))
-    return ("[…] " if start else "") + "".join(out) + (" […]" if start + chars < len(text) else "")
+    end = min(len(text), start + chars)
+    return ("[…] " if start else "") + marker.mark(text, start, end) + (" […]" if end < len(text) else "")

@@ -22,7 +22,7 @@ from ..text import heuristic_tokens, nfc
 from ..vectors import check_query as check_query_vector
 from .boost import boost_terms, heading_key
 from .context import bounded, excerpt, stitch
-from .display import Hits
+from .display import Hits, hit_html
 from . import legend, literal
 from .filters import Filter
 from .rank import UNITS, Candidate, Explanation, RankParams, Ranked, rank
@@ -62,6 +62,10 @@ class Hit:
     section_end: int | None = None
     section_chunks: list[str] = field(default_factory=list)  # node ids of all the section's chunks, in order
     section_text: str | None = None  # the whole section, bounded by a token budget (context="section")
+
+    def _repr_html_(self) -> str:
+        """The hit as Jupyter shows it: its row of the table of the list it came in (``display.hit_html``)."""
+        return hit_html(self)
 
     def to_dict(self, explain: bool = True) -> dict[str, Any]:
         """A JSON-ready dict: the one shape of a hit in `polaris search --json [--explain]`,
@@ -221,7 +225,7 @@ class Searcher:
         params = self.params(query, k, mode, unit, lam if mode == "hybrid" else mmr_lambda, weights)
         with self.store.read():  # one snapshot for every stage
             return Hits(self._run(query, params, scope, query_vector, context_tokens), query=query, mode=mode,
-                        settings=settings)
+                        settings=settings, tokenizer=self.store.tokenizer().tokenizer)  # marks as BM25 matched
 
     def params(self, query: str, k: int, mode: str = "hybrid", unit: str = "section", mmr_lambda: float | None = None,
                weights: Mapping[str, float] | None = None) -> RankParams:

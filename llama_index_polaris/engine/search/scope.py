@@ -4,9 +4,16 @@ Documents and collections are resolved to a set of document ids (a collection me
 its searchable documents, joined with the documents named); metadata filters and node
 ids to a set of chunk ids. Both are applied inside the KNN and FTS queries.
 
-5ire scopes a collection to its completed documents. Polaris adds ``stale`` ones: a
-file whose re-index failed keeps serving its last good version, and each such hit says
-so, whether or not the query was scoped to a collection.
+5ire scopes a collection to its completed documents. Polaris takes every document that has a
+committed version (``SEARCHABLE``): ``completed``; ``stale``, a file whose re-index failed,
+which keeps serving its last good version (each such hit says so); and ``processing``, a
+document whose new version is being written, or was when a run was killed (#34). A
+document's chunks are only ever written, and swapped for the old ones, in the transaction
+that marks it ``completed`` (both backends refuse chunks under ``processing``), so what a
+processing document holds is the version last committed, never half of the new one; a new
+document holds nothing until then. ``pending`` (chunks a store user wrote but did not
+release) and ``failed`` stay out. A document being rewritten answers in a collection as it does
+unscoped, by its name or through a filter.
 
 A collection or document named that the index does not have is a ``ScopeError`` naming it
 (``names``); one that exists but has nothing searchable scopes to nothing (an empty list).
@@ -24,10 +31,10 @@ from ..text import storable
 from .filters import Filter, filter_sql, filter_sql_pg
 from .names import collections_named, known_documents
 
-SEARCHABLE = ("completed", "stale")
+SEARCHABLE = ("completed", "stale", "processing")  # the statuses of a document with a committed version
 CHUNKS_WITH_DOCUMENTS = "chunks c JOIN documents d ON d.id = c.document_id"
 # A chunk's metadata as readers see it: its document's (front matter, file_path), then its own.
-MERGED_METADATA = "CASE d.metadata WHEN '{}' THEN c.metadata ELSE json_patch(d.metadata, c.metadata) END"  # the statuses a collection scope includes
+MERGED_METADATA = "CASE d.metadata WHEN '{}' THEN c.metadata ELSE json_patch(d.metadata, c.metadata) END"
 
 
 @dataclass(frozen=True)
