@@ -582,8 +582,8 @@ def test_an_index_that_is_not_there_yet_is_an_error_of_each_call_until_it_is(tmp
     try:
         first = early.call("status")
         if "://" in later:  # a database is there, empty: what an empty file answers, naming the URI to build into
-            expected = (f"{shown(later)} is not a Polaris index (no Polaris tables). Build one with"
-                        f" `polaris index PATH --db {shown(later)}`.")
+            expected = (f"{shown(later)} is not a Polaris index: nothing is indexed there (no Polaris tables in schema"
+                        f" public). Build one with `polaris index PATH --db {shown(later)}` first.")
         else:
             expected = f"{later}: no such index. Build one with `polaris index PATH`."
         assert first.is_error and text_of(first) == expected

@@ -143,14 +143,14 @@ def test_a_call_while_the_server_is_down_says_so_and_the_first_after_answers(ser
 def test_a_write_whose_connection_is_lost_is_not_sent_again(server: OwnServer, project: Path) -> None:
     uri = uri_of(project)
     with PolarisIndex(uri, config=cfg(project)) as index, psycopg.connect(uri, autocommit=True) as holder:
-        holder.execute("SELECT pg_advisory_lock(%s)", (schema.WRITE_LOCK,))  # the write waits inside its transaction
+        holder.execute("SELECT pg_advisory_lock(%s)", (schema.lock_key(holder, schema.WRITE_LOCK),))  # the write waits
         failed: list[BaseException] = []
         writer = threading.Thread(target=lambda: _capture(failed, index.store.add_collection, "late"))
         writer.start()
         pid = _waiting_for_a_lock(holder)
         holder.execute("SELECT pg_terminate_backend(%s)", (pid,))
         writer.join(60)
-        holder.execute("SELECT pg_advisory_unlock(%s)", (schema.WRITE_LOCK,))
+        holder.execute("SELECT pg_advisory_unlock(%s)", (schema.lock_key(holder, schema.WRITE_LOCK),))
         assert len(failed) == 1 and isinstance(failed[0], ConnectionLostError), failed
         assert "during a write, which was not retried" in str(failed[0])
         assert "late" not in index.store.collections()  # not sent again on the new connection

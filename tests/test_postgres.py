@@ -363,7 +363,7 @@ def test_a_holder_that_did_not_name_itself_is_named_by_its_server_process(pg_uri
 
     with psycopg.connect(pg_uri, autocommit=True) as holder, psycopg.connect(pg_uri, autocommit=True) as other:
         assert run_lock_holder(other) is None
-        holder.execute("SELECT pg_advisory_lock(%s)", (schema.RUN_LOCK,))
+        holder.execute("SELECT pg_advisory_lock(%s)", (schema.lock_key(holder, schema.RUN_LOCK),))
         assert run_lock_holder(other) == f"server process {holder.info.backend_pid}"
 
 

@@ -27,11 +27,9 @@ def error_message(exc: BaseException, target: str | os.PathLike[str]) -> str | N
     """What to tell a user about a backend's own error on ``target`` (None: not a backend error):
     a damaged SQLite file gets the check and the cure, a Postgres error names the server."""
     if is_server_uri(str(target)):
-        from .postgres.connect import is_driver_error, shown
+        from .postgres.connect import driver_error_message, is_driver_error
 
-        if is_driver_error(exc):
-            return f"PostgreSQL failed on {shown(str(target))}: {str(exc).strip()}."
-        return None
+        return driver_error_message(exc, str(target)) if is_driver_error(exc) else None
     from .db.connect import sqlite_error_message
 
     return sqlite_error_message(exc, target)

@@ -39,27 +39,14 @@ from typing import Any, Iterator, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
+from .masking import SERVER_SCHEMES, shown_target  # noqa: F401  (shown_target: a URI without its passwords)
+
 MAX_K = 4096  # the deepest candidate list a backend is asked for (sqlite-vec's limit on k)
-SERVER_SCHEMES = ("postgresql://", "postgres://")
 
 
 def is_server_uri(target: Any) -> bool:
     """True when ``target`` names a database server (a ``postgresql://`` URI), not a file."""
     return isinstance(target, str) and target.lower().startswith(SERVER_SCHEMES)
-
-
-def shown_target(target: Any) -> str:
-    """``target`` as messages name it: a file's path as given, a URI with its password as ``***``."""
-    text = str(target)
-    if not is_server_uri(text):
-        return text
-    import urllib.parse
-
-    parts = urllib.parse.urlsplit(text)
-    if not parts.password:
-        return text
-    host = parts.netloc.rsplit("@", 1)[-1]
-    return urllib.parse.urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
 
 
 @runtime_checkable

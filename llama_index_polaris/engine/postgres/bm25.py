@@ -269,7 +269,10 @@ def copy_postings(conn: Any, postings: Sequence[tuple[str, int, int, int, bytes]
     """Write ``postings_of`` rows into ``table`` by one binary COPY."""
     if not postings:
         return
-    with conn.cursor() as cur, cur.copy(f"COPY {table} (term, chunk_id, tf, dl, pos) FROM STDIN (FORMAT BINARY)") as copy:
+    from psycopg import sql
+
+    statement = sql.SQL("COPY {} (term, chunk_id, tf, dl, pos) FROM STDIN (FORMAT BINARY)").format(sql.Identifier(table))
+    with conn.cursor() as cur, cur.copy(statement) as copy:
         copy.set_types(["text", "bigint", "integer", "integer", "bytea"])
         for row in postings:
             copy.write_row(row)

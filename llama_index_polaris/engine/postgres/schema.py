@@ -17,10 +17,17 @@ write transaction changed in the two counts, applied once before COMMIT
 
 Every migration runs in one transaction under an advisory lock, so two processes opening a
 new database at once apply each step once; ``polaris_meta.schema_version`` holds the last.
+
+One schema is one index. Polaris's schema is the first of the connection's search path (made by
+the first migration when it does not exist yet, with pgvector when the database has none); the
+catalog is read in that schema only, and the advisory locks are that schema's (``lock_key``), so
+two indexes in two schemas of one database never wait for each other. Names read from the
+catalog go into SQL only as ``psycopg.sql.Identifier``.
 """
 
 from __future__ import annotations
 
+import zlib
 from typing import Any, Callable
 
 from ..errors import DatabaseError
@@ -213,30 +220,61 @@ MIGRATIONS: tuple[tuple[int, str, Callable[[Any], None]], ...] = (
      lambda conn: _positions_in_index(conn)),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
-SCHEMA_LOCK = 0x706F6C61_72697301  # advisory lock keys ("polaris" + a purpose byte)
-WRITE_LOCK = 0x706F6C61_72697302
-RUN_LOCK = 0x706F6C61_72697303
+SCHEMA_LOCK, WRITE_LOCK, RUN_LOCK = 1, 2, 3  # what an advisory lock is for (``lock_key``)
+LOCK_PREFIX = 0x706F6C00  # "pol" + the purpose byte, the key's high half; the schema's name its low half
+
+
+def lock_key(conn: Any, purpose: int) -> int:
+    """The advisory lock key for ``purpose`` (``SCHEMA_LOCK``, ``WRITE_LOCK``, ``RUN_LOCK``) in
+    the connection's Polaris schema: each schema of a database is an index with its own locks."""
+    return (LOCK_PREFIX | purpose) << 32 | zlib.crc32(polaris_schema(conn).encode())
+
+
+def polaris_schema(conn: Any) -> str:
+    """The schema Polaris's tables are in (or go into) for ``conn``: the first of its search path."""
+    name = getattr(conn, "polaris_schema", None)
+    if name:
+        return name
+    from .connect import first_in_path
+
+    current, path = conn.execute("SELECT current_schema(), current_setting('search_path')").fetchone()
+    return current or first_in_path(path, conn.info.user)
+
+
+def _sql() -> Any:
+    from psycopg import sql
+
+    return sql
 
 
 def _script(conn: Any, sql: str) -> None:
     conn.execute(sql)  # one simple-query message: psycopg sends a parameterless script whole
 
 
-def set_aside_keys(conn: Any, table: str) -> list[str]:
-    """Drop ``table``'s keys, foreign keys and indexes, returning the statements that build them
-    again (on it, or on a table that takes its name): a bulk load then sorts once instead of
-    inserting into each index row by row."""
-    constraints = conn.execute("SELECT conname, pg_get_constraintdef(oid) FROM pg_constraint WHERE conrelid ="
-                               " %s::regclass AND contype IN ('p', 'u', 'f') ORDER BY contype = 'f', conname", (table,)).fetchall()
-    indexes = conn.execute("SELECT indexname, indexdef FROM pg_indexes WHERE tablename = %s AND indexname NOT IN"
-                           " (SELECT conname FROM pg_constraint WHERE conrelid = %s::regclass)",
-                           (table, table)).fetchall()
-    for name, _ in constraints:
-        conn.execute(f'ALTER TABLE {table} DROP CONSTRAINT "{name}"')
-    for name, _ in indexes:
-        conn.execute(f'DROP INDEX "{name}"')
-    return ([f'ALTER TABLE {table} ADD CONSTRAINT "{name}" {definition}' for name, definition in constraints]
-            + [definition for _, definition in indexes])
+def set_aside_keys(conn: Any, table: str) -> list[Any]:
+    """Drop ``table``'s keys, foreign keys and indexes (the table of Polaris's schema, nobody
+    else's), returning the statements that build them again (on it, or on a table that takes its
+    name): a bulk load then sorts once instead of inserting into each index row by row."""
+    sql = _sql()
+    name = sql.Identifier(polaris_schema(conn), table)
+    oid = conn.execute("SELECT c.oid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+                       " WHERE n.nspname = %s AND c.relname = %s", (polaris_schema(conn), table)).fetchone()
+    if oid is None:
+        raise DatabaseError(f"{conn.polaris_name or 'the database'} has no table {table} in schema"
+                            f" {polaris_schema(conn)}: not a complete Polaris index.")
+    constraints = conn.execute("SELECT conname, pg_get_constraintdef(oid) FROM pg_constraint WHERE conrelid = %s"
+                               " AND contype IN ('p', 'u', 'f') ORDER BY contype = 'f', conname", oid).fetchall()
+    indexes = conn.execute("SELECT c.relname, pg_get_indexdef(i.indexrelid) FROM pg_index i JOIN pg_class c ON"
+                           " c.oid = i.indexrelid WHERE i.indrelid = %s AND NOT EXISTS (SELECT 1 FROM pg_constraint k"
+                           " WHERE k.conrelid = i.indrelid AND k.conindid = i.indexrelid) ORDER BY 1", oid).fetchall()
+    for constraint, _ in constraints:
+        conn.execute(sql.SQL("ALTER TABLE {} DROP CONSTRAINT {}").format(name, sql.Identifier(constraint)))
+    for index, _ in indexes:
+        conn.execute(sql.SQL("DROP INDEX {}").format(sql.Identifier(polaris_schema(conn), index)))
+    # the definitions are the server's own text for these objects (pg_get_*def quotes every name)
+    return ([sql.SQL("ALTER TABLE {} ADD CONSTRAINT {} ").format(name, sql.Identifier(constraint)) + sql.SQL(definition)
+             for constraint, definition in constraints]
+            + [sql.SQL(definition) for _, definition in indexes])
 
 
 def _positions(conn: Any, batch: int = 2_000) -> None:
@@ -264,8 +302,10 @@ def _positions(conn: Any, batch: int = 2_000) -> None:
         last = rows[-1][0]
         counted = tokenizer.positions([tuple(r) for r in rows])
         copy_postings(conn, postings_of(counted.items()), "chunks_bm25_positions")
-    old, new = (conn.execute("SELECT count(*), coalesce(sum(hashtextextended(concat_ws(' ', term, chunk_id, tf, dl),"
-                             f" 0)), 0) FROM {t}").fetchone() for t in ("chunks_bm25", "chunks_bm25_positions"))
+    sql = _sql()
+    old, new = (conn.execute(sql.SQL("SELECT count(*), coalesce(sum(hashtextextended(concat_ws(' ', term, chunk_id, tf,"
+                                     " dl), 0)), 0) FROM {}").format(sql.Identifier(t))).fetchone()
+                for t in ("chunks_bm25", "chunks_bm25_positions"))
     if old != new:
         raise DatabaseError(f"migration 4 found other postings when tokenizing the chunks again ({new[0]} rows against"
                             f" {old[0]}); nothing was changed. Index the folders again into a new database"
@@ -282,7 +322,9 @@ def retype_vectors(conn: Any, dim: int) -> None:
     compares); the sign-bit triggers, which name the column, are set aside meanwhile."""
     bits = has_table(conn, "chunks_bits")
     if bits:
-        conn.execute("; ".join(f"DROP TRIGGER IF EXISTS {t} ON chunks" for t in BITS_TRIGGERS))
+        sql = _sql()
+        conn.execute(sql.SQL("; ").join(sql.SQL("DROP TRIGGER IF EXISTS {} ON chunks").format(sql.Identifier(t))
+                                        for t in BITS_TRIGGERS))
     conn.execute(f"ALTER TABLE chunks ALTER COLUMN embedding TYPE vector({int(dim)})")
     conn.execute(f"ALTER TABLE chunks ADD COLUMN IF NOT EXISTS embedding_half halfvec({int(dim)})"
                  f" GENERATED ALWAYS AS (embedding::halfvec({int(dim)})) STORED")
@@ -305,8 +347,9 @@ def _positions_in_index(conn: Any) -> None:
 
 
 def has_table(conn: Any, name: str) -> bool:
-    """True when ``name`` is a table in the connection's schema search path."""
-    return conn.execute("SELECT to_regclass(%s) IS NOT NULL", (name,)).fetchone()[0]
+    """True when ``name`` is a table (or an index) in Polaris's schema (not elsewhere on the search path)."""
+    return conn.execute("SELECT EXISTS (SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+                        " WHERE n.nspname = %s AND c.relname = %s)", (polaris_schema(conn), name)).fetchone()[0]
 
 
 def schema_version(conn: Any) -> int:
@@ -320,7 +363,7 @@ def schema_version(conn: Any) -> int:
 def refuse_foreign(conn: Any, where: str) -> None:
     """A database with tables but no Polaris schema is someone else's: never write into it."""
     names = [r[0] for r in conn.execute(
-        "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() ORDER BY tablename LIMIT 5")]
+        "SELECT tablename FROM pg_tables WHERE schemaname = %s ORDER BY tablename LIMIT 5", (polaris_schema(conn),))]
     if names:
         raise DatabaseError(
             f"{where} is not a Polaris index (its schema already has tables: {', '.join(names)}); name an empty"
@@ -329,11 +372,12 @@ def refuse_foreign(conn: Any, where: str) -> None:
 
 
 def migrate(conn: Any, where: str) -> list[int]:
-    """Apply the pending migrations, each in its own transaction under the schema lock."""
+    """Apply the pending migrations, each in its own transaction under the schema lock; the first
+    makes Polaris's schema and pgvector where they are missing (never in someone else's schema)."""
     applied = []
     for number, _name, step in MIGRATIONS:
         with conn.transaction():
-            conn.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (lock_key(conn, SCHEMA_LOCK),))
             current = schema_version(conn)
             if current > SCHEMA_VERSION:
                 raise DatabaseError(
@@ -344,12 +388,27 @@ def migrate(conn: Any, where: str) -> list[int]:
                 continue
             if current == 0:
                 refuse_foreign(conn, where)
+                make_schema(conn)
+                from .connect import ensure_vector
+
+                ensure_vector(conn, where)
             step(conn)
             conn.execute(
                 "INSERT INTO polaris_meta (key, value) VALUES ('schema_version', %s)"
                 " ON CONFLICT (key) DO UPDATE SET value = excluded.value", (str(number),))
             applied.append(number)
+    if getattr(conn, "vector_schema", "") is None:  # another process made the index (and pgvector) meanwhile
+        from .connect import use_vector
+
+        use_vector(conn)
     return applied
+
+
+def make_schema(conn: Any) -> None:
+    """Create Polaris's schema when the search path names one that does not exist yet."""
+    if conn.execute("SELECT to_regnamespace(quote_ident(%s)) IS NULL", (polaris_schema(conn),)).fetchone()[0]:
+        sql = _sql()
+        conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(polaris_schema(conn))))
 
 
 INDEX_TABLES = ("chunks_bits", "chunks_vectors", "chunks_version", "chunks_bm25", "chunks_bm25_terms",
@@ -362,15 +421,17 @@ def drop_empty_index(conn: Any) -> bool:
     dropped; an index with anything in it is left alone. One transaction under the schema and
     write locks, so a writer that started meanwhile is seen first."""
     with conn.transaction():
-        conn.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
-        conn.execute("SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK,))
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (lock_key(conn, SCHEMA_LOCK),))
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (lock_key(conn, WRITE_LOCK),))
         if schema_version(conn) == 0:
             return False
         bound = conn.execute("SELECT count(*) FROM polaris_meta WHERE key = 'model_id'").fetchone()[0]
         if bound or conn.execute("SELECT EXISTS (SELECT 1 FROM documents)").fetchone()[0] \
                 or conn.execute("SELECT EXISTS (SELECT 1 FROM collections)").fetchone()[0]:
             return False
-        conn.execute("DROP TABLE " + ", ".join(INDEX_TABLES))
-        conn.execute("DROP SEQUENCE IF EXISTS chunks_bm25_version")
-        conn.execute("DROP FUNCTION IF EXISTS polaris_chunk_bits(), polaris_chunks_changed()")
+        sql, own = _sql(), polaris_schema(conn)
+        conn.execute(sql.SQL("DROP TABLE {}").format(sql.SQL(", ").join(sql.Identifier(own, t) for t in INDEX_TABLES)))
+        conn.execute(sql.SQL("DROP SEQUENCE IF EXISTS {}").format(sql.Identifier(own, "chunks_bm25_version")))
+        conn.execute(sql.SQL("DROP FUNCTION IF EXISTS {}(), {}()").format(
+            sql.Identifier(own, "polaris_chunk_bits"), sql.Identifier(own, "polaris_chunks_changed")))
     return True

@@ -6,7 +6,7 @@ model binding and its checks, stale documents, a schema version. Vectors live in
 pgvector column of ``chunks``; BM25 reads posting tables written with the chunks (``bm25.py``).
 
 Concurrency. Every write is one transaction that first takes a transaction-level advisory
-lock (``schema.WRITE_LOCK``): writers from any number of processes are serialised, each
+lock (``schema.WRITE_LOCK``, the schema's own): writers from any number of processes are serialised, each
 sees the others' commits, and a check made inside the lock (a node id stored elsewhere, a
 model bound meanwhile) holds until COMMIT. Readers are never blocked: a search runs in one
 REPEATABLE READ snapshot. A `polaris index` run also holds a session advisory lock
@@ -103,14 +103,16 @@ CHUNK_COLUMNS = ("c.id, c.node_id, c.document_id, c.ordinal, c.heading_path, c.h
 
 
 def run_lock_holder(conn: Any) -> str | None:
-    """Who holds this database's `polaris index` lock: the run's own name (its pid and host), or the
-    server process and the client's address for a holder that did not name itself; None if free."""
+    """Who holds the `polaris index` lock of this connection's schema: the run's own name (its pid
+    and host), or the server process and the client's address for a holder that did not name
+    itself; None if free."""
+    key = schema.lock_key(conn, schema.RUN_LOCK)
     row = conn.execute(
         "SELECT a.application_name, l.pid, a.client_addr::text FROM pg_locks l LEFT JOIN pg_stat_activity a"
         " ON a.pid = l.pid WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1"
         " AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"
         " AND l.classid::bigint = %s AND l.objid::bigint = %s",
-        (schema.RUN_LOCK >> 32, schema.RUN_LOCK & 0xFFFFFFFF)).fetchone()
+        (key >> 32, key & 0xFFFFFFFF)).fetchone()
     if row is None:
         return None
     name, pid, address = row
@@ -284,8 +286,9 @@ class PgStore:
     def _check_readable(self) -> None:
         version = schema.schema_version(self.conn)
         if version == 0:
-            raise DatabaseError(f"{self.path} is not a Polaris index (no Polaris tables). Build one with"
-                                f" `polaris index PATH --db {self.path}`.")
+            raise DatabaseError(f"{self.path} is not a Polaris index: nothing is indexed there (no Polaris tables in"
+                                f" schema {schema.polaris_schema(self.conn)}). Build one with"
+                                f" `polaris index PATH --db {self.path}` first.")
         if version > schema.SCHEMA_VERSION:
             raise DatabaseError(f"{self.path} has schema version {version}, newer than this Polaris; upgrade Polaris.")
         if version < schema.SCHEMA_VERSION:
@@ -318,7 +321,7 @@ class PgStore:
         if self.readonly:
             raise DatabaseError(self.readonly_reason or f"{self.path} was opened read-only.")
         with self._transaction() as conn:
-            conn.execute("SELECT pg_advisory_xact_lock(%s)", (schema.WRITE_LOCK,))
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (schema.lock_key(conn, schema.WRITE_LOCK),))
             self._delta = _Delta()
             yield conn
             self._delta.apply(conn)
@@ -360,18 +363,19 @@ class PgStore:
 
     @contextlib.contextmanager
     def writer_lock(self, on_wait: Any = None) -> Iterator[None]:
-        """One `polaris index` run at a time on this database (a session advisory lock)."""
+        """One `polaris index` run at a time on this index (a session advisory lock of its schema)."""
         lock = threading.Lock()  # a second connection: the store's own runs the writes meanwhile
         conn = connect(self.uri)
         try:  # the run names itself, so that the next one (and pg_stat_activity) can say who holds the lock
             conn.execute("SELECT set_config('application_name', %s, false)",
                          (f"polaris index (pid {os.getpid()} on {socket.gethostname()})"[:63],))
-            if not conn.execute("SELECT pg_try_advisory_lock(%s)", (schema.RUN_LOCK,)).fetchone()[0]:
+            key = schema.lock_key(conn, schema.RUN_LOCK)
+            if not conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()[0]:
                 if on_wait:
                     holder = run_lock_holder(conn)
-                    on_wait(f"another `polaris index` run{f' ({holder})' if holder else ''} holds {self.path};"
-                            " waiting for it to finish")
-                conn.execute("SELECT pg_advisory_lock(%s)", (schema.RUN_LOCK,))
+                    on_wait(f"another `polaris index` run{f' ({holder})' if holder else ''} holds {self.path}"
+                            f" (schema {schema.polaris_schema(conn)}); waiting for it to finish")
+                conn.execute("SELECT pg_advisory_lock(%s)", (key,))
             with lock:
                 yield
         finally:
@@ -815,7 +819,8 @@ class PgStore:
         with self._lock:
             return int(self.conn.execute(
                 "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c JOIN pg_namespace n"
-                " ON n.oid = c.relnamespace WHERE n.nspname = current_schema() AND c.relkind = 'r'").fetchone()[0])
+                " ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relkind = 'r'", (schema.polaris_schema(self.conn),)
+                ).fetchone()[0])
 
     # -- vectors: exact, or HNSW above HNSW_FROM ---------------------------------------
     def has_ann_index(self) -> bool:
@@ -825,8 +830,7 @@ class PgStore:
         found, when = self._ann_checked
         if found or time.monotonic() - when < 10.0:
             return found
-        found = self._reading(lambda: self.conn.execute("SELECT to_regclass('chunks_embedding_hnsw') IS NOT NULL")
-                              .fetchone()[0])
+        found = self._reading(lambda: schema.has_table(self.conn, "chunks_embedding_hnsw"))
         self._ann_checked = (found, time.monotonic())
         return found
 
@@ -847,7 +851,7 @@ class PgStore:
                     return False
             self._ann_checked = (False, 0.0)
             with self._transaction() as conn:
-                conn.execute("SELECT pg_advisory_xact_lock(%s)", (schema.WRITE_LOCK,))
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (schema.lock_key(conn, schema.WRITE_LOCK),))
                 n = conn.execute("SELECT count(*) FROM chunks WHERE embedding IS NOT NULL").fetchone()[0]
                 have = conn.execute("SELECT setting::bigint * 1024 FROM pg_settings WHERE name ="
                                     " 'maintenance_work_mem'").fetchone()[0]
@@ -893,8 +897,7 @@ class PgStore:
     def has_sign_bits(self) -> bool:
         """True when the database keeps the sign bits (migration 5; a read-only store may open an older one)."""
         if self._sign_bits is None:
-            self._sign_bits = bool(self._reading(
-                lambda: self.conn.execute("SELECT to_regclass('chunks_bits') IS NOT NULL").fetchone()[0]))
+            self._sign_bits = bool(self._reading(lambda: schema.has_table(self.conn, "chunks_bits")))
         return self._sign_bits
 
     def uses_sign_bits(self) -> bool:
