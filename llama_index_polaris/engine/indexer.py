@@ -302,7 +302,7 @@ class Indexer:
         """The documents this run marked processing and did not write go back as they were: a new
         one is dropped, another gets its last status (its last version never stopped answering)."""
         for doc_id, old in self._unfinished.items():
-            with contextlib.suppress(Exception):  # a connection lost with the interrupt: the next run finishes it
+            try:
                 now = self.store.get_document(doc_id)
                 if now is None or now.status != "processing":
                     continue
@@ -310,6 +310,8 @@ class Indexer:
                     self.store.delete_documents([doc_id])
                 else:
                     self.store.set_status(doc_id, old.status, old.error)
+            except Exception:  # a connection lost with the interrupt: the next run finishes it
+                break
 
     def _prepare(self, doc: SourceDocument, old: DocumentRecord | None, report: IndexReport) -> _Prepared | None:
         try:
