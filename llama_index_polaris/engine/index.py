@@ -204,6 +204,8 @@ class PolarisIndex:
     def vector_cache(self) -> Any:
         """The sign bits in RAM for vector KNN (None for one-shot processes): the file's
         ``VectorCache``, or ``PgVectorCache`` on a server, which choose the same candidates."""
+        if self.fast_start:  # before the imports: a one-shot search loads no cache module
+            return None
         if self.store.kind == "postgres":
             from .postgres.bits import PgVectorCache
 
@@ -218,6 +220,8 @@ class PolarisIndex:
     @property
     def bm25_cache(self) -> Any:
         """Chunk lengths and common words' postings for BM25 from RAM (None for one-shot processes)."""
+        if self.fast_start:
+            return None
         from .search.bm25_cache import Bm25Cache
 
         return self._long_lived("_bm25_cache", Bm25Cache)

@@ -144,8 +144,17 @@ class Embedder:
         if self._session is None:
             with self._lock:
                 if self._session is None:
-                    self._session = self._guarded(_shared, create_session, self.files.onnx, (self.threads, self.fast_start))
+                    setting = (self.threads, self.fast_start, self._fingerprint_or_none())
+                    self._session = self._guarded(_shared, create_session, self.files.onnx, setting)
         return self._session
+
+    def _fingerprint_or_none(self) -> str | None:
+        """The model's sha256, the key of its cached optimised graph (None if unreadable: the
+        session then reports the file)."""
+        try:
+            return self.fingerprint
+        except OSError:
+            return None
 
     def _guarded(self, load, *args):
         """Run a loader; a broken file from the cache is removed so the next run fetches it again."""
