@@ -214,6 +214,7 @@ def _progress_bar(quiet: bool, delay: float = 0) -> Any:
 # -- search -----------------------------------------------------------------------
 def cmd_search(args: argparse.Namespace) -> int:
     """polaris search QUERY : hybrid search with optional explanation."""
+    _one_blas_thread()
     with _open(args, readonly=True) as index:
         hits = index.search(
             args.query, top_k=args.k, mode=args.mode, unit=args.unit,
@@ -234,6 +235,13 @@ def cmd_search(args: argparse.Namespace) -> int:
     for hit in hits:
         print(_hit_text(hit, args.query, color, args.explain, marker))
     return 0
+
+
+def _one_blas_thread() -> None:
+    """One search multiplies no large matrices: numpy's BLAS need not start a thread per core
+    (measured: 0.1 s less CPU per cold `polaris search`), unless the environment chose already."""
+    if "numpy" not in sys.modules:
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
 def _hit_text(hit: Any, query: str, color: bool, explain: bool, marker: Any = None) -> str:
