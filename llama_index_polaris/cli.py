@@ -755,14 +755,30 @@ def _asks_json(argv: list[str]) -> bool:
     return "--json" in (argv[:argv.index("--")] if "--" in argv else argv)
 
 
+def _exit_now(code: int) -> NoReturn:
+    """End a `polaris search` process without the interpreter's teardown (freeing the model
+    session and every module: 40 ms of a 0.28 s cold search, measured). The index is closed
+    and nothing else is pending; the output is flushed first."""
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except BrokenPipeError:
+        code = 0
+    os._exit(code)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `polaris` console script."""
+    console = argv is None  # a process of its own, which ends with this command
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(json_errors=_asks_json(argv))
     args = parser.parse_args(flag_query(argv, parser))
     as_json = bool(getattr(args, "json", False))
     try:
-        return args.func(args)
+        code = args.func(args)
+        if console and args.func is cmd_search:
+            _exit_now(code)
+        return code
     except PolarisError as exc:
         print_error(as_json, type(exc).__name__, str(exc))
         return EXIT_ERROR
