@@ -1,14 +1,17 @@
 """Cold `polaris search` against the bare imports it cannot avoid, paired in one run (#38).
 
     python benchmarks/cold_search.py [--runs 41] [--query "how do we rotate an api key"]
-        [--repo DIR]        # time another checkout's code (e.g. the commit before a change)
+        [--before DIR]      # also time another checkout's llama_index_polaris, in the same pairs
+        [--repo DIR]        # time another checkout's code instead of this one
 
 Indexes examples/handbook with examples/polaris.toml (the bundled all-minilm-l6-v2) into a
 temporary folder, byte-compiles the package, then runs, ``--runs`` times each, interleaved
 (the order alternates every pair, so drift in the machine's load falls on both):
 
 - A: ``polaris search QUERY`` in a new process (the console script next to this Python);
-- B: ``python -c "import numpy, onnxruntime, tokenizers"``.
+- B: ``python -c "import numpy, onnxruntime, tokenizers"``;
+- with ``--before DIR``, C: the same search with ``PYTHONPATH=DIR`` (e.g. ``git archive`` of
+  the commit before a change, unpacked), its index built by that code.
 
 Prints the medians (wall and CPU), the ratio of the medians and the median of the pairs'
 ratios, the load average before and after, and checks that the cold search returns the same
@@ -78,63 +81,88 @@ def long_lived_ids(work: Path, query: str, env: dict[str, str]) -> list[str]:
                                      capture_output=True, text=True).stdout)
 
 
-def measure(runs: int, query: str, repo: Path | None) -> dict:
+def code_env(repo: Path | None) -> dict[str, str]:
+    """The environment that runs ``repo``'s llama_index_polaris (this checkout's when None), compiled."""
     env = dict(os.environ)
     if repo is not None:
         env["PYTHONPATH"] = os.pathsep.join([str(repo), env.get("PYTHONPATH", "")])
-    package = (repo or REPO) / "llama_index_polaris"
-    compileall.compile_dir(str(package), quiet=1)
-    search = [*polaris_command(), "search", query, "--json"]
-    bare = [sys.executable, "-c", BARE]
-    with tempfile.TemporaryDirectory(prefix="polaris-cold-") as tmp:
-        work = Path(tmp)
-        index_handbook(work, env)
-        run_timed(search, work, env), run_timed(bare, work, env)  # warm-up pair, not counted
-        load_before = os.getloadavg()
-        a_wall, a_cpu, b_wall, b_cpu = [], [], [], []
-        out = ""
-        for i in range(runs):
-            order = ("a", "b") if i % 2 == 0 else ("b", "a")
-            for which in order:
-                if which == "a":
-                    wall, cpu, out = run_timed(search, work, env)
-                    a_wall.append(wall), a_cpu.append(cpu)
-                else:
-                    wall, cpu, _ = run_timed(bare, work, env)
-                    b_wall.append(wall), b_cpu.append(cpu)
-        load_after = os.getloadavg()
-        cold_ids = [h["node_id"] for h in json.loads(out)]
-        same = cold_ids == long_lived_ids(work, query, env)
+    compileall.compile_dir(str((repo or REPO) / "llama_index_polaris"), quiet=1)
+    return env
+
+
+def summary(wall: list[float], cpu: list[float], bare_wall: list[float], bare_cpu: list[float]) -> dict:
     med = statistics.median
-    return {
-        "runs": runs, "query": query, "repo": str(repo or REPO),
-        "search_wall_s": med(a_wall), "bare_wall_s": med(b_wall),
-        "search_cpu_s": med(a_cpu), "bare_cpu_s": med(b_cpu),
-        "ratio": med(a_wall) / med(b_wall), "ratio_of_pairs": med(a / b for a, b in zip(a_wall, b_wall)),
-        "cpu_ratio": med(a_cpu) / med(b_cpu) if med(b_cpu) else float("nan"),
-        "search_wall_range_s": [min(a_wall), max(a_wall)], "bare_wall_range_s": [min(b_wall), max(b_wall)],
+    return {"wall_s": med(wall), "cpu_s": med(cpu), "wall_range_s": [min(wall), max(wall)],
+            "ratio": med(wall) / med(bare_wall), "ratio_of_pairs": med(a / b for a, b in zip(wall, bare_wall)),
+            "cpu_ratio": med(cpu) / med(bare_cpu) if med(bare_cpu) else float("nan")}
+
+
+def measure(runs: int, query: str, repo: Path | None, before: Path | None = None) -> dict:
+    envs = {"search": code_env(repo), "bare": dict(os.environ)}
+    if before is not None:
+        envs["before"] = code_env(before)
+    search = [*polaris_command(), "search", query, "--json"]
+    commands = {"search": search, "bare": [sys.executable, "-c", BARE], "before": search}
+    names = list(envs)
+    with tempfile.TemporaryDirectory(prefix="polaris-cold-") as tmp:
+        work = {name: Path(tmp) / name for name in names}
+        for name in names:
+            work[name].mkdir()
+            if name != "bare":
+                index_handbook(work[name], envs[name])
+        for name in names:  # warm-up round, not counted (page cache; the first writes the cached graph)
+            run_timed(commands[name], work[name], envs[name])
+        load_before = os.getloadavg()
+        wall: dict[str, list[float]] = {n: [] for n in names}
+        cpu: dict[str, list[float]] = {n: [] for n in names}
+        outs: dict[str, str] = {}
+        for i in range(runs):
+            for name in names if i % 2 == 0 else names[::-1]:  # the order alternates every round
+                w, c, outs[name] = run_timed(commands[name], work[name], envs[name])
+                wall[name].append(w), cpu[name].append(c)
+        load_after = os.getloadavg()
+        cold_ids = [h["node_id"] for h in json.loads(outs["search"])]
+        same = cold_ids == long_lived_ids(work["search"], query, envs["search"])
+    med = statistics.median
+    result = {
+        "runs": runs, "query": query, "repo": str(repo or REPO), "before_repo": str(before) if before else None,
+        "bare_wall_s": med(wall["bare"]), "bare_cpu_s": med(cpu["bare"]),
+        "bare_wall_range_s": [min(wall["bare"]), max(wall["bare"])],
+        "search": summary(wall["search"], cpu["search"], wall["bare"], cpu["bare"]),
+        "before": summary(wall["before"], cpu["before"], wall["bare"], cpu["bare"]) if before else None,
         "load_before": load_before, "load_after": load_after, "hits": len(cold_ids), "same_hits": same,
         "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     }
+    if before is not None:
+        result["same_hits_as_before"] = cold_ids == [h["node_id"] for h in json.loads(outs["before"])]
+    return result
 
 
 def render(r: dict) -> str:
     load = f"{r['load_before'][0]:.1f} before, {r['load_after'][0]:.1f} after (1-min load average)"
-    return "\n".join([
-        f"cold `polaris search` vs `python -c \"{BARE}\"`, {r['runs']} interleaved pairs, {r['when']}, load {load}",
+    rows = [("`polaris search`, this code", r["search"])]
+    if r["before"]:
+        rows.append((f"`polaris search`, {r['before_repo']}", r["before"]))
+
+    def row(label: str, s: dict) -> str:
+        return (f"| {label} | {s['wall_s']:.3f} s | {s['cpu_s']:.3f} s | {s['wall_range_s'][0]:.3f} to"
+                f" {s['wall_range_s'][1]:.3f} | **{s['ratio']:.2f}x** ({s['ratio_of_pairs']:.2f}x) | {s['cpu_ratio']:.2f}x |")
+
+    lines = [
+        f"cold `polaris search` on examples/handbook (59 chunks) vs `python -c \"{BARE}\"`, {r['runs']}"
+        f" interleaved rounds, {r['when']}, load {load}",
         "",
-        "| | wall p50 | CPU p50 | wall min to max |",
-        "|---|---|---|---|",
-        f"| `polaris search` (handbook, 59 chunks) | {r['search_wall_s']:.3f} s | {r['search_cpu_s']:.3f} s"
-        f" | {r['search_wall_range_s'][0]:.3f} to {r['search_wall_range_s'][1]:.3f} |",
-        f"| bare imports | {r['bare_wall_s']:.3f} s | {r['bare_cpu_s']:.3f} s"
-        f" | {r['bare_wall_range_s'][0]:.3f} to {r['bare_wall_range_s'][1]:.3f} |",
-        f"| **ratio** | **{r['ratio']:.2f}x** (median of the pairs' ratios {r['ratio_of_pairs']:.2f}x)"
-        f" | {r['cpu_ratio']:.2f}x | |",
+        "| command | wall p50 | CPU p50 | wall min to max | wall ratio to the bare imports (median of the rounds' ratios) | CPU ratio |",
+        "|---|---|---|---|---|---|",
+        *(row(label, s) for label, s in rows),
+        f"| bare imports | {r['bare_wall_s']:.3f} s | {r['bare_cpu_s']:.3f} s | {r['bare_wall_range_s'][0]:.3f} to"
+        f" {r['bare_wall_range_s'][1]:.3f} | 1 | 1 |",
         "",
-        f"same hits as a long-lived search: {r['same_hits']} ({r['hits']} hits)",
+        f"same hits as a long-lived search: {r['same_hits']} ({r['hits']} hits)"
+        + (f"; same hits as before: {r['same_hits_as_before']}" if r["before"] else ""),
         "",
-    ])
+    ]
+    return "\n".join(lines)
 
 
 def main() -> int:
@@ -142,12 +170,14 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=41, help="pairs to time (1 for a smoke run)")
     ap.add_argument("--query", default=QUERY)
     ap.add_argument("--repo", type=Path, default=None, help="run another checkout's llama_index_polaris")
+    ap.add_argument("--before", type=Path, default=None, help="also time this checkout's llama_index_polaris")
     args = ap.parse_args()
     if args.runs < 1:
         ap.error("--runs must be 1 or more")
-    result = measure(args.runs, args.query, args.repo.resolve() if args.repo else None)
+    resolved = [p.resolve() if p else None for p in (args.repo, args.before)]
+    result = measure(args.runs, args.query, *resolved)
     publish("cold_search", result, render)
-    return 0 if result["same_hits"] else 1
+    return 0 if result["same_hits"] and result.get("same_hits_as_before", True) else 1
 
 
 if __name__ == "__main__":
