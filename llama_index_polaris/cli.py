@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import gc
 import json
 import os
 import sys
@@ -774,9 +775,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser(json_errors=_asks_json(argv))
     args = parser.parse_args(flag_query(argv, parser))
     as_json = bool(getattr(args, "json", False))
+    one_shot = console and args.func is cmd_search
+    if one_shot:  # a search's imports make no garbage worth collecting before the process ends (-8 ms)
+        gc.disable()
     try:
         code = args.func(args)
-        if console and args.func is cmd_search:
+        if one_shot:
             _exit_now(code)
         return code
     except PolarisError as exc:
