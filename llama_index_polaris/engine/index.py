@@ -115,7 +115,7 @@ class PolarisIndex:
         tokenizer = self.config.fts_tokenizer if explicit or new else None
         self.store = open_store(self.path, readonly=readonly, fts_tokenizer=None if readonly else tokenizer)
         self._embedder: Any = None
-        self.fast_start = fast_start  # a one-shot process: no ONNX graph optimisation, no vector cache
+        self.fast_start = fast_start  # a one-shot process: a one-query ONNX session, no vector or BM25 cache
         self._vector_cache: Any = None
         self._bm25_cache: Any = None
         self._freshness: Any = None

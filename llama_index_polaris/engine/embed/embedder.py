@@ -206,8 +206,8 @@ def load_embedder(
     """The process-wide Embedder for these arguments (the same object for the same arguments).
 
     Finds or downloads the files now; the ONNX session is created on the first embedding.
-    ``fast_start`` skips ONNX Runtime's graph optimisation: the session is ready in about a
-    quarter of the time, for processes that embed a query or two and exit (`polaris search`).
+    ``fast_start`` is for processes that embed a query or two and exit (`polaris search`):
+    one thread, no weight prepacking, the optimised graph from the cache (``runtime.create_session``).
     """
     spec = get_model_spec(model_id)
     key = (model_id, resolve_dim(spec, dim), str(Path(model_dir).resolve()) if model_dir else None, threads,
