@@ -115,7 +115,7 @@ class PolarisIndex:
         tokenizer = self.config.fts_tokenizer if explicit or new else None
         self.store = open_store(self.path, readonly=readonly, fts_tokenizer=None if readonly else tokenizer)
         self._embedder: Any = None
-        self.fast_start = fast_start  # a one-shot process: no ONNX graph optimisation, no vector cache
+        self.fast_start = fast_start  # a one-shot process: a one-query ONNX session, no vector or BM25 cache
         self._vector_cache: Any = None
         self._bm25_cache: Any = None
         self._freshness: Any = None
@@ -204,6 +204,8 @@ class PolarisIndex:
     def vector_cache(self) -> Any:
         """The sign bits in RAM for vector KNN (None for one-shot processes): the file's
         ``VectorCache``, or ``PgVectorCache`` on a server, which choose the same candidates."""
+        if self.fast_start:  # before the imports: a one-shot search loads no cache module
+            return None
         if self.store.kind == "postgres":
             from .postgres.bits import PgVectorCache
 
@@ -218,6 +220,8 @@ class PolarisIndex:
     @property
     def bm25_cache(self) -> Any:
         """Chunk lengths and common words' postings for BM25 from RAM (None for one-shot processes)."""
+        if self.fast_start:
+            return None
         from .search.bm25_cache import Bm25Cache
 
         return self._long_lived("_bm25_cache", Bm25Cache)

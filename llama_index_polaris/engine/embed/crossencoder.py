@@ -66,7 +66,7 @@ class CrossEncoder:
         self.pad_id = (self.tokenizer.padding or {}).get("pad_id", 0)
         self.tokenizer.no_padding()
         self.tokenizer.enable_truncation(max_length=window)
-        self.session: Session = create_session(onnx, (None, False))
+        self.session: Session = create_session(onnx, (None, False, None))  # no cached graph: a long-lived reranker
         self.batch_size = batch_size
         self.name = str(onnx)
         self._lock = threading.Lock()

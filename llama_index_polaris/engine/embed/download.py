@@ -15,9 +15,6 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
-import urllib.parse
-import urllib.request
 from pathlib import Path
 from typing import Callable, Union
 
@@ -73,6 +70,10 @@ def missing_model_message(spec: ModelSpec, dest_dir: Path, reason: str) -> str:
 def unreachable(url: str, timeout: float = PROBE_SECONDS) -> str | None:
     """Why ``url``'s server, or the proxy the environment puts in front of it, cannot be reached
     in one connection attempt of ``timeout`` seconds; None when it can."""
+    import socket  # here, not at the top: a search finds the hub cache through this module (urllib.request: 12 ms)
+    import urllib.parse
+    import urllib.request
+
     parts = urllib.parse.urlsplit(url)
     proxy = None if urllib.request.proxy_bypass(parts.hostname or "") else urllib.request.getproxies().get(parts.scheme)
     target = urllib.parse.urlsplit(proxy if "://" in (proxy or "://") else f"http://{proxy}") if proxy else parts

@@ -144,8 +144,17 @@ class Embedder:
         if self._session is None:
             with self._lock:
                 if self._session is None:
-                    self._session = self._guarded(_shared, create_session, self.files.onnx, (self.threads, self.fast_start))
+                    setting = (self.threads, self.fast_start, self._fingerprint_or_none())
+                    self._session = self._guarded(_shared, create_session, self.files.onnx, setting)
         return self._session
+
+    def _fingerprint_or_none(self) -> str | None:
+        """The model's sha256, the key of its cached optimised graph (None if unreadable: the
+        session then reports the file)."""
+        try:
+            return self.fingerprint
+        except OSError:
+            return None
 
     def _guarded(self, load, *args):
         """Run a loader; a broken file from the cache is removed so the next run fetches it again."""
@@ -197,8 +206,8 @@ def load_embedder(
     """The process-wide Embedder for these arguments (the same object for the same arguments).
 
     Finds or downloads the files now; the ONNX session is created on the first embedding.
-    ``fast_start`` skips ONNX Runtime's graph optimisation: the session is ready in about a
-    quarter of the time, for processes that embed a query or two and exit (`polaris search`).
+    ``fast_start`` is for processes that embed a query or two and exit (`polaris search`):
+    one thread, no weight prepacking, the optimised graph from the cache (``runtime.create_session``).
     """
     spec = get_model_spec(model_id)
     key = (model_id, resolve_dim(spec, dim), str(Path(model_dir).resolve()) if model_dir else None, threads,
