@@ -38,6 +38,10 @@ def test_builtin_models():
     assert minilm.bundled is not None and not minilm.matryoshka
     assert (mxbai.pooling, mxbai.native_dim, mxbai.matryoshka, mxbai.doc_prefix) == ("cls", 1024, True, "")
     assert mxbai.query_prefix == "Represent this sentence for searching relevant passages: "
+    e5 = get_model_spec("multilingual-e5-small")
+    assert (e5.repo, e5.pooling, e5.native_dim, e5.default_dim, e5.window) == ("intfloat/multilingual-e5-small", "mean", 384, 384, 512)
+    assert (e5.doc_prefix, e5.query_prefix, e5.licence, e5.matryoshka) == ("passage: ", "query: ", "MIT", False)
+    assert all(spec.licence for spec in BUILTIN_MODELS)
     for spec in BUILTIN_MODELS:
         assert spec.onnx.path == "onnx/model.onnx" and spec.tokenizer.path == "tokenizer.json"
         assert all(len(f.sha256) == 64 and f.size for f in spec.files)

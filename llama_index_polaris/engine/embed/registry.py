@@ -1,12 +1,13 @@
 """The model registry: what each embedding model needs, registered through the plugin hook.
 
-The three built-in models are registered by :func:`register_embedding_models`, the same
+The built-in models are registered by :func:`register_embedding_models`, the same
 ``register_embedding_models`` hook a third-party plugin implements (see ``hookspecs``).
 File hashes and sizes are pinned to one revision of each model's Hugging Face repository.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
 
@@ -65,6 +66,7 @@ class ModelSpec:
     size_mb: int = 0
     bundled: BundledModel | None = None
     description: str = ""
+    licence: str = ""  # SPDX id of the model's weights, from its model card
 
     def __post_init__(self) -> None:
         if self.pooling not in POOLINGS:
@@ -144,12 +146,33 @@ MXBAI = ModelSpec(
     description="accurate and large, 1024-d Matryoshka, CLS pooling, query prompt",
 )
 
-BUILTIN_MODELS = (NOMIC, MINILM, MXBAI)
+# XLM-R tokenizer (Unigram, 250k pieces, covers CJK); pins agree across several public manifests of this revision.
+E5_SMALL = ModelSpec(
+    id="multilingual-e5-small",
+    repo="intfloat/multilingual-e5-small",
+    revision="614241f622f53c4eeff9890bdc4f31cfecc418b3",
+    onnx=ModelFile("onnx/model.onnx", "ca456c06b3a9505ddfd9131408916dd79290368331e7d76bb621f1cba6bc8665", 470_268_510),
+    tokenizer=ModelFile("tokenizer.json", "0b44a9d7b51c3c62626640cda0e2c2f70fdacdc25bbbd68038369d14ebdf4c39", 17_082_730),
+    pooling="mean",
+    native_dim=384,
+    default_dim=384,
+    window=512,
+    doc_prefix="passage: ",
+    query_prefix="query: ",
+    size_mb=487,
+    description="multilingual (100 languages, CJK included), 384-d, query:/passage: prefixes",
+    licence="MIT",
+)
+
+NOMIC = dataclasses.replace(NOMIC, licence="Apache-2.0")
+MINILM = dataclasses.replace(MINILM, licence="Apache-2.0")
+MXBAI = dataclasses.replace(MXBAI, licence="Apache-2.0")
+BUILTIN_MODELS = (NOMIC, MINILM, MXBAI, E5_SMALL)
 
 
 @hookimpl(tryfirst=True)
 def register_embedding_models(register):
-    """Register the three built-in models, through the same hook plugins use (first: they win)."""
+    """Register the built-in models, through the same hook plugins use (first: they win)."""
     for spec in BUILTIN_MODELS:
         register(spec)
 
