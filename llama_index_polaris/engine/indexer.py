@@ -301,6 +301,8 @@ class Indexer:
     def _put_back(self) -> None:
         """The documents this run marked processing and did not write go back as they were: a new
         one is dropped, another gets its last status (its last version never stopped answering)."""
+        with contextlib.suppress(Exception):  # no new connection: the next run finishes them
+            self.store.after_interrupt()
         for doc_id, old in self._unfinished.items():
             try:
                 now = self.store.get_document(doc_id)

@@ -107,6 +107,9 @@ class Store:
             raise
 
     # -- lifecycle -------------------------------------------------------------
+    def after_interrupt(self) -> None:
+        """After a KeyboardInterrupt: nothing to do (SQLite rolled the statement back)."""
+
     def close(self) -> None:
         """Close the connection (after any statement another thread is running on it); a writer
         whose last checkpoint was held back by a reader tries once more first."""

@@ -197,6 +197,17 @@ class PgStore:
             self._closed = True
             self.conn.close()
 
+    def after_interrupt(self) -> None:
+        """After a KeyboardInterrupt: a connection it left mid-statement or in a transaction is
+        replaced, so that the clean-up that follows (the indexer's put-back) can run."""
+        from psycopg import pq
+
+        with self._lock:
+            if self._closed or self._depth:
+                return
+            if self.conn.closed or self.conn.info.transaction_status != pq.TransactionStatus.IDLE:
+                self._reconnect(None)
+
     def _connect(self) -> Any:
         """A new connection to this index: the first, and each one after a connection was lost."""
         return connect(self.uri)
