@@ -21,6 +21,20 @@ OUT = REPO / "benchmarks" / "out"
 DEFAULT_EVAL = (REPO / ".." / "shared" / "eval").resolve()
 
 
+def docsets_home() -> Path:
+    """Where prepared doc sets live: $POLARIS_DOCSETS, else ../shared/eval/docsets when it can be
+    written, else benchmarks/out/docsets-src (../shared is read-only on some machines)."""
+    if os.environ.get("POLARIS_DOCSETS"):
+        return Path(os.environ["POLARIS_DOCSETS"]).resolve()
+    shared = DEFAULT_EVAL / "docsets"
+    if shared.is_dir() or os.access(DEFAULT_EVAL, os.W_OK):
+        return shared
+    return OUT / "docsets-src"
+
+
+DOCSETS = docsets_home()
+
+
 def out_dir() -> Path:
     OUT.mkdir(parents=True, exist_ok=True)
     return OUT

@@ -42,12 +42,11 @@ from pathlib import Path
 from typing import Any, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import DEFAULT_EVAL, REPO  # noqa: E402
+from common import DEFAULT_EVAL, DOCSETS, REPO  # noqa: E402
 
 from llama_index_polaris.engine.evaluate import read_qrels  # noqa: E402
 
 LABELS = REPO / "benchmarks" / "docsets"
-DOCSETS = DEFAULT_EVAL / "docsets"
 MIRRORS = Path("/work/.mirror")
 MODEL = "all-minilm-l6-v2"
 KINDS = ("paraphrase", "identifier", "mixed")

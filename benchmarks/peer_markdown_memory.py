@@ -75,7 +75,9 @@ _sqlite_with_extensions()
 
 REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "benchmarks" / "out"
-DOCSETS = (REPO / ".." / "shared" / "eval" / "docsets").resolve()
+sys.path.insert(0, str(REPO / "benchmarks"))
+from common import DOCSETS  # noqa: E402
+
 LABELS = REPO / "benchmarks" / "docsets"
 SETS = ("cargo-book", "typer", "pydantic", "anthropic_docs")
 WINDOW = 256

@@ -27,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_chunk  # noqa: E402
-from common import DEFAULT_EVAL, REPO, machine, machine_line, pcts  # noqa: E402
+from common import DEFAULT_EVAL, DOCSETS, REPO, machine, machine_line, pcts  # noqa: E402
 
 POLARIS = str(Path(sys.executable).with_name("polaris"))
 HELD_OUT = ("pydantic", "sqlmodel", "typer", "uv", "mkdocs", "poetry")
@@ -114,7 +114,7 @@ def _timed(fn, *args) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--docs", nargs="*", default=[str(DEFAULT_EVAL / "docsets" / n / "docs") for n in HELD_OUT])
+    ap.add_argument("--docs", nargs="*", default=[str(DOCSETS / n / "docs") for n in HELD_OUT])
     ap.add_argument("--queries", type=int, default=30)
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()

@@ -23,7 +23,8 @@ from .store import UNKNOWN_MODEL, ModelBinding
 # worker threads imports these first, in its own thread (``import_engine``).
 ENGINE_MODULES = (
     "chunk", "db", "embed", "embed.embedder", "embed.crossencoder", "documents", "freshness", "indexer",
-    "proof", "sources", "vectors", "search.pipeline", "search.rerank", "search.vector_cache", "search.bm25_cache",
+    "proof", "removal", "sources", "vectors", "search.pipeline", "search.rerank", "search.vector_cache",
+    "search.bm25_cache",
 )
 SERVER_MODULES = ("postgres", "postgres.connect", "postgres.schema", "postgres.bits")
 
