@@ -31,10 +31,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import DEFAULT_EVAL, out_dir, pcts  # noqa: E402
 from speed import hybrid_db, scifact_pieces  # noqa: E402
 
-from llama_index_polaris.engine.db.connect import connect  # noqa: E402
-from llama_index_polaris.engine.search.bm25 import bm25, fts_query, query_words  # noqa: E402
-from llama_index_polaris.engine.db.postings import fts_tokenizer  # noqa: E402
-from llama_index_polaris.engine.search.postings import K1, idf  # noqa: E402
+from llama_index_polaris.engine.sqlite.connect import connect  # noqa: E402
+from llama_index_polaris.engine.sqlite.bm25 import bm25, fts_query, query_words  # noqa: E402
+from llama_index_polaris.engine.sqlite.postings import fts_tokenizer  # noqa: E402
+from llama_index_polaris.engine.sqlite.bm25_postings import K1, idf  # noqa: E402
 from llama_index_polaris.engine.tokenize import Tokenizer  # noqa: E402
 
 ORDERED = ("SELECT rowid, -bm25(chunks_fts, 1.0, 1.0) FROM chunks_fts WHERE chunks_fts MATCH ?"

@@ -91,7 +91,7 @@ def machine() -> dict[str, Any]:
     try:
         import sqlite_vec
 
-        from llama_index_polaris.engine.db.connect import sqlite_module
+        from llama_index_polaris.engine.sqlite.connect import sqlite_module
 
         mod = sqlite_module()
         conn = mod.connect(":memory:")

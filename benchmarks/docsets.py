@@ -44,7 +44,7 @@ from typing import Any, Sequence
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import DEFAULT_EVAL, DOCSETS, REPO  # noqa: E402
 
-from llama_index_polaris.engine.evaluate import read_qrels  # noqa: E402
+from llama_index_polaris.engine.tune.evaluate import read_qrels  # noqa: E402
 
 LABELS = REPO / "benchmarks" / "docsets"
 MIRRORS = Path("/work/.mirror")
@@ -161,7 +161,7 @@ def chunk_settings() -> Any:
     """The settings the Indexer chunks with for the bundled model (budget capped at its window)."""
     from llama_index_polaris.engine.config import load_config
     from llama_index_polaris.engine.embed import load_embedder
-    from llama_index_polaris.engine.recipe import make_recipe
+    from llama_index_polaris.engine.ingest.recipe import make_recipe
 
     cfg = load_config(model_id=MODEL, use_user_config=False)
     embedder = load_embedder(MODEL)
@@ -177,7 +177,7 @@ def chunk_file(text: str, relpath: str) -> list[Any]:
 
 def engine_files(docs: Path) -> list[tuple[str, Path]]:
     """(relpath, path) of every file the engine would index under ``docs``."""
-    from llama_index_polaris.engine.sources import walk
+    from llama_index_polaris.engine.ingest.sources import walk
 
     return [(f.relpath, f.path) for f in walk([docs], docs.resolve()).files]
 
@@ -257,7 +257,7 @@ def prepare_anthropic(eval_dir: Path = DEFAULT_EVAL) -> Path:
     """Pages rebuilt as in benchmarks/quality.py, written as files; qrels mapped to heading paths."""
     from quality import rebuild_pages
 
-    from llama_index_polaris.engine.evaluate import load_beir
+    from llama_index_polaris.engine.tune.evaluate import load_beir
 
     beir = load_beir(eval_dir / "anthropic_docs", "test")
     pages, spans = rebuild_pages(beir.corpus)

@@ -23,9 +23,9 @@ from common import DEFAULT_EVAL, out_dir  # noqa: E402
 from quality import MODEL, rebuild_pages, section_metrics, sections_in_order  # noqa: E402
 
 from llama_index_polaris.engine.config import load_config  # noqa: E402
-from llama_index_polaris.engine.evaluate import load_beir  # noqa: E402
-from llama_index_polaris.engine.indexer import Indexer  # noqa: E402
-from llama_index_polaris.engine.recipe import CONTEXTS  # noqa: E402
+from llama_index_polaris.engine.tune.evaluate import load_beir  # noqa: E402
+from llama_index_polaris.engine.ingest.indexer import Indexer  # noqa: E402
+from llama_index_polaris.engine.ingest.recipe import CONTEXTS  # noqa: E402
 from llama_index_polaris.engine.index import PolarisIndex  # noqa: E402
 
 

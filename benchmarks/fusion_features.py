@@ -24,7 +24,7 @@ from common import out_dir  # noqa: E402
 from docsets import ALL_SETS, load_set, section_id  # noqa: E402
 from sections import open_index  # noqa: E402
 
-from llama_index_polaris.engine import evaluate  # noqa: E402
+from llama_index_polaris.engine.tune import evaluate  # noqa: E402
 from llama_index_polaris.engine.search import literal  # noqa: E402
 
 

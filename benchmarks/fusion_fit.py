@@ -33,9 +33,9 @@ from common import out_dir  # noqa: E402
 from docsets import ALL_SETS, load_set, section_id  # noqa: E402
 from sections import config, open_index  # noqa: E402
 
-from llama_index_polaris.engine import evaluate, tune  # noqa: E402
+from llama_index_polaris.engine.tune import evaluate, fit as tune  # noqa: E402
 from llama_index_polaris.engine.search import learned  # noqa: E402
-from llama_index_polaris.engine.tune_labels import Label, Question, beir_questions, samples  # noqa: E402
+from llama_index_polaris.engine.tune.labels import Label, Question, beir_questions, samples  # noqa: E402
 
 DIR = out_dir() / "fusion"
 

@@ -62,7 +62,7 @@ def rank_only(s: Any, texts: list[str], qvecs: Any, cfg: Any, weights: dict, rep
 
 
 def _scope(s: Any) -> Any:
-    from llama_index_polaris.engine.search.scope import resolve_scope
+    from llama_index_polaris.engine.storage.scope import resolve_scope
 
     with s.store.read() as conn:
         return resolve_scope(conn)

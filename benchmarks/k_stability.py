@@ -34,7 +34,7 @@ from common import out_dir, table  # noqa: E402
 from docsets import ALL_SETS, load_set  # noqa: E402
 from sections import hit_section, open_index, questions, score_query  # noqa: E402
 
-from llama_index_polaris.engine import evaluate  # noqa: E402
+from llama_index_polaris.engine.tune import evaluate  # noqa: E402
 
 
 def lists_at(searcher: Any, text: str, ks: Sequence[int], key: Any) -> dict[int, list[tuple[str, float]]]:

@@ -28,10 +28,10 @@ from common import DEFAULT_EVAL, machine, machine_line, out_dir  # noqa: E402
 from quality import MODEL, rebuild_pages, section_metrics, sections_in_order  # noqa: E402
 
 from llama_index_polaris.engine.config import load_config  # noqa: E402
-from llama_index_polaris.engine.evaluate import (  # noqa: E402
+from llama_index_polaris.engine.tune.evaluate import (  # noqa: E402
     corpus_markdown, documents_in_order, load_beir, score_run,
 )
-from llama_index_polaris.engine.indexer import SourceDocument  # noqa: E402
+from llama_index_polaris.engine.ingest.indexer import SourceDocument  # noqa: E402
 from llama_index_polaris.engine.index import PolarisIndex  # noqa: E402
 
 DEPTH = 100

@@ -87,8 +87,8 @@ from sections import K, ablation_row, config, open_index, questions, summarise  
 from llama_index_polaris.engine.search import pipeline  # noqa: E402
 from llama_index_polaris.engine.search.context import stitch  # noqa: E402
 from llama_index_polaris.engine.search.rank import Candidate, rank  # noqa: E402
-from llama_index_polaris.engine.search.scope import resolve_scope  # noqa: E402
-from llama_index_polaris.engine.store import from_blob  # noqa: E402
+from llama_index_polaris.engine.storage.scope import resolve_scope  # noqa: E402
+from llama_index_polaris.engine.sqlite.store import from_blob  # noqa: E402
 
 FLOOR = 20  # passages shorter than this (stripped characters) are never embedded
 CUT_VERSION = 1  # bump when the cutter changes: the cache key holds it

@@ -40,8 +40,8 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 from llama_index_polaris.engine.config import load_config  # noqa: E402
-from llama_index_polaris.engine.copy import copy_index  # noqa: E402
-from llama_index_polaris.engine.evaluate import documents_in_order, load_beir, ndcg_at_k  # noqa: E402
+from llama_index_polaris.engine.ingest.copy import copy_index  # noqa: E402
+from llama_index_polaris.engine.tune.evaluate import documents_in_order, load_beir, ndcg_at_k  # noqa: E402
 from llama_index_polaris.engine.index import PolarisIndex  # noqa: E402
 import speed  # noqa: E402
 
@@ -88,7 +88,7 @@ def copy_sqlite(src: Path, work: Path) -> Path:
 
 # -- quality ------------------------------------------------------------------------------
 def scifact_set(limit: int | None) -> dict[str, Any]:
-    from llama_index_polaris.engine.evaluate import eval_cache_dir
+    from llama_index_polaris.engine.tune.evaluate import eval_cache_dir
 
     beir = load_beir(SCIFACT, "test")
     found = sorted(eval_cache_dir().glob("scifact-*.db"))
@@ -228,8 +228,8 @@ def cmd_quality(args: argparse.Namespace) -> int:
 # -- speed --------------------------------------------------------------------------------
 def build_pair(args: argparse.Namespace, work: Path, base: str, words: list[str], rng) -> tuple[Path, str, dict]:
     """A synthetic SQLite index of ``args.n`` chunks and its ``polaris copy`` on Postgres."""
-    from llama_index_polaris.engine.records import ChunkRecord, DocumentRecord, ModelBinding
-    from llama_index_polaris.engine.store import Store
+    from llama_index_polaris.engine.storage.records import ChunkRecord, DocumentRecord, ModelBinding
+    from llama_index_polaris.engine.sqlite.store import Store
 
     timings: dict[str, float] = {}
     db = work / "speed.db"
@@ -330,7 +330,7 @@ def long_lived(db: Path, uri: str, cfg: Any, queries: list[str], qvecs: np.ndarr
     KNN list apart, recall@10 of the held bits against exact search, and the share of queries
     whose top 10 is the same on both."""
     from llama_index_polaris.engine.search.pipeline import ANN_SIZED_FOR
-    from llama_index_polaris.engine.search.scope import Scope
+    from llama_index_polaris.engine.storage.scope import Scope
 
     out: dict[str, Any] = {}
     opened = {"sqlite": PolarisIndex(db, config=cfg, readonly=True), "postgres": PolarisIndex(uri, config=cfg, readonly=True)}

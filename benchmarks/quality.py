@@ -41,15 +41,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import DEFAULT_EVAL, machine, machine_line, out_dir, pcts, publish, save_json, table  # noqa: E402
 
 from llama_index_polaris.engine.config import SETTINGS, load_config  # noqa: E402
-from llama_index_polaris.engine.evaluate import (  # noqa: E402
+from llama_index_polaris.engine.tune.evaluate import (  # noqa: E402
     build_eval_index, corpus_markdown, documents_in_order, load_beir, read_qrels, score_run,
 )
-from llama_index_polaris.engine.indexer import SourceDocument  # noqa: E402
-from llama_index_polaris.engine.search import bm25 as bm25_mod  # noqa: E402
+from llama_index_polaris.engine.ingest.indexer import SourceDocument  # noqa: E402
+from llama_index_polaris.engine.sqlite import bm25 as bm25_mod  # noqa: E402
 from llama_index_polaris.engine.search import pipeline  # noqa: E402
-from llama_index_polaris.engine.search.scope import Scope  # noqa: E402
+from llama_index_polaris.engine.storage.scope import Scope  # noqa: E402
 from llama_index_polaris.engine.index import PolarisIndex  # noqa: E402
-from llama_index_polaris.engine.store import from_blob, text_hash  # noqa: E402
+from llama_index_polaris.engine.sqlite.store import from_blob, text_hash  # noqa: E402
 
 MODEL = "all-minilm-l6-v2"
 DEPTH = 100
@@ -92,7 +92,7 @@ _BM25_MEMO: dict[Any, Any] = {}
 def memoised_candidates(conn_id: str):
     """Patch the SQLite Store's knn/bm25 (``search.vector.knn``, ``search.bm25.bm25``) with memoised
     versions (unscoped queries only)."""
-    from llama_index_polaris.engine.search import vector as vector_mod
+    from llama_index_polaris.engine.sqlite import vector as vector_mod
 
     real_knn, real_bm25 = vector_mod.knn, bm25_mod.bm25
 

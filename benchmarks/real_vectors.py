@@ -42,7 +42,7 @@ def path() -> Path:
 
 def build(eval_dir: Path, batch_docs: int = 50) -> Path:
     from llama_index_polaris.engine.embed import load_embedder
-    from llama_index_polaris.engine.store import ChunkRecord, DocumentRecord, ModelBinding, Store
+    from llama_index_polaris.engine.sqlite.store import ChunkRecord, DocumentRecord, ModelBinding, Store
 
     embedder = load_embedder(MODEL, batch_size=32)
     store = Store(path())

@@ -40,7 +40,7 @@ from common import out_dir  # noqa: E402
 from docsets import ALL_SETS, load_set  # noqa: E402
 from sections import DEEP, K, ablation_header, ablation_row, dedup, hit_section, open_index, questions, slots, summarise  # noqa: E402
 
-from llama_index_polaris.engine.search import bm25 as bm25_module  # noqa: E402
+from llama_index_polaris.engine.sqlite import bm25 as bm25_module  # noqa: E402
 from llama_index_polaris.engine.search import literal  # noqa: E402
 from llama_index_polaris.engine.search import pipeline  # noqa: E402
 

@@ -39,13 +39,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from docsets import ALL_SETS, load_set, section_id  # noqa: E402
 from sections import K, ablation_header, ablation_row, open_index, questions, summarise  # noqa: E402
 
-from llama_index_polaris.engine.db.connect import sqlite_module  # noqa: E402
-from llama_index_polaris.engine.search import bm25 as bm25_mod  # noqa: E402
+from llama_index_polaris.engine.sqlite.connect import sqlite_module  # noqa: E402
+from llama_index_polaris.engine.sqlite import bm25 as bm25_mod  # noqa: E402
 from llama_index_polaris.engine.search import pipeline  # noqa: E402
 from llama_index_polaris.engine.search.context import stitch  # noqa: E402
-from llama_index_polaris.engine.db.postings import fts_tokenizer  # noqa: E402
+from llama_index_polaris.engine.sqlite.postings import fts_tokenizer  # noqa: E402
 from llama_index_polaris.engine.search.rank import Candidate, rank  # noqa: E402
-from llama_index_polaris.engine.search.scope import resolve_scope  # noqa: E402
+from llama_index_polaris.engine.storage.scope import resolve_scope  # noqa: E402
 
 VARIANTS = ("baseline", "section", "section-cap3200", "section-cap2000", "max")
 

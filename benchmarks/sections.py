@@ -40,7 +40,7 @@ from common import machine, machine_line, out_dir, save_json  # noqa: E402
 from docsets import ALL_SETS, KINDS, MODEL, DocSet, load_set, section_id  # noqa: E402
 
 from llama_index_polaris.engine.config import load_config  # noqa: E402
-from llama_index_polaris.engine.evaluate import mrr_at_k, ndcg_at_k, recall_at_k  # noqa: E402
+from llama_index_polaris.engine.tune.evaluate import mrr_at_k, ndcg_at_k, recall_at_k  # noqa: E402
 
 K = 10
 DEEP = 100  # chunks fetched for "chunks, then deduplicate sections"

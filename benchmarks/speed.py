@@ -42,7 +42,7 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import DEFAULT_EVAL, REPO, machine, machine_line, out_dir, pcts, publish, save_json, table  # noqa: E402
 
-from llama_index_polaris.engine.db.connect import connect  # noqa: E402
+from llama_index_polaris.engine.sqlite.connect import connect  # noqa: E402
 
 MODEL = "all-minilm-l6-v2"
 N_CENTRES = 2000
@@ -234,8 +234,8 @@ def eval_copy() -> Path | None:
     """A migrated copy of the newest cached SciFact evaluation index (SQLite's backup API: a
     consistent snapshot even while it is written). The shared cache file itself is never
     migrated: checkouts on an older schema read it too."""
-    from llama_index_polaris.engine.evaluate import eval_cache_dir
-    from llama_index_polaris.engine.store import Store
+    from llama_index_polaris.engine.tune.evaluate import eval_cache_dir
+    from llama_index_polaris.engine.sqlite.store import Store
 
     complete = []
     for db in sorted(eval_cache_dir().glob("scifact-*.db"), key=lambda p: p.stat().st_mtime):
@@ -266,8 +266,8 @@ def real_bit_recall(eval_dir: Path, over: Sequence[int]) -> dict[str, Any] | Non
     """Sign-bit quantisation on real vectors: the cached SciFact index (bundled model) and its
     test queries; recall of bits + float re-scoring against exact search."""
     from llama_index_polaris.engine.embed import load_embedder
-    from llama_index_polaris.engine.evaluate import eval_cache_dir, load_beir
-    from llama_index_polaris.engine.store import Store
+    from llama_index_polaris.engine.tune.evaluate import eval_cache_dir, load_beir
+    from llama_index_polaris.engine.sqlite.store import Store
 
     copy = eval_copy()
     if copy is None:
@@ -318,7 +318,7 @@ def scifact_pieces(eval_dir: Path) -> tuple[list[str], list[str], list[str]]:
 
 def hybrid_db(n: int, dim: int, eval_dir: Path) -> tuple[Path, float]:
     """A real Polaris index of ``n`` chunks: recombined SciFact text, synthetic vectors."""
-    from llama_index_polaris.engine.store import ModelBinding, Store
+    from llama_index_polaris.engine.sqlite.store import ModelBinding, Store
 
     path = out_dir() / f"hybrid-{n}-{dim}.db"
     if path.exists():
@@ -345,7 +345,7 @@ def hybrid_db(n: int, dim: int, eval_dir: Path) -> tuple[Path, float]:
 
 def _fill(store: Any, n: int, per_doc: int, rng: random.Random, titles: list[str], sentences: list[str],
           vecs: np.ndarray) -> None:
-    from llama_index_polaris.engine.store import ChunkRecord, DocumentRecord
+    from llama_index_polaris.engine.sqlite.store import ChunkRecord, DocumentRecord
 
     for d in range(0, n, per_doc):
         title = rng.choice(titles)
@@ -361,10 +361,10 @@ def warm_searchers(n: int, eval_dir: Path, n_queries: int) -> tuple[Any, list[st
     """The ``hybrid-N-384.db`` file's config, query texts and vectors, and a one-shot and a
     long-lived (vector and BM25 caches) searcher on it, warmed by 20 queries."""
     from llama_index_polaris.engine.config import load_config
-    from llama_index_polaris.engine.search.bm25_cache import Bm25Cache
+    from llama_index_polaris.engine.sqlite.bm25_cache import Bm25Cache
     from llama_index_polaris.engine.search.pipeline import Searcher
-    from llama_index_polaris.engine.search.vector_cache import VectorCache
-    from llama_index_polaris.engine.store import Store
+    from llama_index_polaris.engine.sqlite.bits import VectorCache
+    from llama_index_polaris.engine.sqlite.store import Store
 
     path, _ = hybrid_db(n, 384, eval_dir)
     _, _, texts = scifact_pieces(eval_dir)
@@ -415,13 +415,15 @@ def hybrid_bench(n: int, dim: int, eval_dir: Path, nq: int) -> dict[str, Any]:
 
     from llama_index_polaris.engine.config import load_config
     from llama_index_polaris.engine.embed import load_embedder
-    from llama_index_polaris.engine.search import ann, pipeline, postings, signbits
-    from llama_index_polaris.engine.search import vector as vector_module
-    from llama_index_polaris.engine.search.bm25 import bm25
+    from llama_index_polaris.engine.sqlite import ann, bm25_postings as postings
+    from llama_index_polaris.engine.search import pipeline
+    from llama_index_polaris.engine.storage import signbits
+    from llama_index_polaris.engine.sqlite import vector as vector_module
+    from llama_index_polaris.engine.sqlite.bm25 import bm25
     from llama_index_polaris.engine.search.pipeline import Searcher
-    from llama_index_polaris.engine.search.scope import Scope
-    from llama_index_polaris.engine.search.vector import exact_knn, knn
-    from llama_index_polaris.engine.store import Store
+    from llama_index_polaris.engine.storage.scope import Scope
+    from llama_index_polaris.engine.sqlite.vector import exact_knn, knn
+    from llama_index_polaris.engine.sqlite.store import Store
 
     print(f"hybrid {n} x {dim}: preparing ...", file=sys.stderr, flush=True)
     path, build_s = hybrid_db(n, dim, eval_dir)
@@ -508,8 +510,8 @@ def hybrid_bench(n: int, dim: int, eval_dir: Path, nq: int) -> dict[str, Any]:
         vector_module.knn, postings.bm25 = real_knn, real_lists
     # a long-lived process (notebook, retriever, Datasette): sign bits in RAM, floats re-read
     # from SQLite; BM25 with common words' postings from RAM (a cold and a warm pass)
-    from llama_index_polaris.engine.search.bm25_cache import Bm25Cache
-    from llama_index_polaris.engine.search.vector_cache import VectorCache
+    from llama_index_polaris.engine.sqlite.bm25_cache import Bm25Cache
+    from llama_index_polaris.engine.sqlite.bits import VectorCache
 
     cache = VectorCache(store)
     t0 = time.perf_counter()
@@ -628,8 +630,8 @@ def ivf_bench(conn: Any, floats_sql: str, mat: np.ndarray, ids: np.ndarray, qs: 
 
 def structures_bench(n: int, dim: int, nq: int, eval_dir: Path) -> dict[str, Any]:
     """The sign-bit index (engine) against IVF-flat on the same engine file and queries."""
-    from llama_index_polaris.engine.search.vector import knn
-    from llama_index_polaris.engine.store import Store
+    from llama_index_polaris.engine.sqlite.vector import knn
+    from llama_index_polaris.engine.sqlite.store import Store
 
     path, _ = hybrid_db(n, dim, eval_dir)
     Store(path).close()
@@ -658,9 +660,9 @@ def real_ann(eval_dir: Path, nq: int = 300) -> dict[str, Any] | None:
     import shutil
 
     from llama_index_polaris.engine.embed import load_embedder
-    from llama_index_polaris.engine.evaluate import eval_cache_dir, load_beir
-    from llama_index_polaris.engine.search.ann import ann_knn
-    from llama_index_polaris.engine.store import Store
+    from llama_index_polaris.engine.tune.evaluate import eval_cache_dir, load_beir
+    from llama_index_polaris.engine.sqlite.ann import ann_knn
+    from llama_index_polaris.engine.sqlite.store import Store
 
     import real_vectors
 
@@ -736,7 +738,7 @@ def cold_search(n: int, eval_dir: Path, reps: int = 5) -> dict[str, Any]:
     import shutil
 
     from llama_index_polaris.engine.embed import load_embedder
-    from llama_index_polaris.engine.store import Store
+    from llama_index_polaris.engine.sqlite.store import Store
 
     src = out_dir() / f"hybrid-{n}-384.db"
     path = out_dir() / f"cold-{n}-384.db"
@@ -747,7 +749,7 @@ def cold_search(n: int, eval_dir: Path, reps: int = 5) -> dict[str, Any]:
         shutil.copy(src, path)
         e = load_embedder(MODEL)
         with Store(path) as store, store._write():
-            from llama_index_polaris.engine.db.schema import set_meta
+            from llama_index_polaris.engine.sqlite.schema import set_meta
 
             set_meta(store.conn, model_id=e.model_id, model_fingerprint=e.fingerprint,
                      doc_prefix=e.spec.doc_prefix, query_prefix=e.spec.query_prefix)
@@ -791,7 +793,7 @@ def write_overhead(eval_dir: Path, n_chunks: int = 2000, dim: int = 384, base: P
     one without the sign-bit index, and one without the BM25 posting lists. ``base``: each
     store starts as a copy of that file (the posting lists' upkeep grows with the index: a
     write edits the lists of the common terms it touches); None: each starts empty."""
-    from llama_index_polaris.engine.store import ChunkRecord, DocumentRecord, ModelBinding, Store
+    from llama_index_polaris.engine.sqlite.store import ChunkRecord, DocumentRecord, ModelBinding, Store
 
     sentences, _, _ = scifact_pieces(eval_dir)
     rng = random.Random(7)
@@ -832,7 +834,7 @@ def write_overhead(eval_dir: Path, n_chunks: int = 2000, dim: int = 384, base: P
 
 
 def _count(path: Path) -> int:
-    from llama_index_polaris.engine.store import Store
+    from llama_index_polaris.engine.sqlite.store import Store
 
     with Store(path, readonly=True) as st:
         return st.conn.execute("SELECT count(*) FROM chunks").fetchone()[0]

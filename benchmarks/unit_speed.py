@@ -23,10 +23,10 @@ from common import DEFAULT_EVAL, machine, machine_line, pcts  # noqa: E402
 from speed import hybrid_db, queries, scifact_pieces  # noqa: E402
 
 from llama_index_polaris.engine.config import load_config  # noqa: E402
-from llama_index_polaris.engine.search.bm25_cache import Bm25Cache  # noqa: E402
+from llama_index_polaris.engine.sqlite.bm25_cache import Bm25Cache  # noqa: E402
 from llama_index_polaris.engine.search.pipeline import Searcher  # noqa: E402
-from llama_index_polaris.engine.search.vector_cache import VectorCache  # noqa: E402
-from llama_index_polaris.engine.store import Store  # noqa: E402
+from llama_index_polaris.engine.sqlite.bits import VectorCache  # noqa: E402
+from llama_index_polaris.engine.sqlite.store import Store  # noqa: E402
 
 
 def timed(searcher: Searcher, texts: list[str], qvecs, unit: str, i: int) -> float:

@@ -40,7 +40,7 @@ from datasette import hookimpl
 from datasette.utils.asgi import Response
 from markupsafe import Markup
 
-from llama_index_polaris.engine.db.connect import damage_message
+from llama_index_polaris.engine.sqlite.connect import damage_message
 
 from . import engines, functions, hidden, views
 

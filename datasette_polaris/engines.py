@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from llama_index_polaris.engine.config import load_config
-from llama_index_polaris.engine.db.connect import INSTALL_HINT, read_immutably, reader_uri
+from llama_index_polaris.engine.sqlite.connect import INSTALL_HINT, read_immutably, reader_uri
 from llama_index_polaris.engine.errors import DatabaseError
 from llama_index_polaris.engine.index import PolarisIndex
 

@@ -25,10 +25,10 @@ import json
 import logging
 from typing import Any, Callable
 
-from llama_index_polaris.engine.db.connect import sqlite_error_message
+from llama_index_polaris.engine.sqlite.connect import sqlite_error_message
 from llama_index_polaris.engine.errors import DatabaseError, InputError, PolarisError
 from llama_index_polaris.engine.search.pipeline import check_query
-from llama_index_polaris.engine.store import to_blob
+from llama_index_polaris.engine.sqlite.store import to_blob
 
 from .engines import database_path, index_for
 

@@ -25,7 +25,7 @@ from typing import Any
 
 from datasette.utils import sqlite3
 
-from llama_index_polaris.engine.db.connect import reader_uri
+from llama_index_polaris.engine.sqlite.connect import reader_uri
 from llama_index_polaris.engine.errors import DatabaseError
 
 VEC0_TABLES = (

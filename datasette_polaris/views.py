@@ -20,11 +20,11 @@ from datasette.utils.asgi import NotFound, Response
 from datasette.version import __version__ as datasette_version
 
 from llama_index_polaris.engine.config import describe
-from llama_index_polaris.engine.db.connect import sqlite_error_message
+from llama_index_polaris.engine.sqlite.connect import sqlite_error_message
 from llama_index_polaris.engine.errors import DatabaseError, InputError, PolarisError, ScopeError
 from llama_index_polaris.engine.index import PolarisIndex
 from llama_index_polaris.engine.search.pipeline import MAX_QUERY_CHARS, MODES, clamp_top_k
-from llama_index_polaris.engine.search.names import documents_named
+from llama_index_polaris.engine.storage.names import documents_named
 
 from . import legend, render
 from .engines import index_for, is_polaris

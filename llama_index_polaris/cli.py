@@ -41,7 +41,7 @@ def _open(args: argparse.Namespace, *, readonly: bool, **overrides: Any) -> Any:
 # -- index ------------------------------------------------------------------------
 def cmd_index(args: argparse.Namespace) -> int:
     """polaris index PATH... : incremental indexing."""
-    from .engine.sources import common_folder
+    from .engine.ingest.sources import common_folder
 
     common_folder(args.paths)  # a missing path is an error before anything is opened
     with _open(args, readonly=False, model_id=args.model) as index:
@@ -88,7 +88,7 @@ def _watch(args: argparse.Namespace) -> int:
     import signal
     import threading
 
-    from .engine.watch import Follower
+    from .engine.ingest.watch import Follower
 
     stop, hard = threading.Event(), threading.Event()
     shown = " ".join(args.paths)
@@ -339,7 +339,7 @@ def cmd_backup(args: argparse.Namespace) -> int:
 
 def cmd_copy(args: argparse.Namespace) -> int:
     """polaris copy SRC DST : the index at SRC into a new DST (a file or a postgresql:// URI), vectors and all."""
-    from .engine.copy import copy_index
+    from .engine.ingest.copy import copy_index
 
     counts = copy_index(args.src, args.dst)
     _print_summary(args, _shown(args.dst), counts)
@@ -416,7 +416,7 @@ def _changes_lines(changes: dict[str, Any]) -> list[str]:
 
 
 def _bad_vector_line(row: dict[str, Any]) -> str:
-    from .engine.vectors import BadVector
+    from .engine.storage.vectors import BadVector
 
     return BadVector(**row).line()
 
@@ -631,7 +631,7 @@ def build_parser(json_errors: bool = False) -> argparse.ArgumentParser:
 # -- eval -------------------------------------------------------------------------
 def cmd_eval(args: argparse.Namespace) -> int:
     """polaris eval DIR : nDCG@10, Recall@10/100, MRR@10 of each mode on a BEIR folder."""
-    from .engine.evaluate import METRICS, build_eval_index, load_beir, run_modes
+    from .engine.tune.evaluate import METRICS, build_eval_index, load_beir, run_modes
 
     config = load_config(config_file=args.config, model_id=args.model)
     beir = load_beir(args.dir, args.split)
@@ -657,7 +657,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     """polaris tune LABELS : fit the learned fusion to labelled questions; write it only when it helps."""
     from pathlib import Path
 
-    from .engine import tune
+    from .engine.tune import fit as tune
     from .engine.errors import InputError
 
     labels = Path(args.labels)
@@ -673,7 +673,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     target = Path(args.config) if args.config else Path("polaris.toml")
     write = result.keep and not args.dry_run
     if write:
-        from .engine.tune_labels import write_weights
+        from .engine.tune.labels import write_weights
 
         write_weights(target, tune.weights_table(result.weights))
     if args.json:
@@ -699,10 +699,10 @@ def cmd_tune(args: argparse.Namespace) -> int:
 def _tune_inputs(args: argparse.Namespace, labels: Any) -> tuple[Any, list, str]:
     """The index and the labelled questions of a BEIR folder (indexed into the eval cache) or of
     a JSONL file (asked of --db)."""
-    from .engine import tune_labels
+    from .engine.tune import labels as tune_labels
 
     if labels.is_dir():
-        from .engine.evaluate import build_eval_index, load_beir
+        from .engine.tune.evaluate import build_eval_index, load_beir
 
         split = args.split or ("train" if (labels / "qrels" / "train.tsv").is_file() else "test")
         beir = load_beir(labels, split)
@@ -716,7 +716,7 @@ def _tune_inputs(args: argparse.Namespace, labels: Any) -> tuple[Any, list, str]
 
 
 def _tune_samples(index: Any, questions: list, quiet: bool) -> list:
-    from .engine.tune_labels import samples
+    from .engine.tune.labels import samples
 
     def progress(done: int, total: int) -> None:
         if not quiet and sys.stderr.isatty():

@@ -516,7 +516,7 @@ def strict_arguments(model: type) -> type:
 
 def unknown_arguments(tool: str, unknown: Sequence[str], known: Sequence[str]) -> str:
     """The message for a call of ``tool`` with arguments it does not have: they, a close name, and its own."""
-    from .engine.search.names import close_names, did_you_mean
+    from .engine.storage.names import close_names, did_you_mean
 
     other = OTHER_NAMES.get(tool, {})
     near = [m for u in unknown for m in ([other[u]] if u in other else close_names(u, known))]

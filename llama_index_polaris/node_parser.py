@@ -23,7 +23,7 @@ from llama_index.core.utils import get_tqdm_iterable
 from .engine.chunk import ChunkedDocument
 from .engine.config import PolarisConfig, load_config
 from .engine.errors import InputError, ModelError
-from .engine.recipe import CONTEXTS, STRUCTURAL_KEYS, Recipe, make_recipe, node_id
+from .engine.ingest.recipe import CONTEXTS, STRUCTURAL_KEYS, Recipe, make_recipe, node_id
 from .engine.text import nfc
 
 logger = logging.getLogger(__name__)

@@ -20,7 +20,7 @@ from llama_index.core.vector_stores.types import MetadataFilters
 from .engine.errors import InputError
 from .engine.index import in_worker
 from .engine.search.pipeline import MODES, Explanation
-from .engine.search.vector import MAX_K
+from .engine.sqlite.vector import MAX_K
 from .vector_store import PolarisVectorStore, binding_of, hit_to_node, to_engine_filter
 
 

@@ -74,14 +74,14 @@ from .engine.config import PolarisConfig, load_config
 from .engine.embed import get_model_spec
 from .engine.errors import InputError, ModelError, ModelMismatchError, VectorError
 from .engine.index import in_worker
-from .engine.recipe import STRUCTURAL_KEYS
-from .engine.search.filters import Condition, Filter, FilterGroup
+from .engine.ingest.recipe import STRUCTURAL_KEYS
+from .engine.storage.filters import Condition, Filter, FilterGroup
 from .engine.search.pipeline import Hit
-from .engine.search.vector import MAX_K
+from .engine.sqlite.vector import MAX_K
 from .engine.index import PolarisIndex
-from .engine.proof import check_vector
-from .engine.store import UNKNOWN_MODEL, DEFAULT_COLLECTION, ChunkRecord, DocumentRecord, ModelBinding, Store, text_hash
-from .engine.vectors import check as check_vectors, check_query
+from .engine.embed.proof import check_vector
+from .engine.sqlite.store import UNKNOWN_MODEL, DEFAULT_COLLECTION, ChunkRecord, DocumentRecord, ModelBinding, Store, text_hash
+from .engine.storage.vectors import check as check_vectors, check_query
 
 DEFAULT_MODES = ("hybrid", "vector")  # what LlamaIndex's DEFAULT query mode runs (the store's default_mode)
 

@@ -14,7 +14,7 @@ from typing import Callable, Iterator
 
 import pytest
 
-from llama_index_polaris.engine.store import DocumentRecord, Store
+from llama_index_polaris.engine.sqlite.store import DocumentRecord, Store
 from polaris_testing import REPO, fake_binding, make_chunks, unit_vectors
 
 
@@ -187,7 +187,7 @@ class Targets:
                 if Path(f"{index}{suffix}").exists():
                     shutil.copy(f"{index}{suffix}", folder / f"{name}{suffix}")
             return str(folder / name)
-        from llama_index_polaris.engine.copy import copy_index
+        from llama_index_polaris.engine.ingest.copy import copy_index
 
         target = self.new()
         copy_index(index, target)

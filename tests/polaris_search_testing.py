@@ -12,7 +12,7 @@ import re
 
 import numpy as np
 
-from llama_index_polaris.engine.store import ChunkRecord, DocumentRecord, ModelBinding, Store
+from llama_index_polaris.engine.sqlite.store import ChunkRecord, DocumentRecord, ModelBinding, Store
 
 DIM = 32
 WORD = re.compile(r"\w+")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from llama_index_polaris.engine.store import ChunkRecord, ModelBinding
+from llama_index_polaris.engine.sqlite.store import ChunkRecord, ModelBinding
 
 REPO = Path(__file__).resolve().parents[1]
 FAKE_FINGERPRINT = "f" * 64
@@ -134,7 +134,7 @@ def index_counts(target: str) -> dict[str, int]:
         except psycopg.Error:
             row = (0, 0, 0, 0)
     else:
-        from llama_index_polaris.engine.store import Store
+        from llama_index_polaris.engine.sqlite.store import Store
 
         sql = ("SELECT (SELECT count(*) FROM documents), (SELECT count(*) FROM documents WHERE status = 'completed'),"
                " (SELECT count(*) FROM chunks), (SELECT count(*) FROM chunks_vec)")

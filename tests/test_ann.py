@@ -9,15 +9,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from llama_index_polaris.engine.search import ann, signbits
-from llama_index_polaris.engine.search.ann import (
+from llama_index_polaris.engine.sqlite import ann
+from llama_index_polaris.engine.storage import signbits
+from llama_index_polaris.engine.sqlite.ann import (
     LayoutError, SignBits, ann_knn, blocks_to_bits, fetch_size, hamming, pack_signs, read_bits, vec0_candidates,
 )
-from llama_index_polaris.engine.search.filters import Condition
-from llama_index_polaris.engine.search.scope import Scope, resolve_scope
-from llama_index_polaris.engine.search.vector import exact_knn, knn
-from llama_index_polaris.engine.search.vector_cache import VectorCache
-from llama_index_polaris.engine.store import ChunkRecord, DocumentRecord, ModelBinding, Store
+from llama_index_polaris.engine.storage.filters import Condition
+from llama_index_polaris.engine.storage.scope import Scope, resolve_scope
+from llama_index_polaris.engine.sqlite.vector import exact_knn, knn
+from llama_index_polaris.engine.sqlite.bits import VectorCache
+from llama_index_polaris.engine.sqlite.store import ChunkRecord, DocumentRecord, ModelBinding, Store
 from polaris_testing import REPO, kill_mid_transaction
 
 FIXTURES = REPO / "tests" / "fixtures"

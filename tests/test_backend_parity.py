@@ -18,13 +18,13 @@ import pytest
 from llama_index.core.vector_stores.types import FilterOperator, MetadataFilter, MetadataFilters, VectorStoreQuery
 
 from llama_index_polaris import PolarisVectorStore
-from llama_index_polaris.engine import documents
+from llama_index_polaris.engine.storage import documents
 from llama_index_polaris.engine.backends import open_store
 from llama_index_polaris.engine.config import load_config
-from llama_index_polaris.engine.db import sqlite_module
+from llama_index_polaris.engine.sqlite import sqlite_module
 from llama_index_polaris.engine.postgres.json_patch import patch
-from llama_index_polaris.engine.search.filters import filter_sql
-from llama_index_polaris.engine.store import ChunkRecord, DocumentRecord
+from llama_index_polaris.engine.storage.filters import filter_sql
+from llama_index_polaris.engine.sqlite.store import ChunkRecord, DocumentRecord
 from llama_index_polaris.vector_store import to_engine_filter
 from polaris_testing import BACKENDS, fake_binding, make_chunks, module_target, unit_vectors
 
@@ -60,7 +60,7 @@ def test_documents_with_the_same_path_in_two_collections_and_a_copy_list_alike(
         backend_target: str, tmp_path, request: pytest.FixtureRequest) -> None:
     """``documents()`` orders equal paths by collection (then id) on both; ``polaris copy`` writes the
     documents in the order they were added, so the copy lists them as the source does."""
-    from llama_index_polaris.engine.copy import copy_index
+    from llama_index_polaris.engine.ingest.copy import copy_index
     from polaris_testing import new_database
 
     store = open_store(backend_target)
@@ -208,7 +208,7 @@ def test_filters_on_nested_values_combine_the_same_way(nested: dict) -> None:
 
 # -- names that are not valid Unicode (a file name's undecodable byte, as the shell passes it) -------
 def test_a_scope_named_with_a_lone_surrogate_finds_the_escaped_name(backend_target: str) -> None:
-    from llama_index_polaris.engine.search.names import documents_named
+    from llama_index_polaris.engine.storage.names import documents_named
 
     store = open_store(backend_target)
     try:
@@ -228,7 +228,7 @@ def test_a_scope_named_with_a_lone_surrogate_finds_the_escaped_name(backend_targ
 
 
 def test_a_filter_with_a_lone_surrogate_matches_the_metadata_as_stored(backend_target: str) -> None:
-    from llama_index_polaris.engine.search.filters import Condition
+    from llama_index_polaris.engine.storage.filters import Condition
 
     store = open_store(backend_target)
     try:
@@ -274,7 +274,7 @@ def test_a_postgres_index_made_before_documents_had_a_rowid_is_upgraded(pg_uri: 
 
 
 def test_nan_and_infinity_in_metadata_are_stored_as_null_and_filters_still_answer(backend_target: str) -> None:
-    from llama_index_polaris.engine.search.filters import Condition
+    from llama_index_polaris.engine.storage.filters import Condition
 
     store = open_store(backend_target)
     try:

@@ -27,15 +27,16 @@ from llama_index.core.schema import QueryBundle, TextNode
 from llama_index.core.vector_stores.types import VectorStoreQuery, VectorStoreQueryMode as Mode
 
 from llama_index_polaris import PolarisEmbedding, PolarisRetriever, PolarisVectorStore
-from llama_index_polaris.engine import db as engine_db
+from llama_index_polaris.engine import sqlite as engine_db
 from llama_index_polaris.engine.config import load_config
 from llama_index_polaris.engine.embed import clear_embedders
 from llama_index_polaris.engine.errors import ModelMismatchError, VectorError
 from llama_index_polaris.engine.index import PolarisIndex
 from llama_index_polaris.engine.plugins import plugin_manager
-from llama_index_polaris.engine.search import signbits, vector_cache
+from llama_index_polaris.engine.storage import signbits
+from llama_index_polaris.engine.sqlite import bits as vector_cache
 from llama_index_polaris.engine.search.pipeline import Searcher
-from llama_index_polaris.engine.store import ChunkRecord, DocumentRecord
+from llama_index_polaris.engine.sqlite.store import ChunkRecord, DocumentRecord
 from polaris_testing import copy_index
 
 MODEL = "all-minilm-l6-v2"

@@ -9,11 +9,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from llama_index_polaris.engine.search.bm25 import bm25
-from llama_index_polaris.engine.search.bm25_cache import Bm25Cache, varints
-from llama_index_polaris.engine.search.scope import Scope
-from llama_index_polaris.engine.search.vector_cache import VectorCache
-from llama_index_polaris.engine.store import ChunkRecord, DocumentRecord, ModelBinding, Store
+from llama_index_polaris.engine.sqlite.bm25 import bm25
+from llama_index_polaris.engine.sqlite.bm25_cache import Bm25Cache, varints
+from llama_index_polaris.engine.storage.scope import Scope
+from llama_index_polaris.engine.sqlite.bits import VectorCache
+from llama_index_polaris.engine.sqlite.store import ChunkRecord, DocumentRecord, ModelBinding, Store
 
 # Zipf-ish: the first words land in most chunks (scored from RAM), the last in few (FTS5).
 VOCAB = (
@@ -156,8 +156,8 @@ def test_custom_fts_tokenizer_is_used_for_query_words(tmp_path):
 
 
 def test_column_weights_are_applied_like_fts5(store, monkeypatch):
-    from llama_index_polaris.engine.search import bm25 as bm25_module
-    from llama_index_polaris.engine.search import bm25_cache as cache_module
+    from llama_index_polaris.engine.sqlite import bm25 as bm25_module
+    from llama_index_polaris.engine.sqlite import bm25_cache as cache_module
 
     monkeypatch.setattr(bm25_module, "HEADING_WEIGHT", 3.0)
     monkeypatch.setattr(cache_module, "COLUMN_WEIGHTS", {"text": 1.0, "heading_path": 3.0})
@@ -205,7 +205,7 @@ def test_a_long_lived_index_searches_the_same_with_both_caches(tmp_path):
 
 
 def test_full_word_memory_starts_afresh_without_losing_an_answer(store, monkeypatch):
-    from llama_index_polaris.engine.search import bm25_cache as cache_module
+    from llama_index_polaris.engine.sqlite import bm25_cache as cache_module
 
     monkeypatch.setattr(cache_module, "MAX_WORDS", 4)
     cache = cache_for(store)

@@ -43,7 +43,7 @@ LONG_TEXT = LONG_FILLER + "The zeppelin mooring mast stands at the far end of th
 def add_long_document(db: Path) -> None:
     """A chunk whose only matched words come after thirty paragraphs (far below its box's fold)."""
     from llama_index_polaris.engine.embed import load_embedder
-    from llama_index_polaris.engine.store import ChunkRecord, DocumentRecord, Store
+    from llama_index_polaris.engine.sqlite.store import ChunkRecord, DocumentRecord, Store
 
     embedder = load_embedder("all-minilm-l6-v2")
     with Store(db) as store:

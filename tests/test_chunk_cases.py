@@ -181,7 +181,7 @@ def test_decode_source_is_strict():
 
 
 def test_settings_from_config(tmp_path):
-    from llama_index_polaris.engine.recipe import make_recipe
+    from llama_index_polaris.engine.ingest.recipe import make_recipe
 
     (tmp_path / "polaris.toml").write_text("max_chunk_tokens = 300\nchunk_overlap_chars = 100\n")
     cfg = load_config(tmp_path, use_user_config=False)

@@ -308,7 +308,7 @@ long_heading = st.tuples(st.integers(1, 6), st.lists(st.one_of(WORDS, run), min_
 @given(st.lists(st.one_of(long_heading, paragraph), min_size=1, max_size=12), st.one_of(st.none(), run))
 def test_a_headings_contribution_is_bounded(minilm, blocks, title):
     from llama_index_polaris.engine.config import load_config
-    from llama_index_polaris.engine.recipe import make_recipe
+    from llama_index_polaris.engine.ingest.recipe import make_recipe
 
     source = "\n\n".join(blocks) + "\n"
     recipe = make_recipe(load_config(use_user_config=False), 254, minilm)

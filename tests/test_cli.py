@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from llama_index_polaris.engine.db import SCHEMA_VERSION
+from llama_index_polaris.engine.sqlite import SCHEMA_VERSION
 
-from llama_index_polaris.engine.store import Store
+from llama_index_polaris.engine.sqlite.store import Store
 from polaris_testing import index_counts, project_toml
 
 POLARIS = str(Path(sys.executable).with_name("polaris"))

@@ -28,9 +28,9 @@ TEXTS = ["Rotating an API key: create the new key, deploy it, then revoke the ol
 # download client, the long-lived caches
 NOT_NEEDED = ("llama_index", "datasette", "mcp", "markdown_it", "yaml", "tqdm", "huggingface_hub",
               "urllib.request", "http.client", "ssl", "socket", "email",
-              "llama_index_polaris.engine.chunk", "llama_index_polaris.engine.indexer",
-              "llama_index_polaris.engine.watch", "llama_index_polaris.engine.search.vector_cache",
-              "llama_index_polaris.engine.search.bm25_cache")
+              "llama_index_polaris.engine.chunk", "llama_index_polaris.engine.ingest.indexer",
+              "llama_index_polaris.engine.ingest.watch", "llama_index_polaris.engine.sqlite.bits",
+              "llama_index_polaris.engine.sqlite.bm25_cache")
 
 SEARCH = """
 import io, json, sys, contextlib

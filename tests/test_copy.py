@@ -16,7 +16,7 @@ from llama_index.core.schema import TextNode
 from conftest import database_uri
 from llama_index_polaris import PolarisEmbedding, PolarisVectorStore
 from llama_index_polaris.engine.config import load_config
-from llama_index_polaris.engine.copy import copy_index
+from llama_index_polaris.engine.ingest.copy import copy_index
 from llama_index_polaris.engine.errors import InputError
 from llama_index_polaris.engine.index import PolarisIndex
 from polaris_testing import REPO

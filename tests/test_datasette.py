@@ -16,7 +16,7 @@ from datasette.app import Datasette
 
 from datasette_polaris import engines, render
 from llama_index_polaris.engine.embed import load_embedder
-from llama_index_polaris.engine.store import ChunkRecord, DocumentRecord, ModelBinding, Store
+from llama_index_polaris.engine.sqlite.store import ChunkRecord, DocumentRecord, ModelBinding, Store
 
 MODEL = "all-minilm-l6-v2"
 OVERLAP = 20

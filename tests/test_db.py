@@ -13,10 +13,10 @@ from typing import Callable
 import numpy as np
 import pytest
 
-from llama_index_polaris.engine import db
-from llama_index_polaris.engine.db import SCHEMA_VERSION, sqlite_module
+from llama_index_polaris.engine import sqlite as db
+from llama_index_polaris.engine.sqlite import SCHEMA_VERSION, sqlite_module
 from llama_index_polaris.engine.errors import DatabaseError
-from llama_index_polaris.engine.store import DocumentRecord, Store, to_blob
+from llama_index_polaris.engine.sqlite.store import DocumentRecord, Store, to_blob
 from polaris_testing import fake_binding, kill_mid_transaction, make_chunks, start_script, unit_vectors
 
 # -- schema ---------------------------------------------------------------------------
@@ -239,7 +239,7 @@ def test_an_index_created_by_another_process_meanwhile_is_not_called_foreign(
     tables are read in one snapshot, so the first run's commit waits for the opener instead."""
     import importlib
 
-    connect_module = importlib.import_module("llama_index_polaris.engine.db.connect")
+    connect_module = importlib.import_module("llama_index_polaris.engine.sqlite.connect")
 
     path = tmp_path / "polaris.db"
     sqlite_module().connect(str(path)).close()  # an empty file, as the first run leaves it at first

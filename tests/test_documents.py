@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from llama_index_polaris.engine import documents
+from llama_index_polaris.engine.storage import documents
 from llama_index_polaris.engine.config import load_config
 from llama_index_polaris.engine.errors import InputError, ScopeError
 from llama_index_polaris.engine.index import PolarisIndex

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from test_cli import run, write_docs
 
-from llama_index_polaris.engine.sources import walk
+from llama_index_polaris.engine.ingest.sources import walk
 
 
 def notes_without_markdown(project: Path) -> Path:

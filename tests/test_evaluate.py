@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from llama_index_polaris.engine.errors import InputError
-from llama_index_polaris.engine.evaluate import (
+from llama_index_polaris.engine.tune.evaluate import (
     documents_in_order,
     load_beir,
     mrr_at_k,
@@ -110,7 +110,7 @@ def test_polaris_eval_end_to_end_with_a_cached_index(tmp_path: Path):
 
 
 def test_whole_documents_is_one_chunk_per_entry_in_its_own_cache(tmp_path: Path):
-    from llama_index_polaris.engine.store import Store
+    from llama_index_polaris.engine.sqlite.store import Store
 
     beir = write_beir(tmp_path / "tiny")
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"), "XDG_CONFIG_HOME": str(tmp_path / "cfg")}

@@ -10,7 +10,7 @@ from datasette.app import Datasette
 
 from datasette_polaris import legend, views
 from llama_index_polaris.engine.config import load_config
-from llama_index_polaris.engine.store import DocumentRecord, Store
+from llama_index_polaris.engine.sqlite.store import DocumentRecord, Store
 from polaris_testing import REPO, fake_binding, make_chunks, unit_vectors
 
 

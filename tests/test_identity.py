@@ -224,7 +224,7 @@ def test_front_matter_is_bounded_and_stored_once_per_document(tmp_path: Path, op
     assert len(stored) > 1 and all("tags" not in m for (m,) in stored)  # the chunks do not copy it
     hit = index.search("paragraph about owners", mode="bm25", top_k=1)[0]
     assert hit.metadata["tags"] == ["ops", "oncall"] and hit.metadata["heading_path"] == "Guide"
-    from llama_index_polaris.engine.search.filters import Condition
+    from llama_index_polaris.engine.storage.filters import Condition
 
     tagged = index.search("paragraph", mode="bm25", top_k=5, filters=Condition("tags", "contains", "oncall"))
     assert tagged and {h.document for h in tagged} == {"guide.md"}
@@ -278,10 +278,10 @@ def test_a_schema_2_database_migrates_to_one_document_per_file(tmp_path: Path) -
     """SQLite only: release 0.1 wrote files; a Postgres index starts at its own first migration."""
     import numpy as np
 
-    from llama_index_polaris.engine import db
-    from llama_index_polaris.engine.store import Store
-    from llama_index_polaris.engine.search.scope import Scope
-    from llama_index_polaris.engine.search.vector import knn
+    from llama_index_polaris.engine import sqlite as db
+    from llama_index_polaris.engine.sqlite.store import Store
+    from llama_index_polaris.engine.storage.scope import Scope
+    from llama_index_polaris.engine.sqlite.vector import knn
 
     path = tmp_path / "polaris.db"
     shutil.copy(REPO / "tests" / "fixtures" / "schema2.db", path)
@@ -360,7 +360,7 @@ def test_cli_status_shows_the_real_chunk_budget_and_roots(project: Path) -> None
 
 def corrupt_full_text_pages(db: Path) -> None:
     """Overwrite the root page of the FTS index's data table (the chunks and documents stay readable)."""
-    from llama_index_polaris.engine.db import connect
+    from llama_index_polaris.engine.sqlite import connect
 
     conn = connect(db)
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")

@@ -6,8 +6,8 @@ from pathlib import Path
 
 from llama_index_polaris.engine.config import load_config
 from llama_index_polaris.engine.embed import load_embedder
-from llama_index_polaris.engine.indexer import Indexer, SourceDocument
-from llama_index_polaris.engine.store import Store
+from llama_index_polaris.engine.ingest.indexer import Indexer, SourceDocument
+from llama_index_polaris.engine.sqlite.store import Store
 
 DOC = """# Guide
 

@@ -125,7 +125,7 @@ def test_importing_every_engine_module_imports_no_framework(
     run_python: Callable[..., subprocess.CompletedProcess]
 ) -> None:
     names = engine_modules()
-    assert "llama_index_polaris.engine.store" in names and "llama_index_polaris.engine.db.schema" in names
+    assert "llama_index_polaris.engine.sqlite.store" in names and "llama_index_polaris.engine.sqlite.schema" in names
     got = run_script(run_python, IMPORT_ALL, json.dumps(names))
     assert got["failed"] == {}
     assert got["imported"] == names
@@ -239,9 +239,7 @@ def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
 E = "llama_index_polaris.engine."
 RANKING = [E + "search." + m for m in ("rank", "fuse", "boost", "mmr", "normalise", "explain", "pipeline", "literal",
                                        "context", "terms")]
-BACKEND_MODULES = (E + "store", E + "db", E + "postgres", E + "backends", E + "search.bm25", E + "search.vector",
-                   E + "search.ann", E + "search.postings", E + "search.bm25_cache", E + "search.vector_cache",
-                   E + "search.store_cache")
+BACKEND_MODULES = (E + "sqlite", E + "postgres", E + "backends")
 
 
 def is_backend(name: str) -> bool:
@@ -250,9 +248,9 @@ def is_backend(name: str) -> bool:
 
 def test_the_static_import_graph_is_read_right() -> None:
     graph = import_graph()
-    assert E + "db.postings" in graph[E + "db.schema"]  # a function-level relative import counts
+    assert E + "sqlite.postings" in graph[E + "sqlite.schema"]  # a function-level relative import counts
     assert E + "storage" in graph[E + "search.pipeline"]
-    assert {E + "store", E + "postgres"} <= reachable(graph, E + "backends")
+    assert {E + "sqlite.store", E + "postgres"} <= reachable(graph, E + "backends")
 
 
 def test_ranking_code_imports_neither_backend() -> None:
@@ -264,17 +262,16 @@ def test_ranking_code_imports_neither_backend() -> None:
 
 def test_no_backend_module_is_part_of_an_import_circle() -> None:
     """db/schema -> search/postings -> db/connect was such a circle: keeping the BM25 lists is the
-    SQLite backend's job (db/postings.py), scoring from them is search's (search/postings.py)."""
+    SQLite backend's job (sqlite/postings.py), scoring from them too (sqlite/bm25_postings.py)."""
     graph = import_graph()
-    circles = sorted(m for m in graph if (m.startswith(E + "db") or m.startswith(E + "postgres"))
-                     and m in reachable(graph, m))
+    circles = sorted(m for m in graph if is_backend(m) and m in reachable(graph, m))
     assert circles == []
     assert not any(n.startswith(E + "search.") and n != E + "search.terms" for n in
-                   graph[E + "db.postings"] | graph[E + "db.schema"] if n != E + "search.scope")
+                   graph[E + "sqlite.postings"] | graph[E + "sqlite.schema"])
 
 
 def test_the_postgres_backend_does_not_import_the_sqlite_one() -> None:
     graph = import_graph()
-    sqlite_side = {E + "store", E + "db.schema", E + "db.postings", E + "search.bm25_cache", E + "search.vector_cache"}
+    sqlite_side = {m for m in graph if m == E + "sqlite" or m.startswith(E + "sqlite.")}
     found = {m: sorted(reachable(graph, m) & sqlite_side) for m in graph if m.startswith(E + "postgres")}
     assert {m: f for m, f in found.items() if f} == {}

@@ -24,8 +24,8 @@ from llama_index_polaris.engine.backends import open_store
 from llama_index_polaris.engine.config import load_config
 from llama_index_polaris.engine.errors import InputError
 from llama_index_polaris.engine.index import PolarisIndex
-from llama_index_polaris.engine.search.filters import Condition
-from llama_index_polaris.engine.store import DocumentRecord
+from llama_index_polaris.engine.storage.filters import Condition
+from llama_index_polaris.engine.sqlite.store import DocumentRecord
 from polaris_testing import fake_binding, make_chunks, project_toml, unit_vectors
 
 POLARIS = str(Path(sys.executable).with_name("polaris"))

@@ -71,7 +71,7 @@ def index_handbook(project: Project, built_handbook: Path) -> None:
     if project.backend == "sqlite":
         copy_index(built_handbook, project.root)
     else:
-        from llama_index_polaris.engine.copy import copy_index as polaris_copy
+        from llama_index_polaris.engine.ingest.copy import copy_index as polaris_copy
 
         polaris_copy(built_handbook, project.db)
 

@@ -39,7 +39,7 @@ def embed() -> PolarisEmbedding:
 @pytest.fixture(scope="module")
 def built_handbook_pg(built_handbook: Path, pg_server: str) -> str:
     """The same index copied once into a database (`polaris copy`): the template of each test's."""
-    from llama_index_polaris.engine.copy import copy_index as polaris_copy
+    from llama_index_polaris.engine.ingest.copy import copy_index as polaris_copy
 
     uri = new_database(pg_server, "polaris_tmpl")
     polaris_copy(built_handbook, uri)

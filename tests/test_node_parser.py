@@ -76,8 +76,8 @@ def test_node_ids_match_the_engine_indexer(tmp_path):
     from llama_index_polaris import PolarisNodeParser
     from llama_index_polaris.engine.config import load_config
     from llama_index_polaris.engine.embed import load_embedder
-    from llama_index_polaris.engine.indexer import Indexer, SourceDocument
-    from llama_index_polaris.engine.store import Store
+    from llama_index_polaris.engine.ingest.indexer import Indexer, SourceDocument
+    from llama_index_polaris.engine.sqlite.store import Store
 
     text = "# Guide\n\nIntro paragraph long enough to be a chunk of its own.\n\n## Auth\n\nTokens expire after an hour.\n"
     embedder = load_embedder("all-minilm-l6-v2")

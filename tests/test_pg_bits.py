@@ -8,17 +8,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from llama_index_polaris.engine.search import signbits
-from llama_index_polaris.engine.search.signbits import pack_signs
-from llama_index_polaris.engine.search.scope import Scope, resolve_scope
-from llama_index_polaris.engine.search.vector_cache import VectorCache
-from llama_index_polaris.engine.store import ChunkRecord, DocumentRecord
+from llama_index_polaris.engine.storage import signbits
+from llama_index_polaris.engine.storage.signbits import pack_signs
+from llama_index_polaris.engine.storage.scope import Scope, resolve_scope
+from llama_index_polaris.engine.sqlite.bits import VectorCache
+from llama_index_polaris.engine.sqlite.store import ChunkRecord, DocumentRecord
 from test_ann import MODEL, PER_DOC, real, store_of  # noqa: F401  (the module fixture of real vectors)
 
 psycopg = pytest.importorskip("psycopg")
 from llama_index_polaris.engine.postgres.bits import PgVectorCache, file_order  # noqa: E402
 from llama_index_polaris.engine.postgres.store import PgStore  # noqa: E402
-from llama_index_polaris.engine.records import ModelBinding  # noqa: E402
+from llama_index_polaris.engine.storage.records import ModelBinding  # noqa: E402
 
 
 def server_bits(uri: str) -> tuple[list[int], np.ndarray, list[str], np.ndarray]:
@@ -133,8 +133,8 @@ def test_the_long_lived_reader_chooses_the_files_candidates(tmp_path: Path, real
 def test_a_one_shot_reader_on_the_server_chooses_the_same_candidates(tmp_path: Path, real, targets, monkeypatch) -> None:  # noqa: F811
     """Without HNSW, the server's own KNN (a one-shot process) counts the sign bits itself and
     answers what the file's one-shot search answers, in every scope; below the threshold both are exact."""
-    from llama_index_polaris.engine.search.ann import ann_knn
-    from llama_index_polaris.engine.search.vector import exact_knn
+    from llama_index_polaris.engine.sqlite.ann import ann_knn
+    from llama_index_polaris.engine.sqlite.vector import exact_knn
 
     sentences, vectors, queries = real
     store = store_of(tmp_path / "p.db", sentences, vectors)
@@ -193,7 +193,7 @@ def test_the_index_uses_the_bits_only_for_long_lived_processes(tmp_path: Path, r
     does; its hybrid hits are the file's, and a one-shot process holds nothing."""
     from llama_index_polaris.engine.config import load_config
     from llama_index_polaris.engine.index import PolarisIndex
-    from llama_index_polaris.engine.search import vector_cache
+    from llama_index_polaris.engine.sqlite import bits as vector_cache
 
     monkeypatch.setattr(signbits, "EXACT_BELOW", 1_000)
     monkeypatch.setattr(vector_cache, "MIN_CHUNKS", 1_000)

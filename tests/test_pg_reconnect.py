@@ -185,7 +185,7 @@ def test_what_a_reader_keeps_in_ram_is_not_reused_on_a_server_that_was_behind(se
     """A failover to a replica that had not received the last write, or a restore: the new server's
     version counters (``chunks_version``, the posting lists' sequence) reach the same numbers for other
     rows, so the sign bits and posting lists read from the old one must not be reused."""
-    from llama_index_polaris.engine.search import signbits
+    from llama_index_polaris.engine.storage import signbits
 
     monkeypatch.setattr(signbits, "EXACT_BELOW", 1)  # the sign-bit cache answers at this size too
     primary, behind = f"{DATABASE}_primary", f"{DATABASE}_behind"

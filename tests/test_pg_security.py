@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from llama_index_polaris.engine.copy import copy_index
+from llama_index_polaris.engine.ingest.copy import copy_index
 from llama_index_polaris.engine.errors import DatabaseError
 from llama_index_polaris.engine.postgres import PgStore
-from llama_index_polaris.engine.records import DocumentRecord
+from llama_index_polaris.engine.storage.records import DocumentRecord
 
 psycopg = pytest.importorskip("psycopg")
 from psycopg import sql  # noqa: E402

@@ -19,10 +19,10 @@ from hypothesis import strategies as st
 
 from llama_index_polaris.engine.errors import DatabaseError, ModelMismatchError, NodeIdError
 from llama_index_polaris.engine.postgres import PgStore
-from llama_index_polaris.engine.search.bm25 import bm25 as fts5_bm25
-from llama_index_polaris.engine.search.filters import Condition, FilterGroup
-from llama_index_polaris.engine.search.scope import Scope
-from llama_index_polaris.engine.store import ChunkRecord, DocumentRecord, ModelBinding, Store
+from llama_index_polaris.engine.sqlite.bm25 import bm25 as fts5_bm25
+from llama_index_polaris.engine.storage.filters import Condition, FilterGroup
+from llama_index_polaris.engine.storage.scope import Scope
+from llama_index_polaris.engine.sqlite.store import ChunkRecord, DocumentRecord, ModelBinding, Store
 from polaris_testing import fake_binding, unit_vectors
 
 VOCAB = ("session", "sessions", "token", "tokens", "expire", "expired", "cookie", "rrf_k", "rrf", "k", "deploy",

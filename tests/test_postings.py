@@ -12,11 +12,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from llama_index_polaris.engine.search import postings
-from llama_index_polaris.engine.db import postings as lists
-from llama_index_polaris.engine.search.bm25 import bm25
-from llama_index_polaris.engine.search.scope import Scope
-from llama_index_polaris.engine.store import ChunkRecord, DocumentRecord, ModelBinding, Store
+from llama_index_polaris.engine.sqlite import bm25_postings as postings
+from llama_index_polaris.engine.sqlite import postings as lists
+from llama_index_polaris.engine.sqlite.bm25 import bm25
+from llama_index_polaris.engine.storage.scope import Scope
+from llama_index_polaris.engine.sqlite.store import ChunkRecord, DocumentRecord, ModelBinding, Store
 from polaris_testing import REPO, kill_mid_transaction
 from test_bm25_cache import VOCAB, assert_same, corpus_text
 

@@ -15,8 +15,8 @@ from llama_index_polaris import PolarisEmbedding, PolarisNodeParser, PolarisVect
 from llama_index_polaris.engine.config import load_config
 from llama_index_polaris.engine.errors import ModelMismatchError
 from llama_index_polaris.engine.index import PolarisIndex
-from llama_index_polaris.engine.proof import SAMPLE, embedded_text, prove
-from llama_index_polaris.engine.store import Store
+from llama_index_polaris.engine.embed.proof import SAMPLE, embedded_text, prove
+from llama_index_polaris.engine.sqlite.store import Store
 from polaris_testing import REPO
 
 MODEL = "all-minilm-l6-v2"

@@ -6,7 +6,7 @@ import pytest
 
 from llama_index_polaris.engine.chunk import ChunkSpan
 from llama_index_polaris.engine.errors import ConfigError
-from llama_index_polaris.engine.recipe import Recipe
+from llama_index_polaris.engine.ingest.recipe import Recipe
 
 SPAN = ChunkSpan("### Auth\n\nbody", 0, 14, ("Guide", "Security", "Auth"), 3, 5)
 

@@ -27,9 +27,9 @@ import numpy as np
 import pytest
 from datasette.app import Datasette
 
-from llama_index_polaris.engine.db import SCHEMA_VERSION
-from llama_index_polaris.engine.db.connect import BUSY_TIMEOUT_MS, connect
-from llama_index_polaris.engine.store import ChunkRecord, DocumentRecord, Store
+from llama_index_polaris.engine.sqlite import SCHEMA_VERSION
+from llama_index_polaris.engine.sqlite.connect import BUSY_TIMEOUT_MS, connect
+from llama_index_polaris.engine.sqlite.store import ChunkRecord, DocumentRecord, Store
 from polaris_search_testing import embed, fill
 from polaris_testing import REPO
 

@@ -26,7 +26,7 @@ from llama_index_polaris import PolarisRetriever, PolarisVectorStore
 from llama_index_polaris.engine.config import load_config
 from llama_index_polaris.engine.errors import InputError, ScopeError
 from llama_index_polaris.engine.index import PolarisIndex
-from llama_index_polaris.engine.search import names
+from llama_index_polaris.engine.storage import names
 
 MODEL = "all-minilm-l6-v2"
 QUERY = "how long do sessions last"
@@ -202,7 +202,7 @@ def test_default_reads_as_empty_in_a_new_file_and_as_a_name_once_others_exist(ta
 
 def test_a_message_stays_short_whatever_the_file_holds(targets) -> None:
     from llama_index_polaris.engine.backends import open_store
-    from llama_index_polaris.engine.store import DocumentRecord
+    from llama_index_polaris.engine.sqlite.store import DocumentRecord
 
     with open_store(targets.new("big.db")) as store:
         for i in range(30):

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from llama_index_polaris.engine.config import load_config
-from llama_index_polaris.engine.search.bm25 import bm25, fts_query
+from llama_index_polaris.engine.sqlite.bm25 import bm25, fts_query
 from llama_index_polaris.engine.errors import InputError
 from llama_index_polaris.engine.search.pipeline import MAX_QUERY_CHARS, Searcher
 from polaris_search_testing import embed, fill
@@ -101,7 +101,7 @@ def test_empty_fts_table_and_broken_fts_degrade_to_vector_only(open_store, db_pa
 
 @given(st.lists(st.integers(-2**62, 2**62), max_size=200))
 def test_sorted_unique_is_numpys_unique(values: list[int]) -> None:
-    from llama_index_polaris.engine.search.scoring import sorted_unique
+    from llama_index_polaris.engine.storage.scoring import sorted_unique
 
     array = np.array(values, dtype=np.int64)
     assert np.array_equal(sorted_unique(array), np.unique(array))

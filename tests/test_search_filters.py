@@ -20,9 +20,9 @@ from hypothesis import strategies as st
 from llama_index.core.vector_stores.types import FilterCondition, FilterOperator, MetadataFilter, MetadataFilters
 from llama_index.core.vector_stores.utils import build_metadata_filter_fn
 
-from llama_index_polaris.engine.db import sqlite_module
+from llama_index_polaris.engine.sqlite import sqlite_module
 from llama_index_polaris.engine.errors import InputError
-from llama_index_polaris.engine.search.filters import Condition, FilterGroup, filter_sql, filter_sql_pg
+from llama_index_polaris.engine.storage.filters import Condition, FilterGroup, filter_sql, filter_sql_pg
 from llama_index_polaris.vector_store import to_engine_filter
 from polaris_testing import BACKENDS, new_database
 

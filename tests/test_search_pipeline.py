@@ -8,7 +8,7 @@ import pytest
 from llama_index_polaris.engine.config import load_config
 from llama_index_polaris.engine.errors import InputError
 from llama_index_polaris.engine.search.pipeline import Searcher
-from llama_index_polaris.engine.store import from_blob
+from llama_index_polaris.engine.sqlite.store import from_blob
 from polaris_search_testing import DIM, embed, fill
 
 DOCS = {

@@ -7,9 +7,9 @@ import pytest
 
 from llama_index_polaris.engine.config import load_config
 from llama_index_polaris.engine.errors import InputError, ScopeError
-from llama_index_polaris.engine.search.filters import Condition
+from llama_index_polaris.engine.storage.filters import Condition
 from llama_index_polaris.engine.search.pipeline import Searcher
-from llama_index_polaris.engine.store import ChunkRecord, DocumentRecord, ModelBinding
+from llama_index_polaris.engine.sqlite.store import ChunkRecord, DocumentRecord, ModelBinding
 from polaris_search_testing import embed, fill
 
 DOC = [("Guide > Sessions", "Expired sessions are refreshed."), ("Guide > Tokens", "Tokens rotate daily.")]

@@ -21,9 +21,10 @@ from llama_index.core import VectorStoreIndex
 from llama_index_polaris import PolarisEmbedding, PolarisRetriever, PolarisVectorStore
 from llama_index_polaris.engine.config import load_config
 from llama_index_polaris.engine.index import PolarisIndex
-from llama_index_polaris.engine.db import postings as lists
-from llama_index_polaris.engine.search import pipeline, postings
-from llama_index_polaris.engine.search.bm25 import bm25
+from llama_index_polaris.engine.sqlite import postings as lists
+from llama_index_polaris.engine.search import pipeline
+from llama_index_polaris.engine.sqlite import bm25_postings as postings
+from llama_index_polaris.engine.sqlite.bm25 import bm25
 
 MODEL = "all-minilm-l6-v2"
 QUERY = "how are signing keys rotated"

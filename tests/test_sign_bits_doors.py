@@ -27,7 +27,8 @@ from llama_index.core.vector_stores.types import VectorStoreQuery, VectorStoreQu
 from llama_index_polaris import PolarisEmbedding, PolarisRetriever, PolarisVectorStore
 from llama_index_polaris.engine.config import load_config
 from llama_index_polaris.engine.index import PolarisIndex
-from llama_index_polaris.engine.search import signbits, vector_cache
+from llama_index_polaris.engine.storage import signbits
+from llama_index_polaris.engine.sqlite import bits as vector_cache
 from conftest import Targets
 from test_ann import MODEL, real, store_of  # noqa: F401  (the module fixture of real vectors)
 

@@ -9,9 +9,9 @@ from typing import Callable
 import numpy as np
 import pytest
 
-from llama_index_polaris.engine.db import sqlite_module
+from llama_index_polaris.engine.sqlite import sqlite_module
 from llama_index_polaris.engine.errors import ConfigError, DatabaseError, InputError, ModelMismatchError, NodeIdError
-from llama_index_polaris.engine.store import (
+from llama_index_polaris.engine.sqlite.store import (
     ChunkRecord,
     DocumentRecord,
     ModelBinding,

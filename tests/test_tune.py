@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from llama_index_polaris import cli
-from llama_index_polaris.engine import tune
+from llama_index_polaris.engine.tune import fit as tune
 from llama_index_polaris.engine.config import load_config
 from llama_index_polaris.engine.index import PolarisIndex
 from llama_index_polaris.engine.search import learned
@@ -144,7 +144,7 @@ def test_labels_that_do_not_exist_say_what_to_give(project: Path, capsys) -> Non
 
 
 def test_a_polaris_table_gets_its_weights_inside_it(tmp_path: Path) -> None:
-    from llama_index_polaris.engine.tune_labels import write_weights
+    from llama_index_polaris.engine.tune.labels import write_weights
 
     path = tmp_path / "polaris.toml"
     path.write_text(f'[polaris]\nmodel_id = "{MODEL}"\n\n[polaris.fusion_weights]\nfixed = 2.0\n')

@@ -31,17 +31,17 @@ from llama_index.core.schema import Document, TextNode
 from llama_index.core.vector_stores.types import VectorStoreQuery, VectorStoreQueryMode
 
 from llama_index_polaris import PolarisNodeParser, PolarisRetriever, PolarisVectorStore
-from llama_index_polaris.engine import db
+from llama_index_polaris.engine import sqlite as db
 from llama_index_polaris.engine.config import load_config
-from llama_index_polaris.engine.db.schema import transaction
+from llama_index_polaris.engine.sqlite.schema import transaction
 from llama_index_polaris.engine.index import PolarisIndex
-from llama_index_polaris.engine.recipe import make_recipe
-from llama_index_polaris.engine.search import postings
-from llama_index_polaris.engine.db import postings as lists
-from llama_index_polaris.engine.search.bm25 import bm25
-from llama_index_polaris.engine.search.bm25_cache import Bm25Cache
+from llama_index_polaris.engine.ingest.recipe import make_recipe
+from llama_index_polaris.engine.sqlite import bm25_postings as postings
+from llama_index_polaris.engine.sqlite import postings as lists
+from llama_index_polaris.engine.sqlite.bm25 import bm25
+from llama_index_polaris.engine.sqlite.bm25_cache import Bm25Cache
 from llama_index_polaris.engine.search.pipeline import Searcher
-from llama_index_polaris.engine.store import ChunkRecord, DocumentRecord, ModelBinding, Store
+from llama_index_polaris.engine.sqlite.store import ChunkRecord, DocumentRecord, ModelBinding, Store
 from llama_index_polaris.engine.text import nfc, spellings
 from llama_index_polaris.engine.backends import open_store
 from polaris_testing import BACKENDS, module_target, new_database
@@ -100,7 +100,7 @@ def pg_store(pg_server: str) -> Iterator[Any]:
 
 def _pg_answer(pg: Any, docs: list[list[str]], forms: list[bool], queries: tuple[str, ...]) -> list[list[str]]:
     """Postgres's BM25 candidates for each query, as document ids in rank order (its chunk ids are its own)."""
-    from llama_index_polaris.engine.search.scope import Scope
+    from llama_index_polaris.engine.storage.scope import Scope
 
     _bm25_store(Path(), docs, forms, pg)
     with pg.read() as conn:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from llama_index_polaris.engine.search.scope import Scope
-from llama_index_polaris.engine.search.vector import knn
-from llama_index_polaris.engine.search.vector_cache import VectorCache
-from llama_index_polaris.engine.store import ChunkRecord, DocumentRecord, ModelBinding, Store
+from llama_index_polaris.engine.storage.scope import Scope
+from llama_index_polaris.engine.sqlite.vector import knn
+from llama_index_polaris.engine.sqlite.bits import VectorCache
+from llama_index_polaris.engine.sqlite.store import ChunkRecord, DocumentRecord, ModelBinding, Store
 
 
 def build(path, n_docs=30, per_doc=10, dim=16, seed=0):

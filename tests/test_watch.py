@@ -190,7 +190,7 @@ def test_watch_follows_edits_saves_renames_and_deletes_then_stops_cleanly(projec
 
 
 def test_ctrl_c_while_a_change_is_indexed_lets_it_finish_then_stops(project: Path) -> None:
-    from llama_index_polaris.engine.store import Store
+    from llama_index_polaris.engine.sqlite.store import Store
 
     w = Watching(project, "docs")
     try:

@@ -18,7 +18,7 @@ def open_store(target: str | os.PathLike[str], **kwargs: Any) -> "Storage":
         from .postgres import PgStore
 
         return PgStore(str(target), **kwargs)
-    from .store import Store
+    from .sqlite.store import Store
 
     return Store(target, **kwargs)
 
@@ -30,6 +30,6 @@ def error_message(exc: BaseException, target: str | os.PathLike[str]) -> str | N
         from .postgres.connect import driver_error_message, is_driver_error
 
         return driver_error_message(exc, str(target)) if is_driver_error(exc) else None
-    from .db.connect import sqlite_error_message
+    from .sqlite.connect import sqlite_error_message
 
     return sqlite_error_message(exc, target)

@@ -13,7 +13,7 @@ from .config import PolarisConfig, load_config
 from .errors import DatabaseError, InputError
 from .backends import open_store
 from .storage import is_server_uri, shown_target
-from .store import UNKNOWN_MODEL, ModelBinding
+from .sqlite.store import UNKNOWN_MODEL, ModelBinding
 
 
 # The packages whose ``__init__`` imports their own modules, and the modules a search, a
@@ -60,8 +60,8 @@ def upgrade_schema(path: str | Path) -> tuple[int, int] | None:
     """Apply this Polaris's pending migrations to the index at ``path``: (from, to) versions, or
     None when it is current, not a Polaris index, or cannot be written here (a read-only
     open of it then says so and what to do)."""
-    from . import db
-    from .store import _read_only_reason
+    from . import sqlite as db
+    from .sqlite.store import _read_only_reason
 
     if is_server_uri(str(path)):
         from .postgres import schema as versions
@@ -174,7 +174,7 @@ class PolarisIndex:
                 self._embedder = embedder
 
     def _prove_or_check(self, embedder: Any) -> None:
-        from .proof import binding, prove
+        from .embed.proof import binding, prove
 
         recorded = self.store.model
         if recorded is not None and recorded.model_id == UNKNOWN_MODEL:
@@ -185,7 +185,7 @@ class PolarisIndex:
     def embed_query(self, query: str) -> Any:
         """``query`` embedded by this index's model, refused (``vectors.check_query``) unless it is a
         valid vector of the file's size: what a door that hands out query vectors returns."""
-        from .vectors import check_query
+        from .storage.vectors import check_query
 
         vector = self.embedder.embed_query(query)
         model = self.store.model
@@ -214,7 +214,7 @@ class PolarisIndex:
             if cache is not None:
                 self.store.warm_postings()  # once: the longest BM25 lists read ahead, as the file's cache loads
             return cache
-        from .search.vector_cache import VectorCache
+        from .sqlite.bits import VectorCache
 
         return self._long_lived("_vector_cache", VectorCache)
 
@@ -223,7 +223,7 @@ class PolarisIndex:
         """Chunk lengths and common words' postings for BM25 from RAM (None for one-shot processes)."""
         if self.fast_start:
             return None
-        from .search.bm25_cache import Bm25Cache
+        from .sqlite.bm25_cache import Bm25Cache
 
         return self._long_lived("_bm25_cache", Bm25Cache)
 
@@ -274,7 +274,7 @@ class PolarisIndex:
     @property
     def freshness(self) -> Any:
         """The ``Freshness`` of this index's files (it remembers file hashes while the index is open)."""
-        from .freshness import Freshness
+        from .ingest.freshness import Freshness
 
         with self._lock:
             if self._freshness is None:
@@ -288,7 +288,7 @@ class PolarisIndex:
 
     def outline(self, document: str, collection: str | None = None) -> Any:
         """The heading tree of ``document`` (path or id), each section's size in tokens."""
-        from . import documents
+        from .storage import documents
 
         with self.store.read() as conn:
             doc = documents.load_document(conn, document, collection)
@@ -299,7 +299,7 @@ class PolarisIndex:
                      subsections: bool = False) -> Any:
         """One section of ``document`` by heading path (or the section of chunk ``node_id``), its
         text cut to ``max_tokens``, with its place among its siblings (``documents.Section``)."""
-        from . import documents
+        from .storage import documents
         from .search.context import check_budget
 
         check_budget(max_tokens, "max_tokens")
@@ -309,7 +309,7 @@ class PolarisIndex:
 
     def document_text(self, document: str, collection: str | None = None, max_tokens: int = 20_000) -> Any:
         """(``DocumentRef``, its indexed text cut to ``max_tokens``, tokens of the whole, whether cut)."""
-        from . import documents
+        from .storage import documents
         from .search.context import check_budget
 
         check_budget(max_tokens, "max_tokens")
@@ -320,7 +320,7 @@ class PolarisIndex:
     def documents(self, collection: str | None = None, prefix: str | None = None, limit: int = 100,
                   offset: int = 0, contains: str | None = None) -> Any:
         """A page of the documents of ``collection`` (``documents.DocumentPage``)."""
-        from . import documents
+        from .storage import documents
 
         with self.store.read() as conn:
             return documents.list_documents(conn, collection, prefix, limit, offset, contains)
@@ -355,7 +355,7 @@ class PolarisIndex:
     def check_collection(self, name: str) -> None:
         """Refuse a collection the index does not have as a search scoped to it is refused: a
         ScopeError naming the collections there are and the closest (``search.names``)."""
-        from .search.names import collections_named
+        from .storage.names import collections_named
 
         with self.store.read() as conn:
             collections_named(conn, [name])
@@ -364,7 +364,7 @@ class PolarisIndex:
         """Remove ``collection`` (its documents and root), or only its files under ``paths``: those
         keyed relative to its root, and those a door stored by their absolute path. An unknown
         collection, or a path that takes nothing, is refused and nothing is removed (``removal``)."""
-        from .removal import documents_under
+        from .ingest.removal import documents_under
 
         self.check_collection(collection)
         with self.store.writer_lock(), self.store.run():
@@ -396,7 +396,7 @@ class PolarisIndex:
         the collection's root is then keyed by its path relative to the root; any other keeps
         its ``file_path``.
         """
-        from .sources import plan_root, root_of
+        from .ingest.sources import plan_root, root_of
 
         roots = {r for rel, loc in files if rel and loc and (r := root_of(loc, rel)) is not None}
         recorded = self.store.collection_root(collection)
@@ -411,7 +411,7 @@ class PolarisIndex:
     def indexer(self, collection: str = "default", progress: Any = None, on_wait: Any = None,
                 on_document: Any = None, stop: Any = None) -> Any:
         """An Indexer writing into this index."""
-        from .indexer import Indexer
+        from .ingest.indexer import Indexer
 
         return Indexer(
             self.store, self.embedder, self.config, collection=collection, progress=progress, on_wait=on_wait,

@@ -15,7 +15,7 @@ import functools
 from pathlib import Path
 from typing import Callable
 
-from ..sources import decode_source
+from ..ingest.sources import decode_source
 from ..hookspecs import hookimpl
 from ..text import heuristic_tokens
 from .assemble import chunk_sections, cut_warnings

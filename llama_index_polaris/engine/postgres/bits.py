@@ -27,9 +27,9 @@ from typing import Any
 
 import numpy as np
 
-from ..search import signbits
-from ..search.scope import Scope
-from ..search.signbits import SignBits, as_words, scope_rows, search_bits
+from ..storage import signbits
+from ..storage.scope import Scope
+from ..storage.signbits import SignBits, as_words, scope_rows, search_bits
 from .connect import connect
 
 log = logging.getLogger(__name__)

@@ -20,8 +20,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..search.terms import query_words
-from ..search.scoring import B, K1, sorted_unique, top_hits
-from ..search.scope import Scope
+from ..storage.scoring import B, K1, sorted_unique, top_hits
+from ..storage.scope import Scope
 from ..tokenize import Tokenizer
 
 

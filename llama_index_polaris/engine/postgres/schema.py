@@ -31,7 +31,7 @@ import zlib
 from typing import Any, Callable
 
 from ..errors import DatabaseError
-from ..records import STATUSES
+from ..storage.records import STATUSES
 
 NOW = "to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')"
 

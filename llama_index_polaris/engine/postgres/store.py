@@ -62,21 +62,21 @@ from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from .. import vectors as vectors_module
+from ..storage import vectors as vectors_module
 from ..config import SETTINGS_BY_NAME
 from ..errors import ConfigError, DatabaseError, InputError, ModelMismatchError, NodeIdError
-from ..ids import node_id_for
-from ..records import (
+from ..storage.ids import node_id_for
+from ..storage.records import (
     DEFAULT_COLLECTION, UNKNOWN_MODEL, ChunkRecord, DocumentRecord, ModelBinding, _check_unique,
     _check_unique_across, check_committable, check_status, file_document_id, is_relative_path, mismatch_message, normal_chunk,
     normal_document, unknown_model_message,
 )
-from .. import documents as documents_module
-from ..documents import document_records, files_of
-from ..search import scope as scope_module
-from ..search.filters import Filter, filter_sql_pg
-from ..search.names import collections_named
-from ..search.scope import Scope
+from ..storage import documents as documents_module
+from ..storage.documents import document_records, files_of
+from ..storage import scope as scope_module
+from ..storage.filters import Filter, filter_sql_pg
+from ..storage.names import collections_named
+from ..storage.scope import Scope
 from ..storage import MAX_K
 from ..text import nfc, storable
 from ..tokenize import Tokenizer
@@ -941,8 +941,8 @@ class PgStore:
         fewer than ``signbits.EXACT_BELOW`` vectors, or a scope no larger than the candidates."""
         from pgvector import Vector
 
-        from ..search import signbits
-        from ..search.cosine import rescore as exact
+        from ..storage import signbits
+        from ..storage.cosine import rescore as exact
 
         sized_for = fetch_k or k
         n = self.conn.execute("SELECT vectors FROM chunks_version").fetchone()[0]
@@ -1163,7 +1163,7 @@ def rescore(rows: Sequence[tuple[int, Any]], query: np.ndarray, k: int) -> list[
         return []
     ids = np.array([r[0] for r in rows], dtype=np.int64)
     matrix = np.array([as_array(r[1]) for r in rows], dtype=np.float32)
-    from ..search.cosine import rescore as exact
+    from ..storage.cosine import rescore as exact
 
     return exact(ids, matrix, query, k)
 

@@ -19,14 +19,14 @@ from ..config import PolarisConfig
 from ..errors import InputError
 from ..storage import MAX_K, Storage
 from ..text import heuristic_tokens, nfc
-from ..vectors import check_query as check_query_vector
+from ..storage.vectors import check_query as check_query_vector
 from .boost import boost_terms, heading_key
 from .context import bounded, excerpt, stitch
 from .display import Hits, hit_html
 from . import legend, literal
-from .filters import Filter
+from ..storage.filters import Filter
 from .rank import UNITS, Candidate, Explanation, RankParams, Ranked, rank
-from .scope import Scope
+from ..storage.scope import Scope
 
 MODES = ("hybrid", "vector", "bm25")
 MAX_QUERY_CHARS = 10_000

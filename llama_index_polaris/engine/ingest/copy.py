@@ -15,9 +15,9 @@ import os
 from pathlib import Path
 from typing import Any, Iterator
 
-from .errors import DatabaseError, InputError, PolarisError
-from .backends import error_message, open_store
-from .storage import is_server_uri
+from ..errors import DatabaseError, InputError, PolarisError
+from ..backends import error_message, open_store
+from ..storage import is_server_uri
 
 
 def copy_index(source: str | os.PathLike[str], dest: str | os.PathLike[str]) -> dict[str, Any]:
@@ -76,6 +76,6 @@ def _read_from(rows: Iterator[Any], src: str) -> Iterator[Any]:
 
 
 def _shown(target: str) -> str:
-    from .masking import shown_target
+    from ..masking import shown_target
 
     return shown_target(target)

@@ -24,15 +24,15 @@ from typing import Any
 
 import numpy as np
 
-from ..db.connect import sqlite_module
+from .connect import sqlite_module
 from .bm25 import HEADING_WEIGHT, TEXT_WEIGHT, bm25, bm25_sql, phrases_query, query_words
-from ..db.postings import fts_tokenizer, varints, vocab
+from .postings import fts_tokenizer, varints, vocab
 from ..tokenize import Tokenizer
-from .postings import idf, phrase_scores, posting, top_hits
-from .scope import Scope
+from .bm25_postings import idf, phrase_scores, posting, top_hits
+from ..storage.scope import Scope
 from .store_cache import BATCH_ROWS, Changed, StoreCache
-from .signbits import scope_rows
-from .vector_cache import MIN_CHUNKS
+from ..storage.signbits import scope_rows
+from .bits import MIN_CHUNKS
 
 log = logging.getLogger(__name__)
 COMMON_DF = 1_000  # a word in at least this many chunks is scored from RAM

@@ -29,12 +29,12 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from .errors import InputError, ScopeError
-from .search.context import bounded, stitch
+from ..errors import InputError, ScopeError
+from ..search.context import bounded, stitch
 from .dialect import execute
-from .search.names import close_names, collections_named, did_you_mean, documents_named, no_document
+from .names import close_names, collections_named, did_you_mean, documents_named, no_document
 from .records import DocumentRecord, is_relative_path
-from .text import nfc, storable
+from ..text import nfc, storable
 
 SEPARATOR = " > "  # between the headings of a heading path (``ChunkSpan.heading_path_str``)
 LISTED = 5  # sections an ambiguous name lists

@@ -28,10 +28,10 @@ import numpy as np
 
 from . import bm25 as fts
 from .bm25 import bm25_sql, phrases_query, query_words
-from .scope import Scope
-from ..db import postings as lists
+from ..storage.scope import Scope
+from . import postings as lists
 from ..tokenize import Tokenizer
-from .scoring import B, K1, idf, phrase_scores, top_hits  # noqa: F401
+from ..storage.scoring import B, K1, idf, phrase_scores, top_hits  # noqa: F401
 
 
 
@@ -46,7 +46,7 @@ def usable(conn: Any) -> bool:
 def posting(conn: Any, term: str) -> tuple[np.ndarray, np.ndarray] | None:
     """``term``'s (chunk ids, counts over both columns) from the file, ids ascending; None when
     it has no posting list or the lists are behind the chunks."""
-    from ..db.connect import sqlite_module
+    from .connect import sqlite_module
 
     try:
         if not usable(conn) or conn.execute("SELECT 1 FROM chunks_bm25_terms WHERE term = ?", (term,)).fetchone() is None:
@@ -75,7 +75,7 @@ def bm25(conn: Any, tokenizer: Tokenizer, query: str, limit: int, scope: Scope =
     """What ``bm25.bm25(conn, query, limit, scope)`` returns, common terms scored from the
     file's posting lists; None when they cannot answer (none of the query's terms has one,
     or the lists are behind the chunks): the caller asks FTS5."""
-    from ..db.connect import sqlite_module
+    from .connect import sqlite_module
 
     words = query_words(query)
     if not words or scope.empty or limit <= 0:
@@ -122,7 +122,7 @@ def _bm25(conn: Any, tokenizer: Tokenizer, words: list[str], limit: int, scope: 
 
 def _add_fts(conn: Any, scores: np.ndarray, match: str) -> np.ndarray:
     """``scores`` plus FTS5's bm25() of the phrases in ``match`` (a full-text error adds nothing)."""
-    from ..db.connect import sqlite_module
+    from .connect import sqlite_module
 
     sql, args = bm25_sql(Scope(), ordered=False)
     try:

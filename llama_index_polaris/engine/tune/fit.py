@@ -20,7 +20,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from .search import learned
+from ..search import learned
 
 FOLDS = 5
 RIDGE = 0.1  # chosen on the train splits, leave-one-set-out (docs/search.md, "Learned fusion")

@@ -31,29 +31,29 @@ from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from . import db
-from . import vectors as vectors_module
-from .db.schema import (
+from .. import sqlite as db
+from ..storage import vectors as vectors_module
+from .schema import (
     CHUNKS_WITH_DOCUMENTS, DEFAULT_COLLECTION, MERGED_METADATA, SECURE_FTS_SQLITE, file_document_id,
     fts_is_secure, get_meta, has_table, purge_fts, set_meta, sqlite_version, transaction,
 )
-from .config import SETTINGS_BY_NAME
-from .records import (  # noqa: F401  (the records are the contract's; names kept importable from here)
+from ..config import SETTINGS_BY_NAME
+from ..storage.records import (  # noqa: F401  (the records are the contract's; names kept importable from here)
     UNKNOWN_MODEL, ChunkRecord, DocumentRecord, ModelBinding, _check_unique, _check_unique_across, check_committable,
     check_status, from_blob, is_relative_path, mismatch_message, normal_document, normal_chunk, text_hash, to_blob,
     unknown_model_message,
 )
-from .errors import ConfigError, DatabaseError, InputError, ModelMismatchError, NodeIdError
-from .ids import node_id_for
-from .db import postings
-from .tokenize import Tokenizer
-from .search import bm25 as fts, postings as search_postings, vector as vector_search
-from .search.filters import Filter, filter_sql
-from .search.scope import Scope, resolve_scope
-from . import documents as documents_module
-from .documents import document_records, files_of
-from .search.names import collections_named
-from .text import is_valid, nfc, storable, storable_value
+from ..errors import ConfigError, DatabaseError, InputError, ModelMismatchError, NodeIdError
+from ..storage.ids import node_id_for
+from . import postings
+from ..tokenize import Tokenizer
+from . import bm25 as fts, bm25_postings as search_postings, vector as vector_search
+from ..storage.filters import Filter, filter_sql
+from ..storage.scope import Scope, resolve_scope
+from ..storage import documents as documents_module
+from ..storage.documents import document_records, files_of
+from ..storage.names import collections_named
+from ..text import is_valid, nfc, storable, storable_value
 
 DEFAULT_FTS_TOKENIZER = SETTINGS_BY_NAME["fts_tokenizer"].default
 
@@ -268,7 +268,7 @@ class Store:
 
     def writer_lock(self, on_wait: Any = None) -> Any:
         """``with store.writer_lock():`` one `polaris index` run at a time (a lock file beside the index)."""
-        from .lock import index_lock
+        from ..ingest.lock import index_lock
 
         return index_lock(self.path, on_wait)
 

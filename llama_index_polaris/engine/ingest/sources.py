@@ -35,8 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Callable, Iterator, Sequence
 
-from .errors import InputError
-from .text import is_valid, nfc, storable
+from ..errors import InputError
+from ..text import is_valid, nfc, storable
 
 EXTENSIONS = (".md", ".markdown", ".mdx", ".txt")
 # Byte order marks, longest first (UTF-32 LE begins with UTF-16 LE's), and the codec each names.

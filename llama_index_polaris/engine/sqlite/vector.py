@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from .ann import ann_knn
-from .scope import Scope
+from ..storage.scope import Scope
 
 MAX_K = 4096  # sqlite-vec's limit on k
 MIN_DISTANCE = -1.0  # below every cosine distance (0..2, a little under 0 by rounding); NaN fails it

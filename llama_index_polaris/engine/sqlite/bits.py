@@ -17,11 +17,11 @@ from typing import Any
 
 import numpy as np
 
-from ..db.schema import BITS_TABLE
-from . import signbits
+from .schema import BITS_TABLE
+from ..storage import signbits
 from .ann import BLOCKS_SQL, LayoutError, SignBits, blocks_to_bits, has_index, search_bits
-from .scope import Scope
-from .signbits import scope_rows  # noqa: F401  (the BM25 cache's too)
+from ..storage.scope import Scope
+from ..storage.signbits import scope_rows  # noqa: F401  (the BM25 cache's too)
 from .store_cache import BATCH_ROWS, StoreCache
 
 MIN_CHUNKS = 20_000  # below this the plain paths are as fast and need no RAM (the BM25 cache shares it)

@@ -24,8 +24,8 @@ import difflib
 import json
 from typing import Any, Sequence
 
-from ..dialect import execute, where as _where
-from ..records import DEFAULT_COLLECTION
+from .dialect import execute, where as _where
+from .records import DEFAULT_COLLECTION
 from ..errors import ScopeError
 from ..text import is_valid, nfc, spellings
 

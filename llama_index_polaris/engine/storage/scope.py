@@ -25,7 +25,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from ..dialect import dialect, execute
+from .dialect import dialect, execute
 from ..errors import InputError, ScopeError
 from ..text import storable
 from .filters import Filter, filter_sql, filter_sql_pg

@@ -16,8 +16,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .errors import InputError, NodeIdError
-from .text import is_valid, nfc, storable, storable_value
+from ..errors import InputError, NodeIdError
+from ..text import is_valid, nfc, storable, storable_value
 
 DEFAULT_COLLECTION = "default"  # where a document goes when no collection is named
 STATUSES = ("pending", "processing", "completed", "stale", "failed")

@@ -25,7 +25,7 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from .errors import VectorError
+from ..errors import VectorError
 
 MIN_NORM = 1e-15  # shorter: its squared components underflow float32 (cosine needs their sum > 0)
 MAX_NORM = 1e15  # longer: its dot products overflow float32

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import uuid
 
-from .text import storable
+from ..text import storable
 
 NAMESPACE = uuid.UUID("6f1d3c55-2b4e-5d0a-9c3e-8a7b1f0e4d21")
 

@@ -17,13 +17,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
-from .config import HEADING_CHARS, PolarisConfig
-from .errors import ConfigError
-from .ids import node_id_for
-from .text import nfc
+from ..config import HEADING_CHARS, PolarisConfig
+from ..errors import ConfigError
+from ..storage.ids import node_id_for
+from ..text import nfc
 
 if TYPE_CHECKING:  # the chunker (markdown-it) is imported on first use: an unchanged re-index skips it
-    from .chunk import ChunkedDocument, ChunkSettings, ChunkSpan
+    from ..chunk import ChunkedDocument, ChunkSettings, ChunkSpan
 
 # context -> (metadata key shown to the embedder, which headings it holds)
 CONTEXTS: dict[str, tuple[str | None, str]] = {
@@ -76,14 +76,14 @@ class Recipe:
     @property
     def settings(self) -> "ChunkSettings":
         """The chunker's settings."""
-        from .chunk import ChunkSettings
+        from ..chunk import ChunkSettings
 
         return ChunkSettings(self.max_tokens, self.overlap_chars, self.min_chars, self.count_tokens)
 
     def chunk(self, text: str, *, path: str | None = None, title: str | None = None) -> "ChunkedDocument":
         """The chunks of ``text`` in NFC (chunker chosen by ``path``'s extension): their offsets
         refer to ``nfc(text)``, the text every door stores."""
-        from .chunk import chunk_document
+        from ..chunk import chunk_document
 
         return chunk_document(nfc(text), self.settings, path=path, title=None if title is None else nfc(title))
 

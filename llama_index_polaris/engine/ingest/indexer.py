@@ -42,19 +42,19 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 import numpy as np
 
 from .carry import carry
-from .config import PolarisConfig
-from .db.schema import file_document_id
-from .errors import InputError, NodeIdError
+from ..config import PolarisConfig
+from ..sqlite.schema import file_document_id
+from ..errors import InputError, NodeIdError
 from .lock import index_lock
 from .recipe import DEFAULT_CONTEXT, Recipe, make_recipe, node_id
 from .sources import (EXTENSIONS, RootPlan, SourceFile, check_unrooted, covers, ignored_summary, plan_root,
                       read_source, walk)
-from .store import ChunkRecord, DocumentRecord, ModelBinding, Store, text_hash
-from .text import nfc
-from .vectors import problem, valid_rows
+from ..sqlite.store import ChunkRecord, DocumentRecord, ModelBinding, Store, text_hash
+from ..text import nfc
+from ..storage.vectors import problem, valid_rows
 
 if TYPE_CHECKING:
-    from .chunk import ChunkedDocument
+    from ..chunk import ChunkedDocument
 
 EMBED_BATCH_CHUNKS = 32  # chunks gathered across documents before one embedding call
 
@@ -379,7 +379,7 @@ class Indexer:
 
     def _whole(self, text: str, title: str) -> "ChunkedDocument":
         """The whole text as one chunk; the embedder reads its first ``window`` tokens."""
-        from .chunk import ChunkedDocument, ChunkSpan
+        from ..chunk import ChunkedDocument, ChunkSpan
 
         tokens = self.embedder.count_tokens(text)
         span = ChunkSpan(text, 0, len(text), (title,), 1, tokens, tokens > self.window)

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..errors import DatabaseError
-from ..search.scope import CHUNKS_WITH_DOCUMENTS, MERGED_METADATA  # noqa: F401
-from ..records import CHUNK_OWN_KEYS, DEFAULT_COLLECTION, STATUSES, file_document_id  # noqa: F401
+from ..storage.scope import CHUNKS_WITH_DOCUMENTS, MERGED_METADATA  # noqa: F401
+from ..storage.records import CHUNK_OWN_KEYS, DEFAULT_COLLECTION, STATUSES, file_document_id  # noqa: F401
 
 META_TABLE = "polaris_meta"
 from ..sqlite_module import SECURE_FTS_SQLITE  # noqa: E402  the first SQLite with FTS5 'secure-delete'

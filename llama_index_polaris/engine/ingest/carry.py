@@ -17,7 +17,7 @@ import dataclasses
 from typing import Any, Iterable, Sequence
 
 from .recipe import CONTEXTS
-from .records import CHUNK_OWN_KEYS, ChunkRecord
+from ..storage.records import CHUNK_OWN_KEYS, ChunkRecord
 
 ENGINE_KEYS = frozenset({"file_path", *CHUNK_OWN_KEYS, *(key for key, _ in CONTEXTS.values() if key)})
 

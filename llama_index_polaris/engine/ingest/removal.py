@@ -15,11 +15,11 @@ import os
 from pathlib import Path, PurePosixPath
 from typing import Mapping, Sequence
 
-from .errors import InputError
-from .records import DocumentRecord
-from .search.names import close_names, did_you_mean
+from ..errors import InputError
+from ..storage.records import DocumentRecord
+from ..storage.names import close_names, did_you_mean
 from .sources import covers
-from .text import nfc
+from ..text import nfc
 
 
 def documents_under(collection: str, paths: Sequence[str | os.PathLike[str]], root: str | None,

@@ -39,7 +39,7 @@ from typing import Any, Iterator, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
-from .masking import SERVER_SCHEMES, shown_target  # noqa: F401  (shown_target: a URI without its passwords)
+from ..masking import SERVER_SCHEMES, shown_target  # noqa: F401  (shown_target: a URI without its passwords)
 
 MAX_K = 4096  # the deepest candidate list a backend is asked for (sqlite-vec's limit on k)
 

@@ -29,13 +29,13 @@ from typing import Any
 
 import numpy as np
 
-from ..db.schema import BITS_TABLE, has_table
-from ..vectors import decode_rows
-from . import signbits
-from .cosine import rescore
-from .scope import Scope
-from .scoring import sorted_unique
-from .signbits import SignBits, as_words, fetch_size, hamming, nearest_rows, pack_signs  # noqa: F401  (this module's names before)
+from .schema import BITS_TABLE, has_table
+from ..storage.vectors import decode_rows
+from ..storage import signbits
+from ..storage.cosine import rescore
+from ..storage.scope import Scope
+from ..storage.scoring import sorted_unique
+from ..storage.signbits import SignBits, as_words, fetch_size, hamming, nearest_rows, pack_signs  # noqa: F401  (this module's names before)
 
 
 class LayoutError(Exception):

@@ -29,9 +29,9 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from .errors import ModelMismatchError
-from .store import UNKNOWN_MODEL, ChunkRecord, ModelBinding, Store, text_hash, unknown_model_message
-from .vectors import problem
+from ..errors import ModelMismatchError
+from ..sqlite.store import UNKNOWN_MODEL, ChunkRecord, ModelBinding, Store, text_hash, unknown_model_message
+from ..storage.vectors import problem
 
 SAMPLE = 4  # chunks re-embedded to prove a file's model
 LOOKED_AT = 32  # chunks read to find SAMPLE whose embedded text can be rebuilt

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
-from .errors import InputError
-from .paths import cache_root
+from ..errors import InputError
+from ..paths import cache_root
 
 METRICS = ("ndcg@10", "recall@10", "recall@100", "mrr@10")
 DEPTH = 100
@@ -135,7 +135,7 @@ def corpus_markdown(doc: Mapping[str, Any]) -> str:
 
 def corpus_fingerprint(path: Path) -> str:
     """sha256 of the corpus file (part of the cache key)."""
-    from .embed.fingerprint import file_sha256
+    from ..embed.fingerprint import file_sha256
 
     return file_sha256(path / "corpus.jsonl")
 
@@ -154,12 +154,12 @@ def build_eval_index(beir: BeirSet, config: Any, progress: Any = None, whole_doc
     ``whole_documents`` indexes each corpus entry as one chunk cut at the model's window,
     as BEIR and MTEB do, so that published figures can be reproduced.
     """
-    from .embed import embedder_from_config
-    from .indexer import Indexer, SourceDocument
-    from .index import PolarisIndex
+    from ..embed import embedder_from_config
+    from ..ingest.indexer import Indexer, SourceDocument
+    from ..index import PolarisIndex
 
     embedder = embedder_from_config(config)
-    from .recipe import DEFAULT_CONTEXT
+    from ..ingest.recipe import DEFAULT_CONTEXT
 
     key = json.dumps([corpus_fingerprint(beir.path), embedder.model_id, embedder.dim, embedder.fingerprint,
                       config.max_chunk_tokens, config.chunk_overlap_chars, config.min_chunk_chars,

@@ -29,9 +29,9 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from .errors import InputError
-from .search import learned
-from .tune import Sample
+from ..errors import InputError
+from ..search import learned
+from .fit import Sample
 
 JSONL_HELP = ('each line is {"question": "...", "path": "docs/file.md", "heading": "optional heading"}'
               ' or {"question": "...", "relevant": [{"path": ..., "heading": ..., "grade": 1}, ...]}')
@@ -128,7 +128,7 @@ def sample(searcher: Any, q: Question, pool: int) -> Sample:
 
 def samples(index: Any, questions: Sequence[Question], progress: Callable[[int, int], None] | None = None) -> list[Sample]:
     """Every question run through ``index`` with the fixed fusion, its features kept."""
-    from .search.pipeline import Searcher
+    from ..search.pipeline import Searcher
 
     cfg = index.config.replace(fusion_weights=learned.EVERY, mmr_lambda=1.0)
     searcher = Searcher(index.store, lambda t: index.embedder.embed_query(t), cfg, index.vector_cache, index.bm25_cache)

@@ -14,8 +14,8 @@ import re
 from typing import Any
 
 from ..sqlite_module import sqlite_module
-from .scope import Scope
-from .terms import COMPOUND, IDENTIFIER_PHRASES, MAX_TERMS, fts_query, phrases_query, query_words  # noqa: F401
+from ..storage.scope import Scope
+from ..search.terms import COMPOUND, IDENTIFIER_PHRASES, MAX_TERMS, fts_query, phrases_query, query_words  # noqa: F401
 
 log = logging.getLogger(__name__)
 TEXT_WEIGHT, HEADING_WEIGHT = 1.0, 1.0

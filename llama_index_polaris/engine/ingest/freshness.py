@@ -29,11 +29,11 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Iterable
 
-from .config import PolarisConfig
-from .errors import InputError
+from ..config import PolarisConfig
+from ..errors import InputError
 from .indexer import document_hash
 from .sources import read_source, walk
-from .store import DocumentRecord, Store
+from ..sqlite.store import DocumentRecord, Store
 
 FRESH, CHANGED, MISSING, UNREADABLE = "fresh", "changed", "missing", "unreadable"
 STATES = (FRESH, CHANGED, MISSING, UNREADABLE)
