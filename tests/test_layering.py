@@ -275,3 +275,43 @@ def test_the_postgres_backend_does_not_import_the_sqlite_one() -> None:
     sqlite_side = {m for m in graph if m == E + "sqlite" or m.startswith(E + "sqlite.")}
     found = {m: sorted(reachable(graph, m) & sqlite_side) for m in graph if m.startswith(E + "postgres")}
     assert {m: f for m, f in found.items() if f} == {}
+
+
+# -- the layout (#35): search reads storage through the contract only, config sits at the bottom, no circle --
+SEARCH = sorted(m for m in import_graph() if m.startswith(E + "search."))
+BOTTOM = {E + m for m in ("errors", "paths", "text", "masking")}  # what config may import: nothing of the pipeline
+
+
+def test_no_search_module_imports_a_backend() -> None:
+    """Every module of engine/search/ (not only the ranking ones) reaches storage through engine/storage/."""
+    graph = import_graph()
+    assert len(SEARCH) >= 10
+    offenders = {m: sorted(n for n in reachable(graph, m) if is_backend(n)) for m in SEARCH}
+    assert {m: found for m, found in offenders.items() if found} == {}
+
+
+def test_config_imports_nothing_of_the_pipeline() -> None:
+    graph = import_graph()
+    assert reachable(graph, E + "config") <= BOTTOM
+    assert all(graph[m] <= BOTTOM for m in BOTTOM)  # and the bottom imports only the bottom
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import circles of ``graph``: each strongly connected set of two or more modules, sorted."""
+    found = []
+    for m in sorted(graph):
+        if m in reachable(graph, m) and not any(m in c for c in found):
+            found.append(sorted(n for n in reachable(graph, m) if m in reachable(graph, n)))
+    return found
+
+
+def test_circles_are_found() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": {"e2"}, "e2": {"e"}}
+    assert circles(graph) == [["a", "b", "c"], ["e", "e2"]]
+    assert circles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_circle_in_the_engine() -> None:
+    """Imports go one way (config and text at the bottom, the facade index.py at the top), so any module
+    can be read, and imported, without the ones above it."""
+    assert circles(import_graph()) == []

@@ -24,6 +24,7 @@ else:  # pragma: no cover - exercised on 3.10 only
 
 from .errors import ConfigError
 from .paths import config_root
+from .text import CHARS_PER_TOKEN  # noqa: F401  (read from here by the chunker)
 
 FTS_TOKENIZERS = ("unicode61", "porter", "ascii", "trigram")
 
@@ -75,9 +76,54 @@ def _unit(v: str) -> str | None:
     return None if v in ("section", "chunk") else "must be section or chunk"
 
 
-def _fusion_weights(v: Any) -> str | None:
-    from .search.learned import check_weights
+# the learned fusion's features (search/learned.py), name -> what it is; the order is the column order
+# of ``learned.features``: a ``fusion_weights`` table names some of them
+FUSION_FEATURES: dict[str, str] = {
+    "fixed": "the fixed fusion's relevance (RRF + score fusion + heading boost, best = 1): today's ranking",
+    "vector_rr": "1 / the section's rank in the vector list (0 when the list did not return it)",
+    "bm25_rr": "1 / the section's rank in the BM25 list (0 when absent)",
+    "vector_rrf": "the vector list's RRF term relative to rank 1's: (rrf_k + 1) / (rrf_k + rank)",
+    "bm25_rrf": "the BM25 list's RRF term relative to rank 1's",
+    "vector_sim": "cosine similarity of the section's best chunk (clipped to 0..1)",
+    "vector_scaled": "that similarity rescaled between the list's best (1) and its 50th section (0)",
+    "bm25_ratio": "BM25 score of the section's best chunk over the list's best",
+    "bm25_scaled": "BM25 rescaled between the list's best (1) and its 50th section (0)",
+    "heading": "share of the query's content words found in the heading path",
+    "both": "1 when both lists returned the section",
+    "same_chunk": "1 when the best vector chunk and the best BM25 chunk are the same chunk",
+    "chunks": "chunks of the section that the lists returned: 1 - 1 / n",
+    "depth": "heading depth: 1 / number of headings in the path (a page's title reads 1)",
+    "lookup_bm25": "1 / BM25 rank when the query is an identifier lookup, else 0",
+    "lookup_vector": "1 / vector rank when the query is an identifier lookup, else 0",
+    "words_heading": "heading match when the query is words (not a lookup), else 0",
+    "own_heading": "share of the query's content words found in the section's own (last) heading",
+    "changelog": "1 when the section is a changelog or release-notes entry (its page is titled so, or a heading "
+                 "below the page's is a version or a date)",
+    "page_best": "the fixed fusion's relevance of the best section of the same document in the pool",
+    "page_share": "the section's fixed relevance over its document's best in the pool (1: the page's best section)",
+    "parent_in_pool": "1 when the section's parent section (same document) is in the pool too",
+    "child_in_pool": "1 when a subsection of the section (same document) is in the pool too",
+}
 
+
+def check_weights(weights: object) -> str | None:
+    """What is wrong with a ``fusion_weights`` table (None when it can be used)."""
+    import numpy as np
+
+    if not isinstance(weights, Mapping):
+        return "must be a table of feature = weight"
+    unknown = [k for k in weights if k not in FUSION_FEATURES]
+    if unknown:
+        return f"has unknown features {', '.join(map(repr, unknown))} (features: {', '.join(FUSION_FEATURES)})"
+    for k, v in weights.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v):
+            return f"weight of '{k}' must be a finite number, got {v!r}"
+    if not any(weights.values()):
+        return "has no weight other than 0 (remove the table for the fixed fusion)"
+    return None
+
+
+def _fusion_weights(v: Any) -> str | None:
     return check_weights(v)
 
 
@@ -124,7 +170,6 @@ REMOVED = {
         " fixed: set candidate_pool (chunks per list, default 60, the pool top_k 10 had) or remove the key"
     ),
 }
-CHARS_PER_TOKEN = 4
 HEADING_CHARS = 200  # at most this much of one heading (or a title) enters a chunk's heading path
 
 
@@ -275,7 +320,7 @@ def load_config(
 
 def describe(cfg: PolarisConfig) -> list[tuple[str, Any, str]]:
     """(key, value, source) rows for every setting, for `polaris status` (a db_path URI without its password)."""
-    from .storage import shown_target
+    from .masking import shown_target
 
     def value(name: str) -> Any:
         v = getattr(cfg, name)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import unicodedata
 from typing import Any
 
-from .config import CHARS_PER_TOKEN
+CHARS_PER_TOKEN = 4  # the budget heuristic: characters per token (config reads it from here)
 
 NORMAL_FORM = "NFC"
 

@@ -17,35 +17,10 @@ from typing import Callable, Hashable, Mapping
 
 import numpy as np
 
+from ..config import FUSION_FEATURES, check_weights  # noqa: F401  (check_weights: kept importable here)
 from .boost import is_changelog
 
-# name -> what it is; the order is the column order of ``features``
-FEATURES: dict[str, str] = {
-    "fixed": "the fixed fusion's relevance (RRF + score fusion + heading boost, best = 1): today's ranking",
-    "vector_rr": "1 / the section's rank in the vector list (0 when the list did not return it)",
-    "bm25_rr": "1 / the section's rank in the BM25 list (0 when absent)",
-    "vector_rrf": "the vector list's RRF term relative to rank 1's: (rrf_k + 1) / (rrf_k + rank)",
-    "bm25_rrf": "the BM25 list's RRF term relative to rank 1's",
-    "vector_sim": "cosine similarity of the section's best chunk (clipped to 0..1)",
-    "vector_scaled": "that similarity rescaled between the list's best (1) and its 50th section (0)",
-    "bm25_ratio": "BM25 score of the section's best chunk over the list's best",
-    "bm25_scaled": "BM25 rescaled between the list's best (1) and its 50th section (0)",
-    "heading": "share of the query's content words found in the heading path",
-    "both": "1 when both lists returned the section",
-    "same_chunk": "1 when the best vector chunk and the best BM25 chunk are the same chunk",
-    "chunks": "chunks of the section that the lists returned: 1 - 1 / n",
-    "depth": "heading depth: 1 / number of headings in the path (a page's title reads 1)",
-    "lookup_bm25": "1 / BM25 rank when the query is an identifier lookup, else 0",
-    "lookup_vector": "1 / vector rank when the query is an identifier lookup, else 0",
-    "words_heading": "heading match when the query is words (not a lookup), else 0",
-    "own_heading": "share of the query's content words found in the section's own (last) heading",
-    "changelog": "1 when the section is a changelog or release-notes entry (its page is titled so, or a heading "
-                 "below the page's is a version or a date)",
-    "page_best": "the fixed fusion's relevance of the best section of the same document in the pool",
-    "page_share": "the section's fixed relevance over its document's best in the pool (1: the page's best section)",
-    "parent_in_pool": "1 when the section's parent section (same document) is in the pool too",
-    "child_in_pool": "1 when a subsection of the section (same document) is in the pool too",
-}
+FEATURES = FUSION_FEATURES  # the table a ``fusion_weights`` setting may name lives with the settings
 NAMES: tuple[str, ...] = tuple(FEATURES)
 IDENTITY: dict[str, float] = {"fixed": 1.0}
 EVERY: dict[str, float] = {**dict.fromkeys(NAMES, 0.0), **IDENTITY}  # today's ranking, every feature computed
@@ -184,18 +159,3 @@ def contributions(x: np.ndarray, w: np.ndarray) -> np.ndarray:
 def scores(x: np.ndarray, w: np.ndarray) -> np.ndarray:
     """The model's score of each row: its contributions added."""
     return contributions(x, w).sum(axis=1) if len(x) else np.zeros(0)
-
-
-def check_weights(weights: object) -> str | None:
-    """What is wrong with a ``fusion_weights`` table (None when it can be used)."""
-    if not isinstance(weights, Mapping):
-        return "must be a table of feature = weight"
-    unknown = [k for k in weights if k not in FEATURES]
-    if unknown:
-        return f"has unknown features {', '.join(map(repr, unknown))} (features: {', '.join(NAMES)})"
-    for k, v in weights.items():
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v):
-            return f"weight of '{k}' must be a finite number, got {v!r}"
-    if not any(weights.values()):
-        return "has no weight other than 0 (remove the table for the fixed fusion)"
-    return None
