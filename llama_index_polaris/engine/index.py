@@ -22,9 +22,9 @@ from .sqlite.store import UNKNOWN_MODEL, ModelBinding
 # one thread gets ImportError, "partially initialized module"): a door that answers calls in
 # worker threads imports these first, in its own thread (``import_engine``).
 ENGINE_MODULES = (
-    "chunk", "db", "embed", "embed.embedder", "embed.crossencoder", "documents", "freshness", "indexer",
-    "proof", "removal", "sources", "vectors", "search.pipeline", "search.rerank", "search.vector_cache",
-    "search.bm25_cache",
+    "chunk", "sqlite", "embed", "embed.embedder", "embed.crossencoder", "storage.documents", "ingest.freshness",
+    "ingest.indexer", "embed.proof", "ingest.removal", "ingest.sources", "storage.vectors", "search.pipeline",
+    "search.rerank", "sqlite.bits", "sqlite.bm25_cache",
 )
 SERVER_MODULES = ("postgres", "postgres.connect", "postgres.schema", "postgres.bits")
 
