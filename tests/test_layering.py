@@ -290,6 +290,16 @@ def test_no_search_module_imports_a_backend() -> None:
     assert {m: found for m, found in offenders.items() if found} == {}
 
 
+def test_backends_py_is_the_one_module_that_imports_a_backend() -> None:
+    """Above the two backend folders the engine knows the storage contract only (the adapters
+    outside engine/, the Datasette plugin for one, may know the SQLite file)."""
+    graph = import_graph()
+    outside = {m: sorted(n for n in found if is_backend(n) and n != E + "backends")
+               for m, found in graph.items() if not is_backend(m)}
+    assert {m: found for m, found in outside.items() if found} == {}
+    assert {E + "sqlite.store", E + "postgres"} <= graph[E + "backends"] | reachable(graph, E + "backends")
+
+
 def test_config_imports_nothing_of_the_pipeline() -> None:
     graph = import_graph()
     assert reachable(graph, E + "config") <= BOTTOM

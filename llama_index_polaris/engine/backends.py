@@ -1,12 +1,13 @@
 """Which backend an index lives in: a ``postgresql://`` URI is Postgres, anything else a file.
 
-The one place that imports the backends (``store.Store``, ``postgres.PgStore``): everything
-else talks to the storage contract (``storage.py``).
+The one place that imports the backends (``sqlite/``, ``postgres/``): everything else talks to
+the storage contract (``storage/``).
 """
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 from .storage import Storage, is_server_uri
@@ -33,3 +34,43 @@ def error_message(exc: BaseException, target: str | os.PathLike[str]) -> str | N
     from .sqlite.connect import sqlite_error_message
 
     return sqlite_error_message(exc, target)
+
+
+def schema_versions(target: str | os.PathLike[str]) -> tuple[int, int] | None:
+    """(the schema version of the index at ``target``, this Polaris's), read without writing; None
+    for a file that is missing or cannot be written here (0: not a Polaris index)."""
+    if is_server_uri(str(target)):
+        from .postgres import schema as versions
+        from .postgres.connect import connect
+
+        conn = connect(str(target))
+    else:
+        from . import sqlite as versions
+        from .sqlite.store import _read_only_reason
+
+        if not Path(target).exists() or _read_only_reason(str(target)) is not None:
+            return None
+        conn = versions.connect(Path(target), readonly=True)
+    try:
+        return versions.schema_version(conn), versions.SCHEMA_VERSION
+    finally:
+        conn.close()
+
+
+def vector_cache_type(kind: str) -> type:
+    """The long-lived processes' sign bits in RAM for a ``kind`` store: ``sqlite/bits.py`` or
+    ``postgres/bits.py`` (imported only when asked: a one-shot search loads no cache module)."""
+    if kind == "postgres":
+        from .postgres.bits import PgVectorCache
+
+        return PgVectorCache
+    from .sqlite.bits import VectorCache
+
+    return VectorCache
+
+
+def bm25_cache_type() -> type:
+    """The file's BM25 from RAM (``sqlite/bm25_cache.py``); the server keeps its own lists."""
+    from .sqlite.bm25_cache import Bm25Cache
+
+    return Bm25Cache

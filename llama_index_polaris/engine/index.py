@@ -11,9 +11,9 @@ from typing import Any, Callable, Sequence
 
 from .config import PolarisConfig, load_config
 from .errors import DatabaseError, InputError
-from .backends import open_store
+from .backends import bm25_cache_type, open_store, schema_versions, vector_cache_type
 from .storage import is_server_uri, shown_target
-from .sqlite.store import UNKNOWN_MODEL, ModelBinding
+from .storage.records import UNKNOWN_MODEL, ModelBinding
 
 
 # The packages whose ``__init__`` imports their own modules, and the modules a search, a
@@ -60,27 +60,14 @@ def upgrade_schema(path: str | Path) -> tuple[int, int] | None:
     """Apply this Polaris's pending migrations to the index at ``path``: (from, to) versions, or
     None when it is current, not a Polaris index, or cannot be written here (a read-only
     open of it then says so and what to do)."""
-    from . import sqlite as db
-    from .sqlite.store import _read_only_reason
-
-    if is_server_uri(str(path)):
-        from .postgres import schema as versions
-        from .postgres.connect import connect
-
-        conn = connect(str(path))
-    else:
-        versions = db
-        if not Path(path).exists() or _read_only_reason(str(path)) is not None:
-            return None
-        conn = db.connect(Path(path), readonly=True)
-    try:
-        version = versions.schema_version(conn)
-    finally:
-        conn.close()
-    if version == 0 or version >= versions.SCHEMA_VERSION:
+    versions = schema_versions(path)
+    if versions is None:
+        return None
+    version, current = versions
+    if version == 0 or version >= current:
         return None
     open_store(str(path)).close()  # a writer's open migrates (on Postgres each step in its transaction)
-    return version, versions.SCHEMA_VERSION
+    return version, current
 
 
 def model_choice(config: PolarisConfig, recorded: ModelBinding | None) -> tuple[str, int | None]:
@@ -208,24 +195,18 @@ class PolarisIndex:
         if self.fast_start:  # before the imports: a one-shot search loads no cache module
             return None
         if self.store.kind == "postgres":
-            from .postgres.bits import PgVectorCache
-
-            cache = self._long_lived("_vector_cache", PgVectorCache, "postgres")
+            cache = self._long_lived("_vector_cache", vector_cache_type("postgres"), "postgres")
             if cache is not None:
                 self.store.warm_postings()  # once: the longest BM25 lists read ahead, as the file's cache loads
             return cache
-        from .sqlite.bits import VectorCache
-
-        return self._long_lived("_vector_cache", VectorCache)
+        return self._long_lived("_vector_cache", vector_cache_type("sqlite"))
 
     @property
     def bm25_cache(self) -> Any:
         """Chunk lengths and common words' postings for BM25 from RAM (None for one-shot processes)."""
         if self.fast_start:
             return None
-        from .sqlite.bm25_cache import Bm25Cache
-
-        return self._long_lived("_bm25_cache", Bm25Cache)
+        return self._long_lived("_bm25_cache", bm25_cache_type())
 
     def _long_lived(self, attr: str, cache_type: type, kind: str = "sqlite") -> Any:
         """The cache held in ``attr``, made on first use (loading in the background), unless one-shot."""

@@ -30,7 +30,8 @@ from typing import Any, Iterator
 import numpy as np
 
 from ..errors import ModelMismatchError
-from ..sqlite.store import UNKNOWN_MODEL, ChunkRecord, ModelBinding, Store, text_hash, unknown_model_message
+from ..storage import Storage
+from ..storage.records import UNKNOWN_MODEL, ChunkRecord, ModelBinding, text_hash, unknown_model_message
 from ..storage.vectors import problem
 
 SAMPLE = 4  # chunks re-embedded to prove a file's model
@@ -92,7 +93,7 @@ def cosine(a: Any, b: Any) -> float:
     return float(a @ b) / norm if norm else 0.0
 
 
-def prove(store: Store, embedder: Any) -> ModelBinding:
+def prove(store: Storage, embedder: Any) -> ModelBinding:
     """Prove that ``embedder`` made the vectors of a file recorded as ``unknown``, and record it.
 
     Returns the binding now recorded. Raises ModelMismatchError, saying what was compared,
@@ -138,7 +139,7 @@ def _short(node_id: str) -> str:
     return node_id if len(node_id) <= 16 else node_id[:8] + "..."
 
 
-def check_vector(store: Store, embedder: Any, text: str, vector: Any, *, query: bool) -> float:
+def check_vector(store: Storage, embedder: Any, text: str, vector: Any, *, query: bool) -> float:
     """Refuse ``vector`` unless the recorded model (``embedder``) gives nearly the same for ``text``.
 
     ``query``: ``text`` is a query (embedded with the query prefix), else a document's

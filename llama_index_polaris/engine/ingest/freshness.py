@@ -33,7 +33,8 @@ from ..config import PolarisConfig
 from ..errors import InputError
 from .indexer import document_hash
 from .sources import read_source, walk
-from ..sqlite.store import DocumentRecord, Store
+from ..storage import Storage
+from ..storage.records import DocumentRecord
 
 FRESH, CHANGED, MISSING, UNREADABLE = "fresh", "changed", "missing", "unreadable"
 STATES = (FRESH, CHANGED, MISSING, UNREADABLE)
@@ -75,7 +76,7 @@ class CollectionChanges:
 class Freshness:
     """Compares a store's file documents with their files; hashes are remembered per file version."""
 
-    def __init__(self, store: Store, config: PolarisConfig) -> None:
+    def __init__(self, store: Storage, config: PolarisConfig) -> None:
         self.store, self.config = store, config
         self._hashes: dict[str, tuple[tuple, str | Exception]] = {}  # path -> (version, hash or error)
         self._lock = threading.Lock()

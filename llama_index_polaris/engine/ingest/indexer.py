@@ -43,13 +43,13 @@ import numpy as np
 
 from .carry import carry
 from ..config import PolarisConfig
-from ..sqlite.schema import file_document_id
 from ..errors import InputError, NodeIdError
 from .lock import index_lock
 from .recipe import DEFAULT_CONTEXT, Recipe, make_recipe, node_id
 from .sources import (EXTENSIONS, RootPlan, SourceFile, check_unrooted, covers, ignored_summary, plan_root,
                       read_source, walk)
-from ..sqlite.store import ChunkRecord, DocumentRecord, ModelBinding, Store, text_hash
+from ..storage import Storage
+from ..storage.records import ChunkRecord, DocumentRecord, ModelBinding, file_document_id, text_hash
 from ..text import nfc
 from ..storage.vectors import problem, valid_rows
 
@@ -165,7 +165,7 @@ class Indexer:
 
     def __init__(
         self,
-        store: Store,
+        store: Storage,
         embedder: Any,
         config: PolarisConfig,
         *,

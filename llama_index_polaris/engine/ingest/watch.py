@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterable, Sequence
 from ..errors import InputError, PolarisError
 from .indexer import Finished
 from .sources import EXTENSIONS, covers, walked
-from ..sqlite.store import DocumentRecord
+from ..storage.records import DocumentRecord
 
 QUIET_MS = 500  # a batch waits until its files have been quiet this long (watchfiles' step)
 MAX_BATCH_MS = 2000  # and is handed over after this long even if they are not (watchfiles' debounce)
