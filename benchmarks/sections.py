@@ -5,7 +5,7 @@
 
 A hit's section is (hit.document, hit.heading_path): the file's path relative to the set's
 docs folder and the chunk's heading path. Rankings are turned into sections and scored
-with the engine's own metric helpers (``llama_index_polaris.engine.evaluate``):
+with the engine's own metric helpers (``llama_index_polaris.engine.tune.evaluate``):
 
 - ``section`` (the engine's default since #13): ``index.search(q, top_k=10, mode=...,
   unit="section")``, ten distinct sections fused as sections.

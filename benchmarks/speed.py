@@ -707,8 +707,8 @@ def real_ann(eval_dir: Path, nq: int = 300) -> dict[str, Any] | None:
 CHILD_CACHE = r"""
 import json, sys, time
 sys.path.insert(0, sys.argv[2])
-from llama_index_polaris.engine.search.vector_cache import VectorCache
-from llama_index_polaris.engine.store import Store
+from llama_index_polaris.engine.sqlite.bits import VectorCache
+from llama_index_polaris.engine.sqlite.store import Store
 def rss():  # anonymous (private) memory: the file's pages, mapped or cached, are the OS's page cache
     for line in open("/proc/self/status"):
         if line.startswith("RssAnon:"):
@@ -847,8 +847,8 @@ sys.path.insert(0, sys.argv[4])
 from common import peak_rss_mb
 from pathlib import Path
 from llama_index_polaris.engine.config import load_config
-from llama_index_polaris.engine.evaluate import corpus_markdown
-from llama_index_polaris.engine.indexer import IndexReport, SourceDocument
+from llama_index_polaris.engine.tune.evaluate import corpus_markdown
+from llama_index_polaris.engine.ingest.indexer import IndexReport, SourceDocument
 from llama_index_polaris.engine.index import PolarisIndex
 mode, eval_dir, n = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])
 docs = []
@@ -888,7 +888,7 @@ from common import peak_rss_mb
 from speed import queries, POOL
 from llama_index_polaris.engine.config import load_config
 from llama_index_polaris.engine.search.pipeline import Searcher
-from llama_index_polaris.engine.store import Store
+from llama_index_polaris.engine.sqlite.store import Store
 path, dim = sys.argv[1], int(sys.argv[2])
 texts = json.loads(sys.argv[4])
 store = Store(path, readonly=True)

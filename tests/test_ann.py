@@ -289,7 +289,7 @@ def test_a_release_0_1_file_gets_the_index_backfilled(tmp_path: Path) -> None:
 CRASH_WRITER = r"""
 import sys
 import numpy as np
-from llama_index_polaris.engine.store import ChunkRecord, DocumentRecord, Store
+from llama_index_polaris.engine.sqlite.store import ChunkRecord, DocumentRecord, Store
 store = Store(sys.argv[1])
 n = int(sys.argv[2])
 steps = 0

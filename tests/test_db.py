@@ -52,7 +52,7 @@ def test_reopened_by_a_second_process(make_store: Callable[..., Store], db_path:
     store = make_store(dim=4, docs={"doc-a": 3, "doc-b": 2})  # stays open: the reader shares the file
     code = f"""
 import json
-from llama_index_polaris.engine.store import Store
+from llama_index_polaris.engine.sqlite.store import Store
 with Store({str(db_path)!r}, readonly=True) as s:
     m = s.model
     hits = s.conn.execute("SELECT count(*) FROM chunks_fts WHERE chunks_fts MATCH 'number'").fetchone()[0]
@@ -288,7 +288,7 @@ def test_a_missing_directory_is_a_database_error(tmp_path: Path) -> None:
 CRASH_WRITER = """
 import os, sys, time
 import numpy as np
-from llama_index_polaris.engine.store import Store, DocumentRecord, ChunkRecord
+from llama_index_polaris.engine.sqlite.store import Store, DocumentRecord, ChunkRecord
 path, n = sys.argv[1], int(sys.argv[2])
 wal = path + "-wal"
 store = Store(path)
@@ -343,7 +343,7 @@ def test_a_writer_killed_mid_replace_leaves_the_previous_version(
 WAL_WRITER = """
 import sys, time
 import numpy as np
-from llama_index_polaris.engine.store import Store, DocumentRecord, ChunkRecord
+from llama_index_polaris.engine.sqlite.store import Store, DocumentRecord, ChunkRecord
 store = Store(sys.argv[1])
 print("ready", flush=True)
 deadline, i = time.monotonic() + float(sys.argv[2]), 0
@@ -451,8 +451,8 @@ def test_everything_works_through_pysqlite3(db_path: Path,
     code = f"""
 import json
 import numpy as np
-from llama_index_polaris.engine.db import sqlite_module
-from llama_index_polaris.engine.store import Store, DocumentRecord, ChunkRecord, ModelBinding, to_blob
+from llama_index_polaris.engine.sqlite import sqlite_module
+from llama_index_polaris.engine.sqlite.store import Store, DocumentRecord, ChunkRecord, ModelBinding, to_blob
 with Store({str(db_path)!r}) as s:
     s.bind_model(ModelBinding("fake", 2))
     s.upsert_document(DocumentRecord("d"), [ChunkRecord("a", "alpha text"), ChunkRecord("b", "beta text")],
@@ -477,7 +477,7 @@ def test_with_neither_module_the_error_names_what_to_install(
     (fake / "__init__.py").write_text("raise ImportError('pysqlite3 is not installed here')\n")
     code = f"""
 from llama_index_polaris.engine.errors import ExtensionError
-from llama_index_polaris.engine.store import Store
+from llama_index_polaris.engine.sqlite.store import Store
 try:
     Store({str(db_path)!r})
 except ExtensionError as exc:

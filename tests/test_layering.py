@@ -54,9 +54,9 @@ def test_the_static_check_recognises_framework_imports(tmp_path: Path) -> None:
     sample = tmp_path / "sample.py"
     sample.write_text(
         "import os\nimport llama_index_polaris.engine\nimport llama_index.core\n"
-        "from datasette import hookimpl\nfrom .llama_index import x\n"
+        "from datasette import hookimpl\nfrom ..llama_index import x\n"
         "import importlib\nimportlib.import_module('datasette.app')\n"
-        "from mcp.server.mcpserver import MCPServer\nimport mcp_server\nfrom .mcp_server import serve\n"
+        "from mcp.server.mcpserver import MCPServer\nimport mcp_server\nfrom ..mcp_server import serve\n"
     )
     assert sorted(framework_imports(sample)) == [
         "sample.py:3 import llama_index.core",

@@ -300,7 +300,7 @@ def test_without_the_driver_the_extra_is_named(run_python) -> None:
 WRITER = r"""
 import sys, numpy as np
 from llama_index_polaris.engine.postgres import PgStore
-from llama_index_polaris.engine.store import ChunkRecord, DocumentRecord
+from llama_index_polaris.engine.sqlite.store import ChunkRecord, DocumentRecord
 sys.path.insert(0, sys.argv[3])
 from polaris_testing import fake_binding, unit_vectors
 store = PgStore(sys.argv[1])

@@ -222,9 +222,9 @@ def test_a_term_that_becomes_common_gets_its_list(tmp_path):
 CRASH_WRITER = r"""
 import sys
 import numpy as np
-from llama_index_polaris.engine.search import postings
-from llama_index_polaris.engine.db import postings as lists
-from llama_index_polaris.engine.store import ChunkRecord, DocumentRecord, Store
+from llama_index_polaris.engine.sqlite import bm25_postings as postings
+from llama_index_polaris.engine.sqlite import postings as lists
+from llama_index_polaris.engine.sqlite.store import ChunkRecord, DocumentRecord, Store
 lists.COMMON_DF, lists.BLOCK = 15, 16
 store = Store(sys.argv[1])
 real_flush = lists.flush

@@ -116,7 +116,7 @@ class Reader:
     """Another process holding the file open: idle, or inside a read transaction (``snapshot``)."""
 
     CODE = (
-        "import sys\nfrom llama_index_polaris.engine.db.connect import connect\n"
+        "import sys\nfrom llama_index_polaris.engine.sqlite.connect import connect\n"
         "conn = connect(sys.argv[1], readonly=True)\n"
         "if sys.argv[2] == 'snapshot':\n    conn.execute('BEGIN')\n"
         "print(conn.execute('SELECT count(*) FROM documents').fetchone()[0], flush=True)\n"
@@ -537,7 +537,7 @@ def test_a_read_only_folder_serves_every_reader_and_writers_say_why(project: Pat
 def test_a_read_only_folder_with_changes_left_in_the_wal_says_so(db_path: Path, tmp_path: Path) -> None:
     with Store(db_path) as store:
         fill(store, {"a": [("A", "alpha text")]})
-    writer = ("import sys, os\nfrom llama_index_polaris.engine.db.connect import connect\n"
+    writer = ("import sys, os\nfrom llama_index_polaris.engine.sqlite.connect import connect\n"
               "conn = connect(sys.argv[1])\nconn.execute('PRAGMA wal_autocheckpoint = 0')\n"
               "conn.execute(\"INSERT INTO documents (id, path, status) VALUES ('b', 'b.md', 'completed')\")\n"
               "os._exit(0)\n")  # another program's write, and it dies before any checkpoint
@@ -548,7 +548,7 @@ def test_a_read_only_folder_with_changes_left_in_the_wal_says_so(db_path: Path, 
     assert Path(f"{db_path}-wal").stat().st_size > 0
     db_path.parent.chmod(0o555)
     try:
-        probe = ("import sys\nfrom llama_index_polaris.engine.store import Store\n"
+        probe = ("import sys\nfrom llama_index_polaris.engine.sqlite.store import Store\n"
                  "try:\n    Store(sys.argv[1], readonly=True)\nexcept Exception as exc:\n    print(exc)\n")
         said = python(probe, str(db_path), cwd=_scratch(tmp_path), unprivileged=True)
         assert "polaris.db-wal holds changes not yet in polaris.db" in said.stdout, said.stdout + said.stderr

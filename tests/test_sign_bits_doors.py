@@ -33,7 +33,9 @@ from conftest import Targets
 from test_ann import MODEL, real, store_of  # noqa: F401  (the module fixture of real vectors)
 
 EXACT_BELOW, MIN_FETCH = 1_000, 40
-LOWERED = (f"from llama_index_polaris.engine.search import signbits, vector_cache; signbits.EXACT_BELOW = {EXACT_BELOW};"
+LOWERED = ("from llama_index_polaris.engine.storage import signbits;"
+           " from llama_index_polaris.engine.sqlite import bits as vector_cache;"
+           f" signbits.EXACT_BELOW = {EXACT_BELOW};"
            f" signbits.MIN_FETCH = {MIN_FETCH}; vector_cache.MIN_CHUNKS = {EXACT_BELOW}; import sys;"
            " from llama_index_polaris.cli import main; sys.exit(main(sys.argv[1:]))")
 KS = (1, 5, 20)
