@@ -287,7 +287,7 @@ def exact_knn(store: Any, qvecs: np.ndarray, k: int = 10) -> list[list[int]]:
 
 def hnsw(ix: Any, queries: list[str], qvecs: np.ndarray) -> dict[str, Any]:
     """Build HNSW (unless there), then recall@10 and KNN p50 at several ef_search, and hybrid."""
-    from llama_index_polaris.engine.postgres import store as pg_store
+    from llama_index_polaris.engine.postgres import reads as pg_store
 
     store, out = ix.store, {}
     t = time.perf_counter()

@@ -1,9 +1,11 @@
 """The storage contract: what the Indexer, the Searcher and the doors ask of an index's store.
 
-Two backends implement it: ``store.Store`` (one SQLite file: sqlite-vec, FTS5, the BM25
-posting lists and sign bits of ``db/``) and ``postgres.PgStore`` (PostgreSQL + pgvector,
-BM25 from posting tables). Everything above it (the recipe, ``rank()``, explanations,
-the doors) is shared and imports neither backend; ``backends.open_store`` picks one from what
+Two backends implement it: ``sqlite.store.Store`` (one SQLite file: sqlite-vec, FTS5, the BM25
+posting lists and sign bits) and ``postgres.PgStore`` (PostgreSQL + pgvector, BM25 from
+posting tables), each split into the same files by the groups below. This package also holds
+what both share: records, ids, valid vectors, scope, filters, names, the sign-bit and BM25 maths.
+Everything above it (the recipe, ``rank()``, explanations, the doors) is shared and imports
+neither backend; ``backends.open_store`` picks one from what
 the user named: a ``postgresql://`` URI selects Postgres, anything else is a file path.
 
 The contract, by what it keeps:

@@ -1,0 +1,66 @@
+"""What a search reads from the SQLite file, inside one snapshot (``Store.read``)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..storage import vectors as vectors_module
+from .schema import CHUNKS_WITH_DOCUMENTS, MERGED_METADATA
+from . import bm25 as fts, bm25_postings as search_postings, vector as vector_search
+from ..storage.scope import Scope, resolve_scope
+
+
+class SearchReads:
+    """What a search reads, inside ``Store.read()``: scope, KNN and BM25 candidates, rows."""
+
+    # -- search reads: the contract's read side (``storage.py``), inside ``read()`` -----------
+    def resolve_scope(self, **restrictions: Any) -> Scope:
+        """The scope of a query (``search.scope.resolve_scope``: documents, collections, filters,
+        node ids, within_collection)."""
+        return resolve_scope(self.conn, **restrictions)
+
+    def knn(self, query: np.ndarray, k: int, scope: Scope, fetch_k: int | None = None) -> list[tuple[int, float]]:
+        """The ``k`` nearest chunks in ``scope``: exact vec0 below ``signbits.EXACT_BELOW``, sign bits above."""
+        return vector_search.knn(self.conn, query, k, scope, fetch_k=fetch_k)
+
+    def bm25(self, query: str, k: int, scope: Scope) -> list[tuple[int, float]]:
+        """FTS5's BM25 candidates in ``scope``, common words scored from the posting lists."""
+        hits = search_postings.bm25(self.conn, self.tokenizer(), query, k, scope)
+        return fts.bm25(self.conn, query, k, scope) if hits is None else hits
+
+    def chunk_texts(self, ids: Sequence[int]) -> dict[int, tuple[str, str]]:
+        """Each chunk's (heading path, text)."""
+        sql = "SELECT id, heading_path, text FROM chunks WHERE id IN (SELECT value FROM json_each(?))"
+        return {r[0]: (r[1] or "", r[2] or "") for r in self.conn.execute(sql, (json.dumps(list(ids)),))}
+
+    def candidates(self, ids: Sequence[int], with_vectors: bool) -> dict[int, tuple[str, str, np.ndarray | None]]:
+        """(document id, heading path, stored vector or None) of each chunk: what ranking needs."""
+        column = "embedding" if with_vectors else "NULL"
+        sql = f"SELECT id, document_id, heading_path, {column} FROM chunks WHERE id IN (SELECT value FROM json_each(?))"
+        rows = self.conn.execute(sql, (json.dumps(list(dict.fromkeys(ids))),)).fetchall()
+        dim = self.model.dim if with_vectors and self.model else None
+        return {r[0]: (r[1], r[2], vectors_module.decode(r[3], dim) if with_vectors else None) for r in rows}
+
+    def hit_rows(self, ids: Sequence[int]) -> dict[int, tuple]:
+        """What a hit shows of each chunk: (document id, document, collection, node id, heading path,
+        text, start, end, merged metadata, status, error, node JSON)."""
+        sql = (
+            "SELECT c.id, c.document_id, coalesce(d.path, d.id), d.collection, c.node_id, c.heading_path, c.text,"
+            f" c.start_char, c.end_char, {MERGED_METADATA}, d.status, d.error, c.node"
+            f" FROM {CHUNKS_WITH_DOCUMENTS} WHERE c.id IN (SELECT value FROM json_each(?))"
+        )
+        return {r[0]: (*r[1:9], json.loads(r[9]), *r[10:]) for r in self.conn.execute(sql, (json.dumps(list(ids)),))}
+
+    def section_rows(self, keys: Sequence[tuple[str, str]], with_text: bool) -> list[tuple]:
+        """Every chunk of the sections ``keys`` (document id, heading path), in document order:
+        (document id, heading path, node id, start, end, text or None, chunk id)."""
+        text = "c.text" if with_text else "NULL"
+        return self.conn.execute(
+            f"SELECT c.document_id, c.heading_path, c.node_id, c.start_char, c.end_char, {text}, c.id FROM chunks c"
+            " JOIN json_each(?) k ON c.document_id = json_extract(k.value, '$[0]') AND c.heading_path = json_extract(k.value, '$[1]')"
+            " ORDER BY c.document_id, c.ordinal",
+            (json.dumps([list(k) for k in keys]),),
+        ).fetchall()
