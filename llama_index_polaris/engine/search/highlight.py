@@ -19,6 +19,7 @@ from html import escape as html_escape
 from typing import Callable, Iterable
 
 from ..sqlite_module import sqlite_module
+from ..text import nfc
 from ..tokenize import DEFAULT_TOKENIZER
 from . import literal
 from .terms import fts_query
@@ -36,6 +37,7 @@ class Highlighter:
     """
 
     def __init__(self, query: str, tokenizer: str = DEFAULT_TOKENIZER) -> None:
+        query = nfc(query) if query else query  # a door of its own: marks what a search of this text matched
         self.match = fts_query(query) if query else None
         self.tokenizer = tokenizer
         # a query of identifiers only ranks the texts that name one as written: those places are marked

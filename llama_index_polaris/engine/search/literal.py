@@ -12,7 +12,6 @@ from __future__ import annotations
 from itertools import pairwise
 from typing import Iterable, Iterator, Sequence
 
-from ..text import nfc
 from .terms import MAX_TERMS, STOP_WORDS
 
 MARKS = frozenset("_./\\:@#$=~^")
@@ -42,15 +41,16 @@ def is_identifier(term: str) -> bool:
 
 def identifiers(query: str) -> list[str]:
     """The query's distinct identifier-like terms, in order (stop words, even in capitals, are
-    not: BM25 leaves them out too), at most ``MAX_TERMS`` as the full-text query; in NFC, the
-    spelling stored text has."""
-    terms = (t for t in (_term(p) for p in nfc(query).split()) if t.lower() not in STOP_WORDS and is_identifier(t))
+    not: BM25 leaves them out too), at most ``MAX_TERMS`` as the full-text query. ``query`` is in
+    NFC already, the spelling stored text has (the doors normalise it: ``pipeline.check_query``,
+    ``Highlighter``)."""
+    terms = (t for t in (_term(p) for p in query.split()) if t.lower() not in STOP_WORDS and is_identifier(t))
     return list(dict.fromkeys(terms))[:MAX_TERMS]
 
 
 def is_lookup(query: str) -> bool:
     """Every meaningful term of the query is an identifier (``OUT_DIR``, ``cargo::rustc-cfg``)."""
-    terms = [t for t in (_term(p) for p in nfc(query).split()) if t and t.lower() not in STOP_WORDS]
+    terms = [t for t in (_term(p) for p in query.split()) if t and t.lower() not in STOP_WORDS]
     return bool(terms) and all(is_identifier(t) for t in terms)
 
 
