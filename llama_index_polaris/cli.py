@@ -258,6 +258,10 @@ def _hit_text(hit: Any, query: str, color: bool, explain: bool, marker: Any = No
         if hit.explain.chunks and len(hit.section_chunks) > 1:
             lines.append("    " + _chunks_line(hit))
     if hit.section_text is not None:
+        if hit.section_exact is False:
+            from .engine.documents import NOT_EXACT
+
+            lines.append(f"    ({NOT_EXACT})")
         lines.append("    " + hit.section_text.replace("\n", "\n    "))
     return "\n".join(lines) + "\n"
 

@@ -51,7 +51,7 @@ from .search import bm25 as fts, postings as search_postings, vector as vector_s
 from .search.filters import Filter, filter_sql
 from .search.scope import Scope, resolve_scope
 from . import documents as documents_module
-from .documents import document_records, files_of
+from .documents import document_records, files_of, text_batches
 from .search.names import collections_named
 from .text import is_valid, nfc, storable, storable_value
 
@@ -290,6 +290,7 @@ class Store:
                 yield "collection", tuple(row)
             for doc in document_records(conn, as_added=True):
                 yield "document", doc
+            yield from text_batches(conn)
             last = -(2**63)
             while True:
                 rows = conn.execute(f"SELECT {OWN_CHUNK_COLUMNS}, c.embedding FROM chunks c WHERE c.id > ?"
@@ -319,6 +320,8 @@ class Store:
                     self._upsert_document_row(value)
                     conn.execute("UPDATE documents SET created_at = coalesce(?, created_at), updated_at ="
                                  " coalesce(?, updated_at) WHERE id = ?", (value.created_at, value.updated_at, value.id))
+                elif kind == "texts":
+                    conn.executemany("INSERT INTO document_texts (document_id, text) VALUES (?, ?)", value)
                 elif kind == "chunks":
                     conn.executemany(
                         "INSERT INTO chunks (id, node_id, document_id, ordinal, heading_path, heading_level, text,"
@@ -372,10 +375,11 @@ class Store:
 
     def section_rows(self, keys: Sequence[tuple[str, str]], with_text: bool) -> list[tuple]:
         """Every chunk of the sections ``keys`` (document id, heading path), in document order:
-        (document id, heading path, node id, start, end, text or None, chunk id)."""
+        (document id, heading path, node id, start, end, text or None, chunk id, ordinal)."""
         text = "c.text" if with_text else "NULL"
         return self.conn.execute(
-            f"SELECT c.document_id, c.heading_path, c.node_id, c.start_char, c.end_char, {text}, c.id FROM chunks c"
+            f"SELECT c.document_id, c.heading_path, c.node_id, c.start_char, c.end_char, {text}, c.id, c.ordinal"
+            " FROM chunks c"
             " JOIN json_each(?) k ON c.document_id = json_extract(k.value, '$[0]') AND c.heading_path = json_extract(k.value, '$[1]')"
             " ORDER BY c.document_id, c.ordinal",
             (json.dumps([list(k) for k in keys]),),
@@ -497,8 +501,10 @@ class Store:
         doc: DocumentRecord,
         chunks: Sequence[ChunkRecord],
         vectors: np.ndarray | Sequence[np.ndarray] | None,
+        text: str | None = None,
     ) -> None:
-        """Add or replace ``doc`` and all its chunks and vectors, in one transaction."""
+        """Add or replace ``doc`` and all its chunks and vectors, in one transaction; ``text`` is the
+        document's text that the chunks' offsets point into (kept in ``document_texts``; None: not known)."""
         doc, chunks = normal_document(doc), [normal_chunk(c) for c in chunks]
         _check_unique(doc, chunks)
         check_committable(doc, chunks)
@@ -507,6 +513,38 @@ class Store:
             self._upsert_document_row(doc)
             self.conn.execute("DELETE FROM chunks WHERE document_id = ?", (doc.id,))
             self._replace_chunks(doc.id, chunks, blobs)
+            self._put_text(doc.id, text)
+
+    def _put_text(self, document_id: str, text: str | None) -> None:
+        self.conn.execute("DELETE FROM document_texts WHERE document_id = ?", (document_id,))
+        if text is not None:
+            self.conn.execute("INSERT INTO document_texts (document_id, text) VALUES (?, ?)", (document_id, text))
+
+    def store_texts(self, rows: Sequence[tuple[str, str, str]]) -> int:
+        """Keep the text of documents indexed before texts were stored: ``(document id, content hash,
+        text)`` each, written only where the document still has that hash and no text. How many were."""
+        with self._write():
+            before = self.conn.total_changes
+            self.conn.executemany(
+                "INSERT INTO document_texts (document_id, text) SELECT id, ? FROM documents WHERE id = ?"
+                " AND content_hash = ? ON CONFLICT (document_id) DO NOTHING",
+                [(text, doc_id, digest) for doc_id, digest, text in rows])
+            return self.conn.total_changes - before
+
+    def text_slices(self, spans: Sequence[tuple[str, int, int]]) -> list[str | None]:
+        """The stored text of document ``id`` from ``start`` to ``end`` (characters), for each
+        ``(id, start, end)`` of ``spans``; None where the document's text is not stored."""
+        if not spans:
+            return []
+        rows = self.conn.execute(
+            "SELECT k.key, substr(t.text, json_extract(k.value, '$[1]') + 1,"
+            " json_extract(k.value, '$[2]') - json_extract(k.value, '$[1]'))"
+            " FROM json_each(?) k LEFT JOIN document_texts t ON t.document_id = json_extract(k.value, '$[0]')",
+            (json.dumps([list(s) for s in spans]),)).fetchall()
+        out: list[str | None] = [None] * len(spans)
+        for i, text in rows:
+            out[i] = text
+        return out
 
     def upsert_chunks(
         self,
@@ -554,6 +592,7 @@ class Store:
             )
         self._refuse_foreign_nodes(doc.collection, chunks)
         self._replace_chunks(doc.id, chunks, blobs)
+        self._put_text(doc.id, None)  # nodes' offsets point into a text this door was not given
 
     def _refuse_foreign_nodes(self, collection: str, chunks: Sequence[ChunkRecord]) -> None:
         clash = self.conn.execute(
@@ -750,6 +789,7 @@ class Store:
                 (new_id, new, json.dumps(meta), old_id),
             )
             self.conn.execute("UPDATE chunks SET document_id = ? WHERE document_id = ?", (new_id, old_id))
+            self.conn.execute("UPDATE document_texts SET document_id = ? WHERE document_id = ?", (new_id, old_id))
             self.conn.execute("DELETE FROM documents WHERE id = ?", (old_id,))
         else:
             self.conn.execute(

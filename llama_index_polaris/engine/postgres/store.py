@@ -72,7 +72,7 @@ from ..records import (
     normal_document, unknown_model_message,
 )
 from .. import documents as documents_module
-from ..documents import document_records, files_of
+from ..documents import document_records, files_of, text_batches
 from ..search import scope as scope_module
 from ..search.filters import Filter, filter_sql_pg
 from ..search.names import collections_named
@@ -515,8 +515,10 @@ class PgStore:
         matrix = vectors_module.check(vectors, [f"node {c.node_id!r}" for c in chunks], model.dim)
         return [np.asarray(v, dtype=np.float32) for v in matrix]
 
-    def upsert_document(self, doc: DocumentRecord, chunks: Sequence[ChunkRecord], vectors: Any) -> None:
-        """Add or replace ``doc`` and all its chunks and vectors, in one transaction."""
+    def upsert_document(self, doc: DocumentRecord, chunks: Sequence[ChunkRecord], vectors: Any,
+                        text: str | None = None) -> None:
+        """Add or replace ``doc`` and all its chunks and vectors, and its ``text``, in one transaction
+        (``Store.upsert_document``)."""
         doc, chunks = normal_document(doc), [normal_chunk(c) for c in chunks]
         _check_unique(doc, chunks)
         check_committable(doc, chunks)
@@ -525,6 +527,31 @@ class PgStore:
             self._document_row(conn, doc)
             self._drop_chunks(conn, "document_id = %s", (doc.id,))
             self._replace_chunks(conn, doc.id, chunks, vecs)
+            _put_text(conn, doc.id, text)
+
+    def store_texts(self, rows: Sequence[tuple[str, str, str]]) -> int:
+        """Keep the text of documents indexed before texts were stored (``Store.store_texts``)."""
+        if not rows:
+            return 0
+        with self._write() as conn:
+            return conn.execute(
+                "INSERT INTO document_texts (document_id, text) SELECT d.id, k.text FROM"
+                " unnest(%s::text[], %s::text[], %s::text[]) AS k(id, digest, text) JOIN documents d ON d.id = k.id"
+                " AND d.content_hash = k.digest ON CONFLICT (document_id) DO NOTHING",
+                ([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows])).rowcount
+
+    def text_slices(self, spans: Sequence[tuple[str, int, int]]) -> list[str | None]:
+        """The stored text of each ``(document id, start, end)``, None where not stored (``Store.text_slices``)."""
+        if not spans:
+            return []
+        rows = self.conn.execute(
+            "SELECT k.i, substr(t.text, k.s + 1, k.e - k.s) FROM unnest(%s::text[], %s::int[], %s::int[])"
+            " WITH ORDINALITY AS k(doc, s, e, i) LEFT JOIN document_texts t ON t.document_id = k.doc",
+            ([s[0] for s in spans], [s[1] for s in spans], [s[2] for s in spans])).fetchall()
+        out: list[str | None] = [None] * len(spans)
+        for i, text in rows:
+            out[i - 1] = text
+        return out
 
     def upsert_chunks(self, doc: DocumentRecord, chunks: Sequence[ChunkRecord], vectors: Any) -> None:
         """Add or replace ``chunks`` by node id under ``doc`` (``Store.upsert_chunks``)."""
@@ -557,6 +584,7 @@ class PgStore:
                 if clash:
                     raise NodeIdError(f"node {clash[0]!r} belongs to collection {clash[1]!r}, not {doc.collection!r}.")
                 self._replace_chunks(conn, doc.id, chunks, vecs)
+                _put_text(conn, doc.id, None)  # nodes' offsets point into a text this door was not given
 
     def _replace_chunks(self, conn: Any, document_id: str, chunks: Sequence[ChunkRecord],
                         vecs: Sequence[np.ndarray | None]) -> None:
@@ -733,6 +761,7 @@ class PgStore:
                          " created_at) SELECT %s, %s, name, collection, status, error, content_hash, %s, created_at"
                          " FROM documents WHERE id = %s", (new_id, new, meta, old_id))
             conn.execute("UPDATE chunks SET document_id = %s WHERE document_id = %s", (new_id, old_id))
+            conn.execute("UPDATE document_texts SET document_id = %s WHERE document_id = %s", (new_id, old_id))
             conn.execute("DELETE FROM documents WHERE id = %s", (old_id,))
         else:
             conn.execute("UPDATE documents SET path = %s, metadata = %s WHERE id = %s", (new, meta, old_id))
@@ -1017,7 +1046,8 @@ class PgStore:
         """Every chunk of the sections ``keys`` (document id, heading path), in document order."""
         text = "c.text" if with_text else "NULL"
         return self.conn.execute(
-            f"SELECT c.document_id, c.heading_path, c.node_id, c.start_char, c.end_char, {text}, c.id FROM chunks c"
+            f"SELECT c.document_id, c.heading_path, c.node_id, c.start_char, c.end_char, {text}, c.id, c.ordinal"
+            " FROM chunks c"
             " JOIN unnest(%s::text[], %s::text[]) AS k(doc, heading) ON c.document_id = k.doc"
             " AND c.heading_path = k.heading ORDER BY c.document_id, c.ordinal",
             ([k[0] for k in keys], [k[1] for k in keys])).fetchall()
@@ -1032,6 +1062,7 @@ class PgStore:
                 yield "collection", (name, root)
             for doc in document_records(conn, as_added=True):
                 yield "document", doc
+            yield from text_batches(conn)
             last = -1
             while True:
                 rows = conn.execute(f"SELECT {CHUNK_COLUMNS}, c.embedding FROM chunks c JOIN documents d"
@@ -1064,6 +1095,12 @@ class PgStore:
                                  " SET root = excluded.root", value)
                 elif kind == "document":
                     documents.append(value)
+                elif kind == "texts":
+                    self._copy_documents(conn, documents)
+                    documents = []
+                    with conn.cursor() as cur, cur.copy("COPY document_texts (document_id, text) FROM STDIN") as copy:
+                        for row in value:
+                            copy.write_row(row)
                 elif kind == "chunks":
                     self._copy_documents(conn, documents)
                     documents = []
@@ -1074,7 +1111,7 @@ class PgStore:
             conn.execute("SELECT setval(pg_get_serial_sequence('chunks', 'id'), coalesce(max(id), 0) + 1, false)"
                          " FROM chunks")
         with self._lock:  # the planner's statistics and the visibility map now, not at autovacuum's next visit
-            self.conn.execute("VACUUM (ANALYZE) documents, chunks, chunks_bm25, chunks_bm25_terms")
+            self.conn.execute("VACUUM (ANALYZE) documents, document_texts, chunks, chunks_bm25, chunks_bm25_terms")
 
     def _copy_documents(self, conn: Any, documents: Sequence[DocumentRecord]) -> None:
         """Exported document rows, in their order (which numbers their ``rowid``), by one COPY."""
@@ -1104,6 +1141,13 @@ class PgStore:
         postings = bm25_module.postings_of((c.id, counted[i]) for i, c in enumerate(chunks))
         bm25_module.copy_postings(conn, postings)
         self._delta.add(len(chunks), sum(lengths), (p[0] for p in postings))
+
+
+def _put_text(conn: Any, document_id: str, text: str | None) -> None:
+    """``document_id``'s stored text replaced by ``text`` (None: removed), in the caller's write."""
+    conn.execute("DELETE FROM document_texts WHERE document_id = %s", (document_id,))
+    if text is not None:
+        conn.execute("INSERT INTO document_texts (document_id, text) VALUES (%s, %s)", (document_id, text))
 
 
 class _Delta:
