@@ -262,3 +262,24 @@ def test_polaris_copy_carries_the_texts_both_ways(tmp_path: Path, pg_uri: str) -
         with PolarisIndex(target, config=load_config(tmp_path, use_user_config=False), readonly=True) as copied:
             got = copied.read_section("guide.md", "Guide > Go style guide", max_tokens=BIG)
             assert (got.text, got.exact) == (want.text, True)
+
+
+def test_the_benchmark_counts_sections_that_were_not_the_file(tmp_path: Path) -> None:
+    """benchmarks/section_text.py, tiny: an index without texts reads re-fenced or repeated text
+    (before), the same index after `polaris index` stored the texts reads the file (after)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("section_text", Path(__file__).resolve().parents[1]
+                                                  / "benchmarks" / "section_text.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    _build(tmp_path, str(tmp_path / "polaris.db")).close()
+    (tmp_path / "scratch").mkdir()
+    r = bench.measure(tmp_path / "polaris.db", tmp_path / "docs", tmp_path / "scratch",
+                      load_config(tmp_path, use_user_config=False))
+    assert r["before"]["sections"] == r["after"]["sections"] >= 4
+    assert r["before"]["mismatch"] >= 2 and r["before"]["exact"] == 0
+    assert (r["after"]["mismatch"], r["after"]["exact"], r["texts_stored"], r["chunks_embedded"]) == (
+        0, r["after"]["sections"], 2, 0)
+    assert r["size_after"] > r["size_before"]
+    assert "| 0 |" in bench.render({"tiny": r})
