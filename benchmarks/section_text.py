@@ -15,8 +15,9 @@ copied into a scratch folder and made what an index written before schema 9 is: 
 
 Each text is compared with the file's own slice: the file decoded (BOM dropped) in NFC, sliced
 over the section's runs of chunks (``context.runs``). A mismatch is "fences" when the two
-differ in their fence lines (a code block re-fenced where the chunker cut it), else "text"
-(repeated or lost prose). The file size is measured VACUUMed before and after the texts are
+differ in their fence lines (a code block re-fenced where the chunker cut it), else "space"
+when they differ in white space only (blank lines where the pieces were joined), else "text"
+(prose repeated or lost). The file size is measured VACUUMed before and after the texts are
 stored (the cost of keeping them). Not part of the test run; a smoke test runs ``measure`` on
 two small files (tests/test_section_text.py).
 """
@@ -61,13 +62,21 @@ def fence_lines(text: str) -> list[str]:
     return [line.strip() for line in text.splitlines() if line.lstrip().startswith(("```", "~~~"))]
 
 
+def kind_of(got: str, want: str) -> str:
+    """How a text that is not the file's differs from it: fences, space or text."""
+    if fence_lines(got) != fence_lines(want):
+        return "fences"
+    return "space" if got.split() == want.split() else "text"
+
+
 def read_all(index: Any, docs: Path) -> dict[str, Any]:
     """Every section of every document read whole, compared with the file's slices."""
     from llama_index_polaris.engine.search.context import RUN_SEPARATOR, runs
     from llama_index_polaris.engine.sources import decode_source
     from llama_index_polaris.engine.text import nfc
 
-    out: dict[str, Any] = {"sections": 0, "exact": 0, "mismatch": 0, "fences": 0, "text": 0, "examples": []}
+    out: dict[str, Any] = {"sections": 0, "exact": 0, "mismatch": 0, "fences": 0, "space": 0, "text": 0,
+                           "examples": []}
     for doc in index.store.documents():
         source = nfc(decode_source((docs / doc.path).read_bytes()))
         chunks = {c.node_id: c for c in index.store.get_chunks(document_id=doc.id)}
@@ -81,7 +90,7 @@ def read_all(index: Any, docs: Path) -> dict[str, Any]:
             out["sections"] += 1
             out["exact"] += s.exact
             if s.text != want:
-                kind = "fences" if fence_lines(s.text) != fence_lines(want) else "text"
+                kind = kind_of(s.text, want)
                 out["mismatch"] += 1
                 out[kind] += 1
                 if len(out["examples"]) < 5:
@@ -129,12 +138,12 @@ def cached_index(name: str, cache: Path | None) -> Path:
 
 
 def render(results: dict[str, dict[str, Any]]) -> str:
-    rows = ["| set | sections | before: not the file (fences, text) | after: not the file | texts stored |"
+    rows = ["| set | sections | before: not the file (fences, space, text) | after: not the file | texts stored |"
             " chunks embedded | size before | size after | + |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     total = {"sections": 0, "before": 0, "after": 0, "size_before": 0, "size_after": 0}
     for name, r in results.items():
         b, a = r["before"], r["after"]
-        rows.append(f"| {name} | {b['sections']} | {b['mismatch']} ({b['fences']}, {b['text']}) | {a['mismatch']} |"
+        rows.append(f"| {name} | {b['sections']} | {b['mismatch']} ({b['fences']}, {b['space']}, {b['text']}) | {a['mismatch']} |"
                     f" {r['texts_stored']} | {r['chunks_embedded']} | {r['size_before'] / 1e6:.2f} MB |"
                     f" {r['size_after'] / 1e6:.2f} MB | {100 * (r['size_after'] / r['size_before'] - 1):.1f}% |")
         total["sections"] += b["sections"]
