@@ -180,6 +180,7 @@ class StatusAnswer(TypedDict):
     collections: dict[str, dict[str, int]]
     roots: dict[str, Optional[str]]
     schema_version: int
+    documents_without_text: int  # their sections are rebuilt from chunks (documents.NOT_EXACT)
     stale: bool
     changes: dict[str, Any]
     server: dict[str, Any]
@@ -376,6 +377,9 @@ def status(door: Door) -> tuple[dict, str]:
     answer = {k: s[k] for k in keys}
     lines = [f"index {s['db_path']}: {s['documents']} documents, {s['chunks']} chunks, model {s['model_id']}",
              "files on disk: " + ("CHANGED since indexing; answers may be stale" if s["stale"] else "as indexed")]
+    if s["documents_without_text"]:
+        lines.append(f"{s['documents_without_text']} documents have no stored text: their sections are rebuilt from"
+                     " chunks (`polaris index` over their folder stores it)")
     for name, c in s["changes"].items():
         counts = ", ".join(f"{c[k]['count']} {k}" for k in ("changed", "missing", "new", "unreadable") if c[k]["count"])
         root = c["root"] or "no folder"

@@ -222,12 +222,17 @@ def test_an_index_from_before_says_its_sections_are_rebuilt_until_the_next_run(t
         assert not old.exact and old.text == _stitched_of(index, old.node_ids, "default:rules.md")
         hit = index.search("which key is rotated", top_k=3, unit="section", context_tokens=BIG)[0]
         assert hit.section_exact is False
+        assert index.status()["documents_without_text"] == 2
+        said = subprocess.run([POLARIS, "status"], cwd=tmp_path, env=environment(tmp_path), capture_output=True,
+                              text=True, check=True).stdout
+        assert "2 documents have no stored text, so their sections are rebuilt from chunks" in said
         report = index.index_paths([tmp_path / "docs"])
         assert (report.texts_stored, report.updated, report.chunks_embedded) == (2, 0, 0)
         assert "the text of 2 unchanged documents stored" in report.summary()
         new = index.read_section("rules.md", "Rules > Examples", max_tokens=BIG)
         assert new.exact and new.text == RULES[new.start_char:new.end_char] != old.text
         assert index.index_paths([tmp_path / "docs"]).texts_stored == 0
+        assert index.status()["documents_without_text"] == 0
     from llama_index_polaris.mcp_server import _warnings
 
     assert _warnings("completed", None, None, False) == [f"   ! {NOT_EXACT}"]

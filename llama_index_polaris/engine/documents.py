@@ -197,6 +197,12 @@ def text_batches(conn: Any, batch: int = 200) -> Iterator[tuple[str, list[tuple[
         yield "texts", [(r[0], r[1]) for r in rows]
 
 
+def without_text(conn: Any) -> int:
+    """How many documents have no stored text (their sections are rebuilt from chunks, ``NOT_EXACT``)."""
+    return execute(conn, "SELECT count(*) FROM documents d WHERE NOT EXISTS"
+                         " (SELECT 1 FROM document_texts t WHERE t.document_id = d.id)").fetchone()[0]
+
+
 def files_of(docs: Sequence[DocumentRecord]) -> dict[str, DocumentRecord]:
     """The documents among ``docs`` that are files under their collection's root, by relative path."""
     return {d.path: d for d in docs if d.path and is_relative_path(d.path)}
