@@ -1,6 +1,7 @@
 """Does ``read_section`` give the file's own text? Before and after documents' texts were stored.
 
     python benchmarks/section_text.py [NAME ...] [--cache DIR] [--json]
+    python benchmarks/section_text.py --stitched [NAME ...]   # no index: the chunker alone, before only
 
 For each prepared doc set (``benchmarks/docsets.py``; all of them by default) the set's cached
 index (``benchmarks/sections.py``'s file in ``benchmarks/out/docsets/``, else the same file
@@ -18,7 +19,9 @@ over the section's runs of chunks (``context.runs``). A mismatch is "fences" whe
 differ in their fence lines (a code block re-fenced where the chunker cut it), else "space"
 when they differ in white space only (blank lines where the pieces were joined), else "text"
 (prose repeated or lost). The file size is measured VACUUMed before and after the texts are
-stored (the cost of keeping them). Not part of the test run; a smoke test runs ``measure`` on
+stored (the cost of keeping them). ``--stitched`` needs no index (nothing is embedded): it
+chunks each file as the Indexer does (``docsets.chunk_file``) and counts the sections whose
+stitched chunks are not the file's slice, the "before" of every set in a minute. Not part of the test run; a smoke test runs ``measure`` on
 two small files (tests/test_section_text.py).
 """
 
@@ -118,6 +121,30 @@ def measure(db: Path, docs: Path, scratch: Path, config: Any) -> dict[str, Any]:
             "chunks_embedded": report.chunks_embedded, "size_before": size_before, "size_after": size_after}
 
 
+def stitched_counts(docs: Path) -> dict[str, Any]:
+    """Sections of the files under ``docs`` whose chunks stitched back are not the file's slice."""
+    from docsets import chunk_file, engine_files
+
+    from llama_index_polaris.engine.search.context import RUN_SEPARATOR, runs, stitch
+    from llama_index_polaris.engine.sources import decode_source
+    from llama_index_polaris.engine.text import nfc
+
+    out = {"sections": 0, "mismatch": 0, "fences": 0, "space": 0, "text": 0}
+    for rel, path in engine_files(docs):
+        source = nfc(decode_source(path.read_bytes()))
+        groups: dict[str, list[tuple[int, Any]]] = {}
+        for i, c in enumerate(chunk_file(source, rel)):
+            groups.setdefault(c.heading_path_str, []).append((i, c))
+        for chunks in groups.values():
+            got = stitch([(c.text, c.start, c.end) for _, c in chunks])
+            want = RUN_SEPARATOR.join(source[a:b] for a, b in runs([(i, c.start, c.end) for i, c in chunks]) or [])
+            out["sections"] += 1
+            if got != want:
+                out["mismatch"] += 1
+                out[kind_of(got, want)] += 1
+    return out
+
+
 def cached_index(name: str, cache: Path | None) -> Path:
     """The set's cached index: ours, else a read-only copy of the one in ``cache``, else built."""
     from docsets import load_set
@@ -158,6 +185,15 @@ def render(results: dict[str, dict[str, Any]]) -> str:
     return "\n".join(rows)
 
 
+def render_stitched(counted: dict[str, dict[str, Any]]) -> str:
+    rows = ["| set | sections | stitched chunks not the file | fences | space | text |", "|---|---:|---:|---:|---:|---:|"]
+    for name, c in counted.items():
+        rows.append(f"| {name} | {c['sections']} | {c['mismatch']} | {c['fences']} | {c['space']} | {c['text']} |")
+    total = {k: sum(c[k] for c in counted.values()) for k in ("sections", "mismatch", "fences", "space", "text")}
+    rows.append(f"| all | {total['sections']} | {total['mismatch']} | {total['fences']} | {total['space']} | {total['text']} |")
+    return "\n".join(rows)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     from docsets import ALL_SETS
 
@@ -165,9 +201,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("names", nargs="*", help="doc sets (default: all prepared ones)")
     ap.add_argument("--cache", type=Path, help="a folder of cached set indexes to copy from (read only)")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--stitched", action="store_true", help="no index: what stitching chunks gave, per set")
     args = ap.parse_args(argv)
     from docsets import load_set
     from sections import config
+
+    if args.stitched:
+        counted = {}
+        for name in args.names or ALL_SETS:
+            try:
+                counted[name] = stitched_counts(load_set(name).docs)
+            except SystemExit as exc:
+                print(f"{name}: skipped ({exc})", file=sys.stderr)
+        print(json.dumps(counted, indent=2) if args.json else render_stitched(counted))
+        return 0
 
     results = {}
     with tempfile.TemporaryDirectory() as scratch:

@@ -72,12 +72,6 @@ def indexed_text(data: bytes) -> str:
     return nfc(decode_source(data))
 
 
-def expected(source: str, section) -> str:
-    """The file's slice for ``section``: its span, or the slices of its runs when its heading path
-    occurs apart twice in the file (joined by a blank line, ``context.RUN_SEPARATOR``)."""
-    return source[section.start_char:section.end_char]
-
-
 # -- the pure rules ---------------------------------------------------------------------------
 def test_runs_join_consecutive_chunks_and_keep_apart_the_others() -> None:
     assert runs([(0, 0, 10), (1, 8, 20), (2, 20, 30), (5, 50, 60)]) == [(0, 30), (50, 60)]
@@ -115,23 +109,26 @@ def test_every_section_reads_as_the_files_own_slice(project, data: bytes) -> Non
     assert report.failed == []
     source = indexed_text(data)
     outline = index.outline("page.md")
-    stitched_differs = False
+    read = {}
     for entry in outline.entries:
-        s = index.read_section("page.md", entry.heading_path, max_tokens=BIG)
+        s = read[entry.heading_path] = index.read_section("page.md", entry.heading_path, max_tokens=BIG)
         assert s.exact and not s.truncated
         pieces = [source[a:b] for a, b in _runs_of(index, s.node_ids)]
         assert s.text == "\n\n".join(pieces)
         if len(pieces) == 1:
             assert s.text == source[s.start_char:s.end_char]
         assert s.tokens == index.count_tokens(s.text)
-        stitched_differs |= s.text != _stitched(index, s.node_ids)
+        assert entry.tokens == (s.tokens if entry.chunks else 0)  # the outline counts the same text
+    for hit in index.search("key rotation alpha", top_k=20, unit="section", context_tokens=BIG):
+        if hit.document == "page.md":  # a hit's section is the section read, the same bytes
+            assert (hit.section_text, hit.section_exact) == (read[hit.heading_path].text, True)
     _, whole, _, _ = index.document_text("page.md", max_tokens=BIG)
     chunks = index.store.get_chunks(document_id="default:page.md")
     assert whole == source[min(c.start_char for c in chunks):max(c.end_char for c in chunks)]
 
 
-def _chunks(index: PolarisIndex, node_ids: list[str]):
-    by_id = {c.node_id: c for c in index.store.get_chunks(document_id="default:page.md")}
+def _chunks(index: PolarisIndex, node_ids: list[str], doc: str = "default:page.md"):
+    by_id = {c.node_id: c for c in index.store.get_chunks(document_id=doc)}
     return sorted((by_id[n] for n in node_ids), key=lambda c: c.ordinal)
 
 
@@ -139,8 +136,9 @@ def _runs_of(index: PolarisIndex, node_ids: list[str]) -> list[tuple[int, int]]:
     return runs([(c.ordinal, c.start_char, c.end_char) for c in _chunks(index, node_ids)])
 
 
-def _stitched(index: PolarisIndex, node_ids: list[str]) -> str:
-    return stitch([(c.text, c.start_char, c.end_char) for c in _chunks(index, node_ids)])
+def _stitched(index: PolarisIndex, node_ids: list[str], doc: str = "default:page.md") -> str:
+    """What a section read before texts were stored: its chunks stitched back together."""
+    return stitch([(c.text, c.start_char, c.end_char) for c in _chunks(index, node_ids, doc)])
 
 
 RULES = (  # the shape of the public page whose "Examples" read a sentence twice
@@ -219,7 +217,7 @@ def test_an_index_from_before_says_its_sections_are_rebuilt_until_the_next_run(t
     _forget_texts(target)
     with PolarisIndex(target, config=load_config(tmp_path, use_user_config=False)) as index:
         old = index.read_section("rules.md", "Rules > Examples", max_tokens=BIG)
-        assert not old.exact and old.text == _stitched_of(index, old.node_ids, "default:rules.md")
+        assert not old.exact and old.text == _stitched(index, old.node_ids, "default:rules.md")
         hit = index.search("which key is rotated", top_k=3, unit="section", context_tokens=BIG)[0]
         assert hit.section_exact is False
         assert index.status()["documents_without_text"] == 2
@@ -236,12 +234,6 @@ def test_an_index_from_before_says_its_sections_are_rebuilt_until_the_next_run(t
     from llama_index_polaris.mcp_server import _warnings
 
     assert _warnings("completed", None, None, False) == [f"   ! {NOT_EXACT}"]
-
-
-def _stitched_of(index: PolarisIndex, node_ids: list[str], doc: str) -> str:
-    by_id = {c.node_id: c for c in index.store.get_chunks(document_id=doc)}
-    chunks = sorted((by_id[n] for n in node_ids), key=lambda c: c.ordinal)
-    return stitch([(c.text, c.start_char, c.end_char) for c in chunks])
 
 
 def test_nodes_written_by_another_door_drop_the_stored_text(tmp_path: Path, backend_target: str) -> None:
@@ -288,3 +280,6 @@ def test_the_benchmark_counts_sections_that_were_not_the_file(tmp_path: Path) ->
         0, r["after"]["sections"], 2, 0)
     assert r["size_after"] > r["size_before"]
     assert "| 0 |" in bench.render({"tiny": r})
+    stitched = bench.stitched_counts(tmp_path / "docs")  # no index: the chunker alone (default settings)
+    assert stitched["sections"] >= 4 and stitched["mismatch"] == stitched["fences"] >= 1
+    assert bench.render_stitched({"tiny": stitched}).splitlines()[-1].startswith("| all |")
