@@ -258,6 +258,10 @@ def _hit_text(hit: Any, query: str, color: bool, explain: bool, marker: Any = No
         if hit.explain.chunks and len(hit.section_chunks) > 1:
             lines.append("    " + _chunks_line(hit))
     if hit.section_text is not None:
+        if hit.section_exact is False:
+            from .engine.storage.documents import NOT_EXACT
+
+            lines.append(f"    ({NOT_EXACT})")
         lines.append("    " + hit.section_text.replace("\n", "\n    "))
     return "\n".join(lines) + "\n"
 
@@ -373,6 +377,10 @@ def _status_text(s: dict[str, Any]) -> str:
     budget = s.get("chunk_budget")
     if budget:
         lines.append(f"chunking   {budget['tokens']} tokens per chunk at most: {budget['source']}")
+    if s.get("documents_without_text"):
+        lines.append(f"texts      {s['documents_without_text']} documents have no stored text, so their sections are"
+                     " rebuilt from chunks (indexed before Polaris kept it, or added as LlamaIndex nodes);"
+                     " `polaris index` over their folder stores it, re-embedding nothing")
     for name, statuses in s["collections"].items():
         root = s["roots"].get(name)
         where = f" (root {root}{'' if s['root_exists'].get(name) else ', MISSING: see below'})" if root else ""

@@ -44,6 +44,7 @@ from pydantic import Field
 from typing_extensions import TypedDict
 
 from .engine.config import PolarisConfig
+from .engine.storage.documents import NOT_EXACT
 from .engine.errors import PolarisError, ScopeError
 from .engine.search.explain import brief_line
 from .engine.search.pipeline import MAX_QUERY_CHARS, MODES, check_top_k
@@ -85,6 +86,7 @@ class HitItem(TypedDict):
     section_start: Optional[int]
     section_end: Optional[int]
     section_text: Optional[str]  # the section, up to section_tokens, the matched chunk kept in view
+    section_exact: Optional[bool]  # section_text is the file's own text (False: rebuilt from chunks)
     document_status: str
     document_error: Optional[str]
     explanation: str  # brief_line of the hit's explanation
@@ -95,7 +97,7 @@ class HitItem(TypedDict):
 # content alone when a result has one, so it is kept to what a reader needs: where, how good,
 # the text once (``text``, the chunk that matched, is inside ``section_text``).
 BRIEF = ("rank", "score", "document", "collection", "heading_path", "node_id", "section_start", "section_end",
-         "section_text", "document_status", "document_error")
+         "section_text", "section_exact", "document_status", "document_error")
 
 
 class SearchAnswer(TypedDict):
@@ -126,6 +128,7 @@ class SectionAnswer(TypedDict):
     children: list[str]
     document_status: str
     on_disk: Optional[str]
+    exact: bool  # text is the file's own (False: rebuilt from chunks; documents.NOT_EXACT says why)
 
 
 class OutlineItem(TypedDict):
@@ -177,6 +180,7 @@ class StatusAnswer(TypedDict):
     collections: dict[str, dict[str, int]]
     roots: dict[str, Optional[str]]
     schema_version: int
+    documents_without_text: int  # their sections are rebuilt from chunks (documents.NOT_EXACT)
     stale: bool
     changes: dict[str, Any]
     server: dict[str, Any]
@@ -281,16 +285,18 @@ def _search_text(answer: dict) -> str:
     for h in hits:
         lines += ["", f"{h['rank']}. [{h['score']:.3f}] {h['document']} › {h['heading_path']}",
                   f"   {h['explanation']} | chars {h['section_start']}-{h['section_end']}"]
-        lines += _warnings(h["document_status"], h["document_error"], h["on_disk"])
+        lines += _warnings(h["document_status"], h["document_error"], h["on_disk"], h["section_exact"])
         lines.append(h["section_text"] or "")
     lines += ["", "More of a section: read_section(document, heading_path)."]
     return "\n".join(lines)
 
 
-def _warnings(status: str | None, error: str | None, on_disk: str | None) -> list[str]:
+def _warnings(status: str | None, error: str | None, on_disk: str | None, exact: bool | None = True) -> list[str]:
     out = []
     if status == "stale":
         out.append(f"   ! stale: {error}")
+    if exact is False:
+        out.append(f"   ! {NOT_EXACT}")
     if on_disk not in (None, "fresh"):
         out.append(f"   ! its file is {on_disk} on disk since it was indexed: this text may be out of date")
     return out
@@ -314,7 +320,7 @@ def read_section(door: Door, document: str | None, heading_path: str | None, nod
     lines += [f"{label}: {value}" for label, value in (("previous", s.previous), ("next", s.next)) if value]
     if s.children:
         lines.append("subsections: " + "; ".join(c.rsplit(" > ", 1)[-1] for c in s.children))
-    lines += _warnings(ref["status"], ref["error"], answer["on_disk"])
+    lines += _warnings(ref["status"], ref["error"], answer["on_disk"], s.exact)
     lines += ["---", s.text]
     return answer, "\n".join(lines)
 
@@ -371,6 +377,9 @@ def status(door: Door) -> tuple[dict, str]:
     answer = {k: s[k] for k in keys}
     lines = [f"index {s['db_path']}: {s['documents']} documents, {s['chunks']} chunks, model {s['model_id']}",
              "files on disk: " + ("CHANGED since indexing; answers may be stale" if s["stale"] else "as indexed")]
+    if s["documents_without_text"]:
+        lines.append(f"{s['documents_without_text']} documents have no stored text: their sections are rebuilt from"
+                     " chunks (`polaris index` over their folder stores it)")
     for name, c in s["changes"].items():
         counts = ", ".join(f"{c[k]['count']} {k}" for k in ("changed", "missing", "new", "unreadable") if c[k]["count"])
         root = c["root"] or "no folder"

@@ -111,7 +111,7 @@ def assert_same_hits(mcp: list[dict], cli: list[dict]) -> None:
 
 FIRST_HIT_KEYS = ("rank", "score", "chunk_id", "node_id", "document_id", "document", "collection", "heading_path",
                   "text", "start_char", "end_char", "metadata", "document_status", "document_error", "unit",
-                  "section_start", "section_end", "section_chunks", "section_text")
+                  "section_start", "section_end", "section_chunks", "section_text", "section_exact")
 
 
 # -- tools and their schemas ---------------------------------------------------------------------

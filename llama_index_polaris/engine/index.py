@@ -238,7 +238,7 @@ class PolarisIndex:
             "documents": counts["documents"], "chunks": counts["chunks"], "collections": counts["collections"],
             "roots": roots, "root_exists": {n: bool(r) and Path(r).is_dir() for n, r in roots.items()},
             "schema_version": store.schema_version(), "size_bytes": store.size_bytes(),
-            "chunk_budget": self._chunk_budget(),
+            "chunk_budget": self._chunk_budget(), "documents_without_text": self._without_text(),
         }
         if check:
             out["integrity"] = store.quick_check()
@@ -248,6 +248,13 @@ class PolarisIndex:
             out["changes"] = {name: c.summary() for name, c in found.items()}
             out["stale"] = any(c.stale for c in found.values())
         return out
+
+    def _without_text(self) -> int:
+        """Documents whose sections are rebuilt from chunks: no stored text (``documents.NOT_EXACT``)."""
+        from .storage.documents import without_text
+
+        with self.store.read() as conn:
+            return without_text(conn)
 
     def _vector_check(self) -> dict[str, Any]:
         return self.store.vector_report()

@@ -26,6 +26,12 @@ indexed is marked ``failed``. A run removes the files it covered that are gone.
 Text is stored in NFC (``text.nfc``): a document's text is normalised before it is hashed
 and chunked, so chunk offsets refer to the NFC text, and a file stored from an NFD
 spelling by an earlier Polaris counts as changed at the next run and is stored again.
+
+The document's text itself is stored with its chunks (``document_texts``: decoded, BOM
+dropped, line ends as in the file, NFC: exactly what the offsets point into), so a section
+reads as the file's own slice. A document indexed before texts were kept and unchanged since
+gets its text stored by the next run that reaches it (``texts_stored``), nothing re-chunked or
+re-embedded: its hash says its chunks were cut from this very text.
 """
 
 from __future__ import annotations
@@ -57,6 +63,7 @@ if TYPE_CHECKING:
     from ..chunk import ChunkedDocument
 
 EMBED_BATCH_CHUNKS = 32  # chunks gathered across documents before one embedding call
+TEXT_BATCH = 64  # unchanged documents' texts stored in one write (an index made before texts were kept)
 
 
 @dataclass
@@ -95,16 +102,18 @@ class IndexReport:
     chunks: int = 0
     chunks_embedded: int = 0
     chunks_reused: int = 0
+    texts_stored: int = 0  # unchanged documents indexed before texts were kept, whose text this run stored
     seconds: float = 0.0
 
     def summary(self) -> str:
         """One line for people."""
         skipped = f", {len(self.skipped)} skipped" if self.skipped else ""
         warned = f", {len({p for p, _ in self.warnings})} with warnings" if self.warnings else ""
+        texts = f"; the text of {self.texts_stored} unchanged documents stored" if self.texts_stored else ""
         return (
             f"{self.added} added, {self.updated} updated, {self.unchanged} unchanged, {self.removed} removed,"
             f" {len(self.failed)} failed{skipped}{warned}; {self.chunks_embedded} chunks embedded, {self.chunks_reused}"
-            f" reused in {self.seconds:.1f}s"
+            f" reused in {self.seconds:.1f}s{texts}"
         )
 
     def nothing_line(self) -> str | None:
@@ -147,6 +156,7 @@ class _Prepared:
     inputs: list[str]  # the text embedded for each chunk
     is_new: bool
     old: DocumentRecord | None = None  # the document as stored before this run
+    text: str | None = None  # the text the chunks were cut from (NFC), stored with them
 
 
 def content_hash(data: bytes) -> str:
@@ -275,6 +285,7 @@ class Indexer:
         files = self.store.files(self.collection)
         located = {d.path: d for d in self.store.documents(self.collection) if d.path and Path(d.path).is_absolute()}
         self._unfinished: dict[str, DocumentRecord | None] = {}  # marked processing, not yet written
+        self._texts: list[tuple[str, str, str]] = []  # unchanged documents whose text is not stored yet
         pending: list[_Prepared] = []
         try:
             for i, doc in enumerate(docs, start=1):
@@ -290,8 +301,11 @@ class Indexer:
                 if sum(len(p.chunks) for p in pending) >= EMBED_BATCH_CHUNKS:
                     self._flush(pending, report)
                     pending = []
+                if len(self._texts) >= TEXT_BATCH:
+                    self._store_texts(report)
                 self.progress("documents", i, total or i)
             self._flush(pending, report)
+            self._store_texts(report)
         except BaseException:
             self._put_back()
             raise
@@ -329,6 +343,8 @@ class Indexer:
         doc.content_hash = doc.content_hash or document_hash(text)
         if old is not None and self._unchanged(old, doc.content_hash):
             report.unchanged += 1
+            if not old.text_stored:  # indexed before texts were kept: its chunks were cut from this text
+                self._texts.append((old.id, doc.content_hash, text))
             return None
         self._unfinished[doc.id] = old
         if old is None:  # visible as processing, with no chunks yet
@@ -338,7 +354,7 @@ class Indexer:
         chunks, inputs = self._chunks(doc, text, report)
         if old is not None:  # what another door stored on it stays (engine.carry)
             chunks = carry(self.store.get_chunks(document_id=old.id), chunks, old.metadata, doc.metadata)
-        return _Prepared(doc, chunks, inputs, old is None, old)
+        return _Prepared(doc, chunks, inputs, old is None, old, text)
 
     def _unchanged(self, old: DocumentRecord, digest: str) -> bool:
         return (
@@ -396,7 +412,7 @@ class Indexer:
                 reason = self._bad_vector(p, vecs)
                 try:
                     if reason is None:
-                        self.store.upsert_document(self._document_record(p.doc, "completed"), p.chunks, vecs)
+                        self.store.upsert_document(self._document_record(p.doc, "completed"), p.chunks, vecs, p.text)
                 except NodeIdError as exc:
                     reason = str(exc)
                 if reason is not None:  # nothing of it written: its last indexed version stays
@@ -408,6 +424,11 @@ class Indexer:
                 report.chunks += len(p.chunks)
                 self.on_document(Finished("added" if p.is_new else "updated", p.doc.path or p.doc.id or "",
                                           len(p.chunks), p.doc.content_hash))
+
+    def _store_texts(self, report: IndexReport) -> None:
+        if self._texts:
+            report.texts_stored += self.store.store_texts(self._texts)
+            self._texts = []
 
     def _bad_vector(self, p: _Prepared, vecs: np.ndarray | None) -> str | None:
         """Why the model's vectors for ``p`` cannot be stored (``vectors.problem``), or None."""

@@ -64,6 +64,7 @@ class Collections:
                          " created_at) SELECT %s, %s, name, collection, status, error, content_hash, %s, created_at"
                          " FROM documents WHERE id = %s", (new_id, new, meta, old_id))
             conn.execute("UPDATE chunks SET document_id = %s WHERE document_id = %s", (new_id, old_id))
+            conn.execute("UPDATE document_texts SET document_id = %s WHERE document_id = %s", (new_id, old_id))
             conn.execute("DELETE FROM documents WHERE id = %s", (old_id,))
         else:
             conn.execute("UPDATE documents SET path = %s, metadata = %s WHERE id = %s", (new, meta, old_id))

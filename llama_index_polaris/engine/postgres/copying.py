@@ -7,7 +7,7 @@ from typing import Any, Iterable, Iterator, Sequence
 
 from ..errors import InputError
 from ..storage.records import ChunkRecord, DocumentRecord, check_status
-from ..storage.documents import document_records
+from ..storage.documents import document_records, text_batches
 from . import bm25 as bm25_module, schema
 from .rows import _chunk, CHUNK_COLUMNS, _chunk_rows, CHUNK_TYPES, INSERT_COLUMNS, NOW
 
@@ -25,6 +25,7 @@ class Copying:
                 yield "collection", (name, root)
             for doc in document_records(conn, as_added=True):
                 yield "document", doc
+            yield from text_batches(conn)
             last = -1
             while True:
                 rows = conn.execute(f"SELECT {CHUNK_COLUMNS}, c.embedding FROM chunks c JOIN documents d"
@@ -57,6 +58,12 @@ class Copying:
                                  " SET root = excluded.root", value)
                 elif kind == "document":
                     documents.append(value)
+                elif kind == "texts":
+                    self._copy_documents(conn, documents)
+                    documents = []
+                    with conn.cursor() as cur, cur.copy("COPY document_texts (document_id, text) FROM STDIN") as copy:
+                        for row in value:
+                            copy.write_row(row)
                 elif kind == "chunks":
                     self._copy_documents(conn, documents)
                     documents = []
@@ -67,7 +74,7 @@ class Copying:
             conn.execute("SELECT setval(pg_get_serial_sequence('chunks', 'id'), coalesce(max(id), 0) + 1, false)"
                          " FROM chunks")
         with self._lock:  # the planner's statistics and the visibility map now, not at autovacuum's next visit
-            self.conn.execute("VACUUM (ANALYZE) documents, chunks, chunks_bm25, chunks_bm25_terms")
+            self.conn.execute("VACUUM (ANALYZE) documents, document_texts, chunks, chunks_bm25, chunks_bm25_terms")
 
     def _copy_documents(self, conn: Any, documents: Sequence[DocumentRecord]) -> None:
         """Exported document rows, in their order (which numbers their ``rowid``), by one COPY."""

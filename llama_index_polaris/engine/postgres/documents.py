@@ -39,8 +39,10 @@ class Documents:
         matrix = vectors_module.check(vectors, [f"node {c.node_id!r}" for c in chunks], model.dim)
         return [np.asarray(v, dtype=np.float32) for v in matrix]
 
-    def upsert_document(self, doc: DocumentRecord, chunks: Sequence[ChunkRecord], vectors: Any) -> None:
-        """Add or replace ``doc`` and all its chunks and vectors, in one transaction."""
+    def upsert_document(self, doc: DocumentRecord, chunks: Sequence[ChunkRecord], vectors: Any,
+                        text: str | None = None) -> None:
+        """Add or replace ``doc`` and all its chunks and vectors, and its ``text``, in one transaction
+        (``Store.upsert_document``)."""
         doc, chunks = normal_document(doc), [normal_chunk(c) for c in chunks]
         _check_unique(doc, chunks)
         check_committable(doc, chunks)
@@ -49,6 +51,18 @@ class Documents:
             self._document_row(conn, doc)
             self._drop_chunks(conn, "document_id = %s", (doc.id,))
             self._replace_chunks(conn, doc.id, chunks, vecs)
+            _put_text(conn, doc.id, text)
+
+    def store_texts(self, rows: Sequence[tuple[str, str, str]]) -> int:
+        """Keep the text of documents indexed before texts were stored (``Store.store_texts``)."""
+        if not rows:
+            return 0
+        with self._write() as conn:
+            return conn.execute(
+                "INSERT INTO document_texts (document_id, text) SELECT d.id, k.text FROM"
+                " unnest(%s::text[], %s::text[], %s::text[]) AS k(id, digest, text) JOIN documents d ON d.id = k.id"
+                " AND d.content_hash = k.digest ON CONFLICT (document_id) DO NOTHING",
+                ([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows])).rowcount
 
     def upsert_chunks(self, doc: DocumentRecord, chunks: Sequence[ChunkRecord], vectors: Any) -> None:
         """Add or replace ``chunks`` by node id under ``doc`` (``Store.upsert_chunks``)."""
@@ -81,6 +95,7 @@ class Documents:
                 if clash:
                     raise NodeIdError(f"node {clash[0]!r} belongs to collection {clash[1]!r}, not {doc.collection!r}.")
                 self._replace_chunks(conn, doc.id, chunks, vecs)
+                _put_text(conn, doc.id, None)  # nodes' offsets point into a text this door was not given
 
     def _replace_chunks(self, conn: Any, document_id: str, chunks: Sequence[ChunkRecord],
                         vecs: Sequence[np.ndarray | None]) -> None:
@@ -259,3 +274,10 @@ class Documents:
         for name, status, n in per:
             collections.setdefault(name, {})[status] = n
         return {"documents": docs, "chunks": chunks, "collections": collections}
+
+
+def _put_text(conn: Any, document_id: str, text: str | None) -> None:
+    """``document_id``'s stored text replaced by ``text`` (None: removed), in the caller's write."""
+    conn.execute("DELETE FROM document_texts WHERE document_id = %s", (document_id,))
+    if text is not None:
+        conn.execute("INSERT INTO document_texts (document_id, text) VALUES (%s, %s)", (document_id, text))

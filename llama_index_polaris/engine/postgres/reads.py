@@ -189,10 +189,24 @@ class SearchReads:
         """Every chunk of the sections ``keys`` (document id, heading path), in document order."""
         text = "c.text" if with_text else "NULL"
         return self.conn.execute(
-            f"SELECT c.document_id, c.heading_path, c.node_id, c.start_char, c.end_char, {text}, c.id FROM chunks c"
+            f"SELECT c.document_id, c.heading_path, c.node_id, c.start_char, c.end_char, {text}, c.id, c.ordinal"
+            " FROM chunks c"
             " JOIN unnest(%s::text[], %s::text[]) AS k(doc, heading) ON c.document_id = k.doc"
             " AND c.heading_path = k.heading ORDER BY c.document_id, c.ordinal",
             ([k[0] for k in keys], [k[1] for k in keys])).fetchall()
+
+    def text_slices(self, spans: Sequence[tuple[str, int, int]]) -> list[str | None]:
+        """The stored text of each ``(document id, start, end)``, None where not stored (``Store.text_slices``)."""
+        if not spans:
+            return []
+        rows = self.conn.execute(
+            "SELECT k.i, substr(t.text, k.s + 1, k.e - k.s) FROM unnest(%s::text[], %s::int[], %s::int[])"
+            " WITH ORDINALITY AS k(doc, s, e, i) LEFT JOIN document_texts t ON t.document_id = k.doc",
+            ([s[0] for s in spans], [s[1] for s in spans], [s[2] for s in spans])).fetchall()
+        out: list[str | None] = [None] * len(spans)
+        for i, text in rows:
+            out[i - 1] = text
+        return out
 
     # -- vectors: exact, or HNSW above HNSW_FROM ---------------------------------------
     def has_ann_index(self) -> bool:

@@ -204,6 +204,14 @@ UPDATE chunks_version SET vectors = (SELECT count(*) FROM chunks_bits);
 BITS_TRIGGERS = ("chunks_bits_write", "chunks_version_insert", "chunks_version_delete", "chunks_version_update",
                  "chunks_version_truncate")
 
+# Each document's indexed text, which its sections are sliced from (the file's ``DOCUMENT_TEXTS_SQL``).
+DOCUMENT_TEXTS_SQL = """
+CREATE TABLE IF NOT EXISTS document_texts (
+    document_id text COLLATE "C" PRIMARY KEY REFERENCES documents (id) ON DELETE CASCADE ON UPDATE CASCADE,
+    text        text NOT NULL
+);
+"""
+
 MIGRATIONS: tuple[tuple[int, str, Callable[[Any], None]], ...] = (
     (1, "tables: meta, collections, documents, chunks with vectors, BM25 postings and statistics",
      lambda conn: _script(conn, TABLES_SQL)),
@@ -218,6 +226,7 @@ MIGRATIONS: tuple[tuple[int, str, Callable[[Any], None]], ...] = (
      lambda conn: _script(conn, SIGN_BITS_SQL + BITS_TRIGGERS_SQL + BITS_BACKFILL_SQL)),
     (6, "positions in the posting table's covering index (a phrase reads its terms' postings index-only)",
      lambda conn: _positions_in_index(conn)),
+    (7, "documents' own text, which sections are read from", lambda conn: _script(conn, DOCUMENT_TEXTS_SQL)),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 SCHEMA_LOCK, WRITE_LOCK, RUN_LOCK = 1, 2, 3  # what an advisory lock is for (``lock_key``)
@@ -411,7 +420,7 @@ def make_schema(conn: Any) -> None:
         conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(polaris_schema(conn))))
 
 
-INDEX_TABLES = ("chunks_bits", "chunks_vectors", "chunks_version", "chunks_bm25", "chunks_bm25_terms",
+INDEX_TABLES = ("document_texts", "chunks_bits", "chunks_vectors", "chunks_version", "chunks_bm25", "chunks_bm25_terms",
                 "chunks_bm25_stats", "chunks", "documents", "collections", "polaris_meta")
 
 

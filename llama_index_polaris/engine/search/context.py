@@ -1,10 +1,16 @@
-"""A hit's section as text: its chunks stitched back together, bounded by a token budget.
+"""A hit's section as text: the document's own text over its chunks' span, bounded by a token budget.
 
-Chunks of one section overlap (``chunk_overlap_chars``) and carry their exact character
-offsets in the document, so the section is rebuilt without the repeated text. A chunk
-whose text is not its source slice (a code block cut in two is re-fenced on both sides)
-is kept whole. The budget cuts at a line or word boundary and says so; ``excerpt`` keeps
-the passage a hit matched in view when the budget cuts its section short.
+A section's text is the document's indexed text (``document_texts``: the file decoded and in
+NFC, which chunk offsets point into) sliced over the span its chunks cover (``runs``): the
+file's own bytes, whatever the chunker did to them (overlap repeats text, a code block cut in
+two is re-fenced on both sides). Chunks of one heading path that are not all together (the
+same heading twice in a document) give one slice each, joined by a blank line.
+
+A document without a stored text (indexed before Polaris kept it, or written by a door that
+gives chunks only: LlamaIndex nodes) has its section rebuilt from its chunks (``stitch``) and
+marked not ``exact``: the overlap is dropped by offset, but a re-fenced code block stays as
+the chunker wrote it. The budget cuts at a line or word boundary and says so; ``excerpt``
+keeps the passage a hit matched in view when the budget cuts its section short.
 """
 
 from __future__ import annotations
@@ -29,8 +35,37 @@ def check_budget(value: Any, what: str = "the token budget") -> int:
     return value
 
 
+RUN_SEPARATOR = "\n\n"  # between the slices of a section whose chunks are not all together
+
+
+def runs(chunks: Sequence[tuple[int, int | None, int | None]]) -> list[tuple[int, int]] | None:
+    """The spans of the document that a section's chunks ``(ordinal, start, end)``, in document
+    order, cover: one ``(start, end)`` per run of consecutive chunks. None when a chunk has no
+    offsets (its place in the document is unknown)."""
+    out: list[tuple[int, int]] = []
+    last: int | None = None
+    for ordinal, start, end in chunks:
+        if start is None or end is None:
+            return None
+        if out and last is not None and ordinal == last + 1:
+            out[-1] = (min(out[-1][0], start), max(out[-1][1], end))
+        else:
+            out.append((start, end))
+        last = ordinal
+    return out
+
+
+def section_text(slices: Sequence[str | None] | None, chunks: Sequence[tuple[str, int | None, int | None]]) -> tuple[str, bool]:
+    """``(text, exact)`` of a section: its document's ``slices`` over its ``runs`` joined, when
+    the document's text is stored (exact); else its ``chunks`` ``(text, start, end)`` stitched."""
+    if slices is not None and all(s is not None for s in slices):
+        return RUN_SEPARATOR.join(slices), True  # type: ignore[arg-type]
+    return stitch(chunks), False
+
+
 def stitch(chunks: Sequence[tuple[str, int | None, int | None]]) -> str:
-    """The section's text from its chunks ``(text, start, end)`` in document order."""
+    """The section's text rebuilt from its chunks ``(text, start, end)`` in document order (when the
+    document's own text is not stored)."""
     out: list[str] = []
     reached: int | None = None  # how far into the document the text so far goes
     for text, start, end in chunks:

@@ -21,7 +21,7 @@ from ..storage import MAX_K, Storage
 from ..text import heuristic_tokens, nfc
 from ..storage.vectors import check_query as check_query_vector
 from .boost import boost_terms, heading_key
-from .context import bounded, excerpt, stitch
+from .context import bounded, excerpt, runs, section_text
 from .display import Hits, hit_html
 from . import legend, literal
 from ..storage.filters import Filter
@@ -62,6 +62,7 @@ class Hit:
     section_end: int | None = None
     section_chunks: list[str] = field(default_factory=list)  # node ids of all the section's chunks, in order
     section_text: str | None = None  # the whole section, bounded by a token budget (context="section")
+    section_exact: bool | None = None  # section_text is the file's own text (False: rebuilt from chunks, see documents.NOT_EXACT)
 
     def _repr_html_(self) -> str:
         """The hit as Jupyter shows it: its row of the table of the list it came in (``display.hit_html``)."""
@@ -313,8 +314,9 @@ class Searcher:
         keys = list(dict.fromkeys((h.document_id, h.heading_path) for h in hits))
         rows = self.store.section_rows(keys, context_tokens is not None)
         sections: dict[tuple[str, str], list[tuple]] = {}
-        for doc, heading, node_id, start, end, chunk_text, chunk_id in rows:
-            sections.setdefault((doc, heading), []).append((node_id, start, end, chunk_text, chunk_id))
+        for doc, heading, node_id, start, end, chunk_text, chunk_id, ordinal in rows:
+            sections.setdefault((doc, heading), []).append((node_id, start, end, chunk_text, chunk_id, ordinal))
+        texts = self._section_texts(sections) if context_tokens is not None else {}
         count = self.count_tokens or heuristic_tokens
         for h in hits:
             chunks = sections.get((h.document_id, h.heading_path), [])
@@ -325,8 +327,22 @@ class Searcher:
             h.explain.chunks = [replace(m, position=position.get(m.chunk_id)) for m in h.explain.chunks or []]
             h.section_start, h.section_end = (min(starts) if starts else None), (max(ends) if ends else None)
             if context_tokens is not None:
-                whole = bounded(stitch([(c[3], c[1], c[2]) for c in chunks]), count, context_tokens)
+                full, h.section_exact = texts.get((h.document_id, h.heading_path), ("", True))
+                whole = bounded(full, count, context_tokens)
                 h.section_text = excerpt(whole, h.text, count, context_tokens, query)
+
+    def _section_texts(self, sections: dict[tuple[str, str], list[tuple]]) -> dict[tuple[str, str], tuple[str, bool]]:
+        """Each section's (text, exact): its document's stored text over its runs of chunks, read in one
+        call (``context.section_text``); rebuilt from the chunks where the text is not stored."""
+        spans = {key: runs([(c[5], c[1], c[2]) for c in chunks]) for key, chunks in sections.items()}
+        wanted = [(key[0], s, e) for key, found in spans.items() for s, e in found or ()]
+        sliced = iter(self.store.text_slices(wanted))
+        out = {}
+        for key, chunks in sections.items():
+            found = spans[key]
+            slices = None if found is None else [next(sliced) for _ in found]
+            out[key] = section_text(slices, [(c[3], c[1], c[2]) for c in chunks])
+        return out
 
     def _knn(self, qvec: np.ndarray, k: int, scope: Scope, fetch_k: int | None = None) -> list[tuple[int, float]]:
         if self.vector_cache is not None and self.vector_cache.refresh():

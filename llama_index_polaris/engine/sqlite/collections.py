@@ -72,6 +72,7 @@ class Collections:
                 (new_id, new, json.dumps(meta), old_id),
             )
             self.conn.execute("UPDATE chunks SET document_id = ? WHERE document_id = ?", (new_id, old_id))
+            self.conn.execute("UPDATE document_texts SET document_id = ? WHERE document_id = ?", (new_id, old_id))
             self.conn.execute("DELETE FROM documents WHERE id = ?", (old_id,))
         else:
             self.conn.execute(

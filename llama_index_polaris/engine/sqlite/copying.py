@@ -8,7 +8,7 @@ from .. import sqlite as db
 from .schema import get_meta, has_table, set_meta
 from ..storage.records import to_blob
 from ..errors import InputError
-from ..storage.documents import document_records
+from ..storage.documents import document_records, text_batches
 from .rows import _chunk_from_row, _chunk_row, OWN_CHUNK_COLUMNS
 
 
@@ -25,6 +25,7 @@ class Copying:
                 yield "collection", tuple(row)
             for doc in document_records(conn, as_added=True):
                 yield "document", doc
+            yield from text_batches(conn)
             last = -(2**63)
             while True:
                 rows = conn.execute(f"SELECT {OWN_CHUNK_COLUMNS}, c.embedding FROM chunks c WHERE c.id > ?"
@@ -54,6 +55,8 @@ class Copying:
                     self._upsert_document_row(value)
                     conn.execute("UPDATE documents SET created_at = coalesce(?, created_at), updated_at ="
                                  " coalesce(?, updated_at) WHERE id = ?", (value.created_at, value.updated_at, value.id))
+                elif kind == "texts":
+                    conn.executemany("INSERT INTO document_texts (document_id, text) VALUES (?, ?)", value)
                 elif kind == "chunks":
                     conn.executemany(
                         "INSERT INTO chunks (id, node_id, document_id, ordinal, heading_path, heading_level, text,"

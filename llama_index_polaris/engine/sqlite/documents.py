@@ -32,8 +32,10 @@ class Documents:
         doc: DocumentRecord,
         chunks: Sequence[ChunkRecord],
         vectors: np.ndarray | Sequence[np.ndarray] | None,
+        text: str | None = None,
     ) -> None:
-        """Add or replace ``doc`` and all its chunks and vectors, in one transaction."""
+        """Add or replace ``doc`` and all its chunks and vectors, in one transaction; ``text`` is the
+        document's text that the chunks' offsets point into (kept in ``document_texts``; None: not known)."""
         doc, chunks = normal_document(doc), [normal_chunk(c) for c in chunks]
         _check_unique(doc, chunks)
         check_committable(doc, chunks)
@@ -42,6 +44,23 @@ class Documents:
             self._upsert_document_row(doc)
             self.conn.execute("DELETE FROM chunks WHERE document_id = ?", (doc.id,))
             self._replace_chunks(doc.id, chunks, blobs)
+            self._put_text(doc.id, text)
+
+    def _put_text(self, document_id: str, text: str | None) -> None:
+        self.conn.execute("DELETE FROM document_texts WHERE document_id = ?", (document_id,))
+        if text is not None:
+            self.conn.execute("INSERT INTO document_texts (document_id, text) VALUES (?, ?)", (document_id, text))
+
+    def store_texts(self, rows: Sequence[tuple[str, str, str]]) -> int:
+        """Keep the text of documents indexed before texts were stored: ``(document id, content hash,
+        text)`` each, written only where the document still has that hash and no text. How many were."""
+        with self._write():
+            before = self.conn.total_changes
+            self.conn.executemany(
+                "INSERT INTO document_texts (document_id, text) SELECT id, ? FROM documents WHERE id = ?"
+                " AND content_hash = ? ON CONFLICT (document_id) DO NOTHING",
+                [(text, doc_id, digest) for doc_id, digest, text in rows])
+            return self.conn.total_changes - before
 
     def upsert_chunks(
         self,
@@ -89,6 +108,7 @@ class Documents:
             )
         self._refuse_foreign_nodes(doc.collection, chunks)
         self._replace_chunks(doc.id, chunks, blobs)
+        self._put_text(doc.id, None)  # nodes' offsets point into a text this door was not given
 
     def _refuse_foreign_nodes(self, collection: str, chunks: Sequence[ChunkRecord]) -> None:
         clash = self.conn.execute(

@@ -56,11 +56,27 @@ class SearchReads:
 
     def section_rows(self, keys: Sequence[tuple[str, str]], with_text: bool) -> list[tuple]:
         """Every chunk of the sections ``keys`` (document id, heading path), in document order:
-        (document id, heading path, node id, start, end, text or None, chunk id)."""
+        (document id, heading path, node id, start, end, text or None, chunk id, ordinal)."""
         text = "c.text" if with_text else "NULL"
         return self.conn.execute(
-            f"SELECT c.document_id, c.heading_path, c.node_id, c.start_char, c.end_char, {text}, c.id FROM chunks c"
+            f"SELECT c.document_id, c.heading_path, c.node_id, c.start_char, c.end_char, {text}, c.id, c.ordinal"
+            " FROM chunks c"
             " JOIN json_each(?) k ON c.document_id = json_extract(k.value, '$[0]') AND c.heading_path = json_extract(k.value, '$[1]')"
             " ORDER BY c.document_id, c.ordinal",
             (json.dumps([list(k) for k in keys]),),
         ).fetchall()
+
+    def text_slices(self, spans: Sequence[tuple[str, int, int]]) -> list[str | None]:
+        """The stored text of document ``id`` from ``start`` to ``end`` (characters), for each
+        ``(id, start, end)`` of ``spans``; None where the document's text is not stored."""
+        if not spans:
+            return []
+        rows = self.conn.execute(
+            "SELECT k.key, substr(t.text, json_extract(k.value, '$[1]') + 1,"
+            " json_extract(k.value, '$[2]') - json_extract(k.value, '$[1]'))"
+            " FROM json_each(?) k LEFT JOIN document_texts t ON t.document_id = json_extract(k.value, '$[0]')",
+            (json.dumps([list(s) for s in spans]),)).fetchall()
+        out: list[str | None] = [None] * len(spans)
+        for i, text in rows:
+            out[i] = text
+        return out

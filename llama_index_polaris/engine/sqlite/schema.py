@@ -377,6 +377,24 @@ def _migration_4(conn: Any, fts_tokenizer: str) -> None:
     conn.execute("ALTER TABLE chunks ADD COLUMN node TEXT")
 
 
+# A document's text as it was indexed (decoded, NFC): what its chunks' offsets point into, so a
+# section is read as the file's own slice (``context.section_text``). Its own table, not a column of
+# documents: a document row stays small for the scans that list and name documents, and a
+# document indexed before this migration simply has no row (its sections are rebuilt from its
+# chunks and say so, until the next `polaris index` stores its text: ``Indexer``).
+DOCUMENT_TEXTS_SQL = """
+CREATE TABLE document_texts (
+    document_id TEXT PRIMARY KEY REFERENCES documents (id) ON DELETE CASCADE ON UPDATE CASCADE,
+    text        TEXT NOT NULL
+);
+"""
+
+
+def _migration_document_texts(conn: Any, fts_tokenizer: str) -> None:
+    """``document_texts``: each document's indexed text, which sections are sliced from (#34)."""
+    _script(conn, DOCUMENT_TEXTS_SQL)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "core tables", _migration_1),
     Migration(2, "full-text index", _migration_2),
@@ -386,6 +404,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(6, "sign-bit vector index", _migration_sign_bits),
     Migration(7, "BM25 posting lists of common terms", _migration_postings),
     Migration(8, "removed text erased: FTS5 secure-delete, old entries merged out", _migration_erase),
+    Migration(9, "documents' own text, which sections are read from", _migration_document_texts),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].number
 

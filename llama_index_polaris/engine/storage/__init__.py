@@ -10,8 +10,10 @@ the user named: a ``postgresql://`` URI selects Postgres, anything else is a fil
 
 The contract, by what it keeps:
 
-- documents and chunks: ``upsert_document``, ``upsert_nodes``/``upsert_chunks``,
-  ``put_document``, ``set_status``, ``delete_*``, ``clear``, ``get_document``,
+- documents and chunks: ``upsert_document`` (with the document's text, which its chunks'
+  offsets point into), ``upsert_nodes``/``upsert_chunks`` (nodes: the text is not known, any
+  stored one is dropped), ``put_document``, ``set_status``, ``store_texts`` (the text of a
+  document indexed before texts were kept), ``delete_*``, ``clear``, ``get_document``,
   ``documents``, ``files``, ``get_chunks``, ``vectors_by_hash``, ``counts``;
 - collections and roots: ``collections``, ``collection_root``, ``add_collection``, ``set_collection_root``,
   ``remove_collection``;
@@ -24,7 +26,8 @@ The contract, by what it keeps:
   documents, filters, node ids), ``knn`` (cosine KNN candidates in scope), ``bm25``
   (FTS5's BM25 candidates in scope, same scores on both backends), ``chunk_texts``,
   ``candidates`` (what ranking needs: section, heading path, vector), ``hit_rows`` (what
-  a hit shows), ``section_rows`` (every chunk of some sections);
+  a hit shows), ``section_rows`` (every chunk of some sections), ``text_slices`` (a section's
+  text: slices of its document's stored text);
 - copying: ``export_rows`` and ``import_rows`` (``copy.py``: vectors move, nothing is
   re-embedded).
 
@@ -79,7 +82,8 @@ class Storage(Protocol):
     def vector_sample(self, n: int) -> list[Any]: ...
 
     # documents, chunks, collections
-    def upsert_document(self, doc: Any, chunks: Sequence[Any], vectors: Any) -> None: ...
+    def upsert_document(self, doc: Any, chunks: Sequence[Any], vectors: Any, text: str | None = None) -> None: ...
+    def store_texts(self, rows: Sequence[tuple[str, str, str]]) -> int: ...
     def upsert_nodes(self, groups: Sequence[tuple[Any, Sequence[Any], Any]]) -> None: ...
     def put_document(self, doc: Any) -> None: ...
     def set_status(self, document_id: str, status: str, error: str | None = None) -> None: ...
@@ -106,6 +110,7 @@ class Storage(Protocol):
     def candidates(self, ids: Sequence[int], with_vectors: bool) -> dict[int, tuple[str, str, Any]]: ...
     def hit_rows(self, ids: Sequence[int]) -> dict[int, tuple]: ...
     def section_rows(self, keys: Sequence[tuple[str, str]], with_text: bool) -> list[tuple]: ...
+    def text_slices(self, spans: Sequence[tuple[str, int, int]]) -> list[str | None]: ...
     def tokenizer(self) -> Any: ...  # the index's FTS5 tokenizer (``tokenize.Tokenizer``; its name marks hits)
 
     # copying

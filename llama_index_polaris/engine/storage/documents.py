@@ -2,9 +2,11 @@
 among its siblings, its whole indexed text, and the documents of a collection.
 
 A section is what a search hit is (``Searcher._add_sections``): the chunks of one document
-that share a heading path, in order, stitched back into text (``context.stitch``) and cut
-to a token budget (``context.bounded``). A section read here at a budget is therefore the
-``section_text`` that a hit on that section shows at the same budget, whichever door asks.
+that share a heading path, in order; its text is the document's own text over their span
+(``context.section_text``: the file's slice, byte for byte, when the document's text is stored;
+else the chunks stitched, and the section says it is not ``exact``), cut to a token budget
+(``context.bounded``). A section read here at a budget is therefore the ``section_text`` that a
+hit on that section shows at the same budget, whichever door asks.
 
 The outline is the heading tree. A heading path is the headings from the document's top
 one down, joined by " > "; a section's parent is its path without the last heading. A
@@ -27,10 +29,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from ..errors import InputError, ScopeError
-from ..search.context import bounded, stitch
+from ..search.context import bounded, runs, section_text
 from .dialect import execute
 from .names import close_names, collections_named, did_you_mean, documents_named, no_document
 from .records import DocumentRecord, is_relative_path
@@ -65,6 +67,7 @@ class ChunkRow:
     text: str
     start: int | None
     end: int | None
+    ordinal: int = 0
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,7 @@ class LoadedDocument:
     ref: DocumentRef
     chunks: tuple[ChunkRow, ...]
     node_id: str | None = None  # the chunk the document was found by, if it was named by node id
+    source: str | None = None  # its indexed text (``document_texts``), None when not stored
 
 
 @dataclass
@@ -126,6 +130,12 @@ class Section:
     previous: str | None
     next: str | None
     children: list[str]
+    exact: bool = True  # the text is the file's own (False: rebuilt from chunks, the document's text is not stored)
+
+
+NOT_EXACT = ("rebuilt from its chunks: this document's text is not stored (indexed before Polaris kept it,"
+             " or added as LlamaIndex nodes), so overlap or a re-fenced code block may differ from the file;"
+             " `polaris index` stores it")
 
 
 @dataclass(frozen=True)
@@ -153,7 +163,8 @@ class DocumentPage:
 
 
 # -- the document rows of both stores (Store and PgStore: get_document, documents, files) ------
-DOCUMENT_COLUMNS = "id, path, name, collection, status, error, content_hash, metadata, created_at, updated_at"
+DOCUMENT_COLUMNS = ("id, path, name, collection, status, error, content_hash, metadata, created_at, updated_at,"
+                    " EXISTS (SELECT 1 FROM document_texts t WHERE t.document_id = documents.id)")
 
 
 def document_records(conn: Any, *, document_id: str | None = None, collection: str | None = None,
@@ -169,7 +180,27 @@ def document_records(conn: Any, *, document_id: str | None = None, collection: s
         where, args = "WHERE collection = ?", (nfc(collection),)
     order = "rowid" if as_added else "coalesce(path, id), collection, id"
     rows = execute(conn, f"SELECT {DOCUMENT_COLUMNS} FROM documents {where} ORDER BY {order}", args).fetchall()
-    return [DocumentRecord(r[0], r[1], r[2], r[3], r[4], r[5], r[6], json.loads(r[7]), r[8], r[9]) for r in rows]
+    return [DocumentRecord(r[0], r[1], r[2], r[3], r[4], r[5], r[6], json.loads(r[7]), r[8], r[9], bool(r[10]))
+            for r in rows]
+
+
+def text_batches(conn: Any, batch: int = 200) -> Iterator[tuple[str, list[tuple[str, str]]]]:
+    """Every stored document text as ``("texts", [(document id, text), ...])`` batches by id: what
+    ``export_rows`` gives after the documents, so that ``polaris copy`` carries them."""
+    last = ""
+    while True:
+        rows = execute(conn, "SELECT document_id, text FROM document_texts WHERE document_id > ?"
+                             " ORDER BY document_id LIMIT ?", (last, batch)).fetchall()
+        if not rows:
+            return
+        last = rows[-1][0]
+        yield "texts", [(r[0], r[1]) for r in rows]
+
+
+def without_text(conn: Any) -> int:
+    """How many documents have no stored text (their sections are rebuilt from chunks, ``NOT_EXACT``)."""
+    return execute(conn, "SELECT count(*) FROM documents d WHERE NOT EXISTS"
+                         " (SELECT 1 FROM document_texts t WHERE t.document_id = d.id)").fetchone()[0]
 
 
 def files_of(docs: Sequence[DocumentRecord]) -> dict[str, DocumentRecord]:
@@ -235,11 +266,12 @@ def load_document(conn: Any, name: str | None = None, collection: str | None = N
         raise InputError("name a document (its path or id) or a node id.")
     else:
         ref = find_document(conn, name, collection)
-    rows = execute(conn, 
-        "SELECT node_id, heading_path, text, start_char, end_char FROM chunks WHERE document_id = ? ORDER BY ordinal",
-        (ref.id,),
+    rows = execute(conn,
+        "SELECT node_id, heading_path, text, start_char, end_char, ordinal FROM chunks WHERE document_id = ?"
+        " ORDER BY ordinal", (ref.id,),
     ).fetchall()
-    return LoadedDocument(ref, tuple(ChunkRow(*r) for r in rows), node_id)
+    source = execute(conn, "SELECT text FROM document_texts WHERE document_id = ?", (ref.id,)).fetchone()
+    return LoadedDocument(ref, tuple(ChunkRow(*r) for r in rows), node_id, source[0] if source else None)
 
 
 def list_documents(conn: Any, collection: str | Sequence[str] | None = None, prefix: str | None = None,
@@ -336,8 +368,11 @@ def _groups(doc: LoadedDocument) -> dict[str, list[ChunkRow]]:
     return groups
 
 
-def _text(chunks: Sequence[ChunkRow]) -> str:
-    return stitch([(c.text, c.start, c.end) for c in chunks])
+def _text(doc: LoadedDocument, chunks: Sequence[ChunkRow]) -> tuple[str, bool]:
+    """(text, exact) of ``chunks`` of ``doc``: its stored text over their runs, else stitched."""
+    spans = runs([(c.ordinal, c.start, c.end) for c in chunks])
+    slices = None if spans is None or doc.source is None else [doc.source[s:e] for s, e in spans]
+    return section_text(slices, [(c.text, c.start, c.end) for c in chunks])
 
 
 def _span(chunks: Sequence[ChunkRow]) -> tuple[int | None, int | None]:
@@ -349,7 +384,7 @@ def _span(chunks: Sequence[ChunkRow]) -> tuple[int | None, int | None]:
 def _sections(doc: LoadedDocument, count_tokens: CountTokens | None) -> list[tuple[str, int, int | None, int | None, int]]:
     out = []
     for path, chunks in _groups(doc).items():
-        tokens = count_tokens(_text(chunks)) if count_tokens is not None else 0
+        tokens = count_tokens(_text(doc, chunks)[0]) if count_tokens is not None else 0
         out.append((path, tokens, *_span(chunks), len(chunks)))
     return out
 
@@ -403,7 +438,7 @@ def section_of(doc: LoadedDocument, heading_path: str | None, count_tokens: Coun
     inside = entry.heading_path + SEPARATOR
     chunks = [c for c in doc.chunks if c.heading_path == entry.heading_path or c.heading_path.startswith(inside)] \
         if whole else own
-    full = _text(chunks)
+    full, exact = _text(doc, chunks)
     text = bounded(full, count_tokens, budget)
     family = [e.heading_path for e in entries if e.parent == entry.parent]
     i = family.index(entry.heading_path)
@@ -413,13 +448,13 @@ def section_of(doc: LoadedDocument, heading_path: str | None, count_tokens: Coun
         tokens=count_tokens(full), truncated=text != full, with_subsections=whole, start_char=start, end_char=end,
         node_ids=[c.node_id for c in chunks], position=i + 1, siblings=len(family), parent=entry.parent,
         previous=family[i - 1] if i else None, next=family[i + 1] if i + 1 < len(family) else None,
-        children=list(entry.children),
+        children=list(entry.children), exact=exact,
     )
 
 
 def text_of(doc: LoadedDocument, count_tokens: CountTokens, budget: int) -> tuple[str, int, bool]:
-    """The document's indexed text (all its chunks stitched) cut to ``budget`` tokens: (text,
-    tokens of the whole, whether it was cut)."""
-    full = _text(doc.chunks)
+    """The document's indexed text (its own text over all its chunks, front matter aside; stitched
+    when not stored) cut to ``budget`` tokens: (text, tokens of the whole, whether it was cut)."""
+    full, _exact = _text(doc, doc.chunks)
     text = bounded(full, count_tokens, budget)
     return text, count_tokens(full), text != full

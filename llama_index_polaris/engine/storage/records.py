@@ -70,6 +70,7 @@ class DocumentRecord:
     metadata: dict[str, Any] = field(default_factory=dict)
     created_at: str | None = None
     updated_at: str | None = None
+    text_stored: bool = False  # read: whether its indexed text is kept (``document_texts``); never written from
 
 
 @dataclass
