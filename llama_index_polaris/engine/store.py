@@ -34,7 +34,7 @@ import numpy as np
 from . import db
 from . import vectors as vectors_module
 from .db.schema import (
-    CHUNKS_WITH_DOCUMENTS, DEFAULT_COLLECTION, MERGED_METADATA, SECURE_FTS_SQLITE, file_document_id,
+    CHUNKS_WITH_DOCUMENTS, DEFAULT_COLLECTION, MERGED_METADATA, SECURE_FTS_SQLITE, cjk_columns, file_document_id,
     fts_is_secure, get_meta, has_table, purge_fts, set_meta, sqlite_version, transaction,
 )
 from .config import SETTINGS_BY_NAME
@@ -322,8 +322,8 @@ class Store:
                 elif kind == "chunks":
                     conn.executemany(
                         "INSERT INTO chunks (id, node_id, document_id, ordinal, heading_path, heading_level, text,"
-                        " start_char, end_char, token_count, text_hash, metadata, embedding, node)"
-                        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        " start_char, end_char, token_count, text_hash, metadata, embedding, node, cjk_text, cjk_heading)"
+                        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                         [(c.id, *_chunk_row(c.document_id, c, None if c.embedding is None else to_blob(c.embedding)))
                          for c in value])
 
@@ -583,8 +583,8 @@ class Store:
         self.conn.execute("DELETE FROM chunks WHERE node_id IN (SELECT value FROM json_each(?))", (node_ids,))
         self.conn.executemany(
             """INSERT INTO chunks (node_id, document_id, ordinal, heading_path, heading_level, text,
-                   start_char, end_char, token_count, text_hash, metadata, embedding, node)
-               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+                   start_char, end_char, token_count, text_hash, metadata, embedding, node, cjk_text, cjk_heading)
+               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
             [_chunk_row(document_id, c, b) for c, b in zip(chunks, blobs)],
         )
 
@@ -927,6 +927,7 @@ def _chunk_row(document_id: str, c: ChunkRecord, blob: bytes | None) -> tuple:
     return (
         c.node_id, document_id, c.ordinal, c.heading_path, c.heading_level, c.text, c.start_char,
         c.end_char, c.token_count, c.text_hash, json.dumps(c.metadata, default=str), blob, c.node,
+        *cjk_columns(c.text, c.heading_path),  # the CJK bigram text chunks_fts indexes (#36)
     )
 
 

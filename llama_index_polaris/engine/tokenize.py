@@ -3,7 +3,8 @@
 Both backends use it: the SQLite file to keep its BM25 posting lists beside FTS5
 (``db/postings.py``), the Postgres backend to write and query its posting tables, so that
 a word is the same term whichever store holds the index (the tokenizer is FTS5's own, run
-on a private in-memory SQLite table).
+on a private in-memory SQLite table). It reads every text as the index does: CJK runs as
+their character bigrams (``bigrams.spaced``), the rest as written.
 """
 
 from __future__ import annotations
@@ -12,10 +13,15 @@ import re
 from collections import Counter
 from typing import Sequence
 
+from .bigrams import spaced
 from .search.terms import STOP_WORDS
 
 WORD = re.compile(r"\w+")
 DEFAULT_TOKENIZER = "porter unicode61 remove_diacritics 2"
+
+
+def _spaced_rows(rows: list[tuple[int, str, str]]) -> list[tuple[int, str, str]]:
+    return [(i, spaced(text), spaced(heading or "")) for i, text, heading in rows]
 
 
 class Tokenizer:
@@ -37,7 +43,7 @@ class Tokenizer:
     def terms(self, words: list[str]) -> list[tuple[str, ...]]:
         """Each word's terms, in order."""
         self.conn.execute("DELETE FROM words")
-        self.conn.executemany("INSERT INTO words(rowid, text) VALUES (?, ?)", list(enumerate(words)))
+        self.conn.executemany("INSERT INTO words(rowid, text) VALUES (?, ?)", [(i, spaced(w)) for i, w in enumerate(words)])
         out: list[list[str]] = [[] for _ in words]
         for doc, term in self.conn.execute("SELECT doc, term FROM words_terms ORDER BY doc, offset"):
             out[doc].append(term)
@@ -48,7 +54,7 @@ class Tokenizer:
         """For (id, text, heading path) rows: each id's (term, column, offset) in order, as
         FTS5 counts them (column 0 is the text, 1 the heading path); only ``terms``' when given."""
         self.conn.execute("DELETE FROM words")
-        self.conn.executemany("INSERT INTO words(rowid, text, heading_path) VALUES (?, ?, ?)", rows)
+        self.conn.executemany("INSERT INTO words(rowid, text, heading_path) VALUES (?, ?, ?)", _spaced_rows(rows))
         out: dict[int, list[tuple[str, int, int]]] = {r[0]: [] for r in rows}
         only = "" if terms is None else f" WHERE term IN ({', '.join('?' * len(terms))})"
         for doc, term, col, offset in self.conn.execute(
@@ -60,7 +66,7 @@ class Tokenizer:
         """For (id, text, heading path) rows: each id's term counts over both columns, and
         its length in tokens (FTS5's docsize, summed over the columns)."""
         self.conn.execute("DELETE FROM words")
-        self.conn.executemany("INSERT INTO words(rowid, text, heading_path) VALUES (?, ?, ?)", rows)
+        self.conn.executemany("INSERT INTO words(rowid, text, heading_path) VALUES (?, ?, ?)", _spaced_rows(rows))
         counts: dict[int, dict[str, int]] = {r[0]: {} for r in rows}
         lengths = dict.fromkeys(counts, 0)
         for doc, term, n in self.conn.execute("SELECT doc, term, count(*) FROM words_terms GROUP BY doc, term"):

@@ -39,7 +39,8 @@ COMMON_DF = 1_000  # a word in at least this many chunks is scored from RAM
 MAX_POSTINGS = 8_000_000  # (int32 row, float32 weighted count) each: 64 MB
 POSTINGS_PER_CHUNK = 32  # the bound grows with the index: 50 SciFact questions touch 20M at 1M chunks
 MAX_WORDS = 100_000  # query words remembered (their terms and document frequencies)
-COLUMN_WEIGHTS = {"text": TEXT_WEIGHT, "heading_path": HEADING_WEIGHT}
+COLUMN_WEIGHTS = {"text": TEXT_WEIGHT, "heading_path": HEADING_WEIGHT,  # chunks_fts's columns before and since #36
+                  "fts_text": TEXT_WEIGHT, "fts_heading_path": HEADING_WEIGHT}
 
 
 @dataclass(frozen=True)
