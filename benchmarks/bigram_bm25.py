@@ -1,6 +1,6 @@
 """A simple bigram-BM25 baseline for the CJK sets (#36): what a user could write by hand.
 
-    python benchmarks/bigram_bm25.py [NAME ...]                  # default: react-zh vue-ja
+    python benchmarks/bigram_bm25.py [NAME ...] [--cut jieba|janome]   # default: react-zh vue-ja, bigrams
     python benchmarks/sections.py score NAME --peer benchmarks/out/bigram-bm25.jsonl
 
 Each section the engine's chunker makes (``docsets.engine_sections``: its chunks' text
@@ -9,7 +9,10 @@ each run of Han, kana or Hangul cut into overlapping character bigrams (a lone c
 stays); no stemming, no stop words. Okapi BM25 with k1 = 1.2, b = 0.75 and the Lucene idf
 ``ln(1 + (N - n + 0.5) / (n + 0.5))``; the query's distinct terms are summed. No code of the
 engine's terms is used (``bigrams.py`` is what it is compared with). Writes the ten best
-sections of every question as a peer run for ``sections.py score --peer``.
+sections of every question as a peer run for ``sections.py score --peer``. ``--cut`` puts a
+dictionary segmenter from PyPI in the bigrams' place (jieba's search mode for Chinese, janome
+for Japanese; neither is a dependency of Polaris): the same BM25 with its words as terms,
+written to ``<cut>-bm25.jsonl``.
 """
 
 from __future__ import annotations
@@ -27,12 +30,27 @@ from docsets import engine_files, engine_sections, load_set  # noqa: E402
 
 CJK = re.compile(r"[\u3041-\u309f\u30a1-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7a3\uf900-\ufaff]+")
 K1, B, K = 1.2, 0.75, 10
+CUT = None  # a dictionary segmenter for CJK runs (``--cut``), else bigrams
+
+
+def cut(run: str) -> list[str]:
+    if CUT == "jieba":
+        import jieba
+
+        return [w for w in jieba.cut_for_search(run) if w.strip()]
+    from janome.tokenizer import Tokenizer
+
+    global _JANOME
+    _JANOME = globals().get("_JANOME") or Tokenizer(wakati=True)
+    return [w for w in _JANOME.tokenize(run) if w.strip()]
 
 
 def terms(text: str) -> list[str]:
     out = []
     for word in re.findall(r"\w+", CJK.sub(lambda m: f" {m.group()} ", text.lower())):
-        if CJK.fullmatch(word):
+        if CJK.fullmatch(word) and CUT:
+            out += cut(word)
+        elif CJK.fullmatch(word):
             out += [word] if len(word) == 1 else [word[i:i + 2] for i in range(len(word) - 1)]
         else:
             out.append(word)
@@ -68,7 +86,7 @@ def rank(docs: dict[tuple[str, str], str], queries: dict[str, str]) -> dict[str,
 
 
 def main(names: list[str]) -> None:
-    path = out_dir() / "bigram-bm25.jsonl"
+    path = out_dir() / f"{CUT or 'bigram'}-bm25.jsonl"
     with open(path, "w", encoding="utf-8") as fh:
         for name in names:
             ds = load_set(name)
@@ -80,4 +98,8 @@ def main(names: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:] or ["react-zh", "vue-ja"])
+    args = sys.argv[1:]
+    if "--cut" in args:
+        at = args.index("--cut")
+        CUT, args = args[at + 1], args[:at] + args[at + 2:]
+    main(args or ["react-zh", "vue-ja"])
