@@ -20,7 +20,6 @@ from typing import Any, Iterator
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from conftest import database_uri
 from llama_index_polaris import PolarisEmbedding, PolarisRetriever, PolarisVectorStore
 from llama_index_polaris.engine.backends import open_store
 from llama_index_polaris.engine.config import load_config
@@ -28,7 +27,7 @@ from llama_index_polaris.engine.index import PolarisIndex
 from llama_index_polaris.engine.search.scope import Scope
 from llama_index_polaris.engine.search.terms import MAX_TERMS, query_words
 from llama_index_polaris.engine.store import DocumentRecord, ChunkRecord
-from polaris_testing import BACKENDS, fake_binding, module_target, unit_vectors
+from polaris_testing import BACKENDS, fake_binding, module_target, new_database, unit_vectors
 
 MODEL = "all-minilm-l6-v2"
 POLARIS = str(Path(sys.executable).with_name("polaris"))
@@ -85,17 +84,12 @@ The cache keeps computed values; a miss recomputes them. See the Chinese pages f
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory: pytest.TempPathFactory, pg_server: str) -> Iterator[dict[str, Any]]:
-    import psycopg
-
     root = tmp_path_factory.mktemp("cjk")
     for rel, text in DOCS.items():
         (root / "docs" / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / "docs" / rel).write_text(text, encoding="utf-8")
     (root / "polaris.toml").write_text(f'model_id = "{MODEL}"\n')
-    with psycopg.connect(pg_server, autocommit=True) as conn:
-        conn.execute("DROP DATABASE IF EXISTS polaris_cjk WITH (FORCE)")
-        conn.execute("CREATE DATABASE polaris_cjk")
-    targets = {"sqlite": str(root / "polaris.db"), "postgres": database_uri(pg_server, "polaris_cjk")}
+    targets = {"sqlite": str(root / "polaris.db"), "postgres": new_database(pg_server, "polaris_cjk")}
     for target in targets.values():
         run = polaris(root, "index", "docs", "--db", target)
         assert run.returncode == 0, run.stderr

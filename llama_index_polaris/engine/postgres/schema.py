@@ -279,6 +279,27 @@ def set_aside_keys(conn: Any, table: str) -> list[Any]:
             + [sql.SQL(definition) for _, definition in indexes])
 
 
+def _recorded_tokenizer(conn: Any, bigrams: bool = True) -> Any:
+    """The index's FTS5 tokenizer, as polaris_meta records it (the default when it does not);
+    ``bigrams=False``: CJK runs read as written, as before migration 7."""
+    from ..config import SETTINGS_BY_NAME
+    from ..tokenize import Tokenizer
+
+    row = conn.execute("SELECT value FROM polaris_meta WHERE key = 'fts_tokenizer'").fetchone()
+    return Tokenizer(row[0] if row else SETTINGS_BY_NAME["fts_tokenizer"].default, bigrams)
+
+
+def _chunk_batches(conn: Any, columns: str, batch: int) -> Any:
+    """The chunks' ``columns`` (the first one ``id``), ``batch`` rows at a time, by id."""
+    last = -(2**63)
+    while True:
+        rows = conn.execute(f"SELECT {columns} FROM chunks WHERE id > %s ORDER BY id LIMIT %s", (last, batch)).fetchall()
+        if not rows:
+            return
+        last = rows[-1][0]
+        yield rows
+
+
 def _cjk_bigrams(conn: Any, batch: int = 2_000) -> None:
     """Migration 7 (#36): Chinese, Japanese and Korean runs are terms as character bigrams now
     (``bigrams.spaced``, read by the tokenizer). Only the chunks holding a CJK letter in their
@@ -286,19 +307,10 @@ def _cjk_bigrams(conn: Any, batch: int = 2_000) -> None:
     document frequencies and versions of the terms they touch follow, and ``fts_segmenter`` is
     recorded. Every other posting stays as it is, so English indexes keep their scores."""
     from ..bigrams import SEGMENTER, has_cjk
-    from ..config import SETTINGS_BY_NAME
-    from ..tokenize import Tokenizer
     from .bm25 import copy_postings, postings_of
 
-    row = conn.execute("SELECT value FROM polaris_meta WHERE key = 'fts_tokenizer'").fetchone()
-    tokenizer = Tokenizer(row[0] if row else SETTINGS_BY_NAME["fts_tokenizer"].default)
-    last, touched, tokens = -(2**63), set(), 0
-    while True:
-        rows = conn.execute("SELECT id, text, heading_path, bm25_length FROM chunks WHERE id > %s ORDER BY id LIMIT %s",
-                            (last, batch)).fetchall()
-        if not rows:
-            break
-        last = rows[-1][0]
+    tokenizer, touched, tokens = _recorded_tokenizer(conn), set(), 0
+    for rows in _chunk_batches(conn, "id, text, heading_path, bm25_length", batch):
         cjk = [r for r in rows if has_cjk(r[1]) or has_cjk(r[2] or "")]
         if not cjk:
             continue
@@ -327,24 +339,15 @@ def _positions(conn: Any, batch: int = 2_000) -> None:
     (the index's own tokenizer) into a new table, in bulk, which must hold the same postings;
     it then takes the old one's place, keys and indexes (a table of NULL positions would leave
     every phrase to the slow way)."""
-    from ..config import SETTINGS_BY_NAME
-    from ..tokenize import Tokenizer
     from .bm25 import copy_postings, postings_of
 
     conn.execute("ALTER TABLE chunks_bm25 ADD COLUMN IF NOT EXISTS pos bytea")
     if not conn.execute("SELECT EXISTS (SELECT 1 FROM chunks_bm25)").fetchone()[0]:
         return
-    row = conn.execute("SELECT value FROM polaris_meta WHERE key = 'fts_tokenizer'").fetchone()
-    tokenizer = Tokenizer(row[0] if row else SETTINGS_BY_NAME["fts_tokenizer"].default)
+    tokenizer = _recorded_tokenizer(conn, bigrams=False)  # the terms the postings were written with (migration 7 follows)
     conn.execute("SELECT set_config('maintenance_work_mem', '1GB', true)")
     conn.execute("CREATE TABLE chunks_bm25_positions (LIKE chunks_bm25 INCLUDING DEFAULTS)")
-    last = -(2**63)
-    while True:
-        rows = conn.execute("SELECT id, text, heading_path FROM chunks WHERE id > %s ORDER BY id LIMIT %s",
-                            (last, batch)).fetchall()
-        if not rows:
-            break
-        last = rows[-1][0]
+    for rows in _chunk_batches(conn, "id, text, heading_path", batch):
         counted = tokenizer.positions([tuple(r) for r in rows])
         copy_postings(conn, postings_of(counted.items()), "chunks_bm25_positions")
     sql = _sql()
