@@ -50,3 +50,31 @@ def test_downloaded_and_used_for_a_chinese_document(served, tmp_path):
         np.testing.assert_allclose(np.linalg.norm(query), 1.0, atol=1e-5)
         hits = index.search("缓存", mode="vector")
         assert hits[0].document == "cache.md"
+
+
+def test_the_cli_lists_it_and_indexes_with_it(served, tmp_path, capsys, monkeypatch):
+    """The command-line door: ``polaris models`` lists the model, ``polaris index --model`` downloads
+    it and ``polaris search`` answers a Chinese query with it (in process: the stand-in is served here)."""
+    import json
+
+    from llama_index_polaris import cli
+
+    spec, server = served
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "cache.md").write_text("# 缓存\n\n缓存的生命周期是什么？数据保存在内存中。\n", encoding="utf-8")
+    (docs / "slots.md").write_text("# 插槽\n\n组件的插槽用于分发内容。\n", encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    assert cli.main(["models"]) == 0
+    listed = [line for line in capsys.readouterr().out.splitlines() if MODEL_ID in line]
+    assert listed and "384 dims" in listed[0]
+    db = str(tmp_path / "polaris.db")
+    assert cli.main(["index", str(docs), "--db", db, "--model", MODEL_ID]) == 0
+    assert server.gets(server.url_path(spec, spec.onnx))
+    capsys.readouterr()
+    assert cli.main(["search", "缓存", "--db", db, "--mode", "bm25", "--json"]) == 0
+    hits = json.loads(capsys.readouterr().out)
+    assert [h["document"] for h in hits] == ["cache.md"]
+    assert cli.main(["status", "--db", db, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["model_id"] == MODEL_ID

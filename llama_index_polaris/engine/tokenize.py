@@ -3,7 +3,8 @@
 Both backends use it: the SQLite file to keep its BM25 posting lists beside FTS5
 (``db/postings.py``), the Postgres backend to write and query its posting tables, so that
 a word is the same term whichever store holds the index (the tokenizer is FTS5's own, run
-on a private in-memory SQLite table).
+on a private in-memory SQLite table). It reads every text as the index does: CJK runs as
+their character bigrams (``bigrams.spaced``), the rest as written.
 """
 
 from __future__ import annotations
@@ -12,10 +13,15 @@ import re
 from collections import Counter
 from typing import Sequence
 
+from .bigrams import spaced
 from .search.terms import STOP_WORDS
 
 WORD = re.compile(r"\w+")
 DEFAULT_TOKENIZER = "porter unicode61 remove_diacritics 2"
+
+
+def _as_written(text: str) -> str:
+    return text
 
 
 class Tokenizer:
@@ -23,10 +29,12 @@ class Tokenizer:
     in-memory database: writing a temp table on the store's own connection would count as
     a change there and make the caches reload."""
 
-    def __init__(self, tokenizer: str) -> None:
+    def __init__(self, tokenizer: str, bigrams: bool = True) -> None:
+        """``bigrams=False`` reads CJK runs as written, as indexes made before #36 did (their migrations)."""
         from .sqlite_module import sqlite_module
 
         self.tokenizer = tokenizer
+        self._read = spaced if bigrams else _as_written
         quoted = tokenizer.replace("'", "''")
         self.conn = sqlite_module().connect(":memory:", check_same_thread=False)
         self.conn.execute(f"CREATE VIRTUAL TABLE words USING fts5(text, heading_path, tokenize='{quoted}')")
@@ -37,7 +45,7 @@ class Tokenizer:
     def terms(self, words: list[str]) -> list[tuple[str, ...]]:
         """Each word's terms, in order."""
         self.conn.execute("DELETE FROM words")
-        self.conn.executemany("INSERT INTO words(rowid, text) VALUES (?, ?)", list(enumerate(words)))
+        self.conn.executemany("INSERT INTO words(rowid, text) VALUES (?, ?)", [(i, self._read(w)) for i, w in enumerate(words)])
         out: list[list[str]] = [[] for _ in words]
         for doc, term in self.conn.execute("SELECT doc, term FROM words_terms ORDER BY doc, offset"):
             out[doc].append(term)
@@ -48,7 +56,7 @@ class Tokenizer:
         """For (id, text, heading path) rows: each id's (term, column, offset) in order, as
         FTS5 counts them (column 0 is the text, 1 the heading path); only ``terms``' when given."""
         self.conn.execute("DELETE FROM words")
-        self.conn.executemany("INSERT INTO words(rowid, text, heading_path) VALUES (?, ?, ?)", rows)
+        self.conn.executemany("INSERT INTO words(rowid, text, heading_path) VALUES (?, ?, ?)", self._rows(rows))
         out: dict[int, list[tuple[str, int, int]]] = {r[0]: [] for r in rows}
         only = "" if terms is None else f" WHERE term IN ({', '.join('?' * len(terms))})"
         for doc, term, col, offset in self.conn.execute(
@@ -60,13 +68,16 @@ class Tokenizer:
         """For (id, text, heading path) rows: each id's term counts over both columns, and
         its length in tokens (FTS5's docsize, summed over the columns)."""
         self.conn.execute("DELETE FROM words")
-        self.conn.executemany("INSERT INTO words(rowid, text, heading_path) VALUES (?, ?, ?)", rows)
+        self.conn.executemany("INSERT INTO words(rowid, text, heading_path) VALUES (?, ?, ?)", self._rows(rows))
         counts: dict[int, dict[str, int]] = {r[0]: {} for r in rows}
         lengths = dict.fromkeys(counts, 0)
         for doc, term, n in self.conn.execute("SELECT doc, term, count(*) FROM words_terms GROUP BY doc, term"):
             counts[doc][term] = n
             lengths[doc] += n
         return counts, lengths
+
+    def _rows(self, rows: list[tuple[int, str, str]]) -> list[tuple[int, str, str]]:
+        return [(i, self._read(text), self._read(heading or "")) for i, text, heading in rows]
 
     @property
     def stop_terms(self) -> frozenset[str]:

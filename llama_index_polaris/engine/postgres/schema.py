@@ -227,6 +227,8 @@ MIGRATIONS: tuple[tuple[int, str, Callable[[Any], None]], ...] = (
     (6, "positions in the posting table's covering index (a phrase reads its terms' postings index-only)",
      lambda conn: _positions_in_index(conn)),
     (7, "documents' own text, which sections are read from", lambda conn: _script(conn, DOCUMENT_TEXTS_SQL)),
+    (8, "CJK runs as character bigrams: the postings of the chunks holding CJK letters written again",
+     lambda conn: _cjk_bigrams(conn)),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 SCHEMA_LOCK, WRITE_LOCK, RUN_LOCK = 1, 2, 3  # what an advisory lock is for (``lock_key``)
@@ -286,29 +288,75 @@ def set_aside_keys(conn: Any, table: str) -> list[Any]:
             + [sql.SQL(definition) for _, definition in indexes])
 
 
+def _recorded_tokenizer(conn: Any, bigrams: bool = True) -> Any:
+    """The index's FTS5 tokenizer, as polaris_meta records it (the default when it does not);
+    ``bigrams=False``: CJK runs read as written, as before migration 7."""
+    from ..config import SETTINGS_BY_NAME
+    from ..tokenize import Tokenizer
+
+    row = conn.execute("SELECT value FROM polaris_meta WHERE key = 'fts_tokenizer'").fetchone()
+    return Tokenizer(row[0] if row else SETTINGS_BY_NAME["fts_tokenizer"].default, bigrams)
+
+
+def _chunk_batches(conn: Any, columns: str, batch: int) -> Any:
+    """The chunks' ``columns`` (the first one ``id``), ``batch`` rows at a time, by id."""
+    last = -(2**63)
+    while True:
+        rows = conn.execute(f"SELECT {columns} FROM chunks WHERE id > %s ORDER BY id LIMIT %s", (last, batch)).fetchall()
+        if not rows:
+            return
+        last = rows[-1][0]
+        yield rows
+
+
+def _cjk_bigrams(conn: Any, batch: int = 2_000) -> None:
+    """Migration 7 (#36): Chinese, Japanese and Korean runs are terms as character bigrams now
+    (``bigrams.spaced``, read by the tokenizer). Only the chunks holding a CJK letter in their
+    text or heading path get other terms: their postings and lengths are written again, the
+    document frequencies and versions of the terms they touch follow, and ``fts_segmenter`` is
+    recorded. Every other posting stays as it is, so English indexes keep their scores."""
+    from ..bigrams import SEGMENTER, has_cjk
+    from .bm25 import copy_postings, postings_of
+
+    tokenizer, touched, tokens = _recorded_tokenizer(conn), set(), 0
+    for rows in _chunk_batches(conn, "id, text, heading_path, bm25_length", batch):
+        cjk = [r for r in rows if has_cjk(r[1]) or has_cjk(r[2] or "")]
+        if not cjk:
+            continue
+        ids = [r[0] for r in cjk]
+        touched.update(r[0] for r in conn.execute("DELETE FROM chunks_bm25 WHERE chunk_id = ANY(%s) RETURNING term", (ids,)))
+        counted = tokenizer.positions([(r[0], r[1], r[2]) for r in cjk])
+        postings = postings_of(counted.items())
+        copy_postings(conn, postings)
+        touched.update(p[0] for p in postings)
+        lengths = [(len(counted[r[0]]), r[0]) for r in cjk]
+        tokens += sum(n for n, _ in lengths) - sum(r[3] for r in cjk)
+        with conn.cursor() as cur:
+            cur.executemany("UPDATE chunks SET bm25_length = %s WHERE id = %s", lengths)
+    if touched:
+        terms = sorted(touched)
+        conn.execute("DELETE FROM chunks_bm25_terms WHERE term = ANY(%s)", (terms,))
+        conn.execute("INSERT INTO chunks_bm25_terms (term, df) SELECT term, count(*) FROM chunks_bm25"
+                     " WHERE term = ANY(%s) GROUP BY term", (terms,))  # new rows: new versions
+        conn.execute("UPDATE chunks_bm25_stats SET total_length = total_length + %s WHERE id = 1", (tokens,))
+    conn.execute("INSERT INTO polaris_meta (key, value) VALUES ('fts_segmenter', %s)"
+                 " ON CONFLICT (key) DO UPDATE SET value = excluded.value", (SEGMENTER,))
+
+
 def _positions(conn: Any, batch: int = 2_000) -> None:
     """Migration 4: ``chunks_bm25`` with each posting's positions. The chunks are tokenized again
     (the index's own tokenizer) into a new table, in bulk, which must hold the same postings;
     it then takes the old one's place, keys and indexes (a table of NULL positions would leave
     every phrase to the slow way)."""
-    from ..config import SETTINGS_BY_NAME
-    from ..tokenize import Tokenizer
     from .bm25 import copy_postings, postings_of
 
     conn.execute("ALTER TABLE chunks_bm25 ADD COLUMN IF NOT EXISTS pos bytea")
     if not conn.execute("SELECT EXISTS (SELECT 1 FROM chunks_bm25)").fetchone()[0]:
         return
-    row = conn.execute("SELECT value FROM polaris_meta WHERE key = 'fts_tokenizer'").fetchone()
-    tokenizer = Tokenizer(row[0] if row else SETTINGS_BY_NAME["fts_tokenizer"].default)
+    tokenizer = _recorded_tokenizer(conn, bigrams=False)  # the terms the postings were written with (migration 7 follows)
     conn.execute("SELECT set_config('maintenance_work_mem', '1GB', true)")
     conn.execute("CREATE TABLE chunks_bm25_positions (LIKE chunks_bm25 INCLUDING DEFAULTS)")
-    last = -(2**63)
-    while True:
-        rows = conn.execute("SELECT id, text, heading_path FROM chunks WHERE id > %s ORDER BY id LIMIT %s",
-                            (last, batch)).fetchall()
-        if not rows:
-            break
-        last = rows[-1][0]
+    for rows in _chunk_batches(conn, "id, text, heading_path", batch):
         counted = tokenizer.positions([tuple(r) for r in rows])
         copy_postings(conn, postings_of(counted.items()), "chunks_bm25_positions")
     sql = _sql()

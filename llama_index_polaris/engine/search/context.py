@@ -20,6 +20,7 @@ from typing import Any, Callable, Sequence
 
 from ..errors import InputError
 from . import literal
+from ..bigrams import is_cjk
 from .terms import content_terms, stem
 
 ELLIPSIS = "\n[…]"
@@ -137,9 +138,13 @@ def window(text: str, at: int, count_tokens: Callable[[str], int], budget: int) 
 
 def query_pattern(query: str) -> re.Pattern[str] | None:
     """The query's words of 3 characters or more (stop words aside), lightly stemmed, as word
-    prefixes, case aside: "expired sessions" finds "expires" and "Session"."""
-    terms = dict.fromkeys(stem(t) for t in content_terms(query, 3))
-    return re.compile(r"\b(" + "|".join(re.escape(t) for t in terms) + r")\w*", re.I) if terms else None
+    prefixes, case aside: "expired sessions" finds "expires" and "Session"; a CJK bigram (or
+    lone character) wherever it stands, as the index reads a CJK run."""
+    terms = dict.fromkeys(t if is_cjk(t) else stem(t) for t in content_terms(query, 3))
+    cjk = [re.escape(t) for t in terms if is_cjk(t)]
+    latin = [re.escape(t) for t in terms if not is_cjk(t)]
+    parts = ([r"\b(?:" + "|".join(latin) + r")\w*"] if latin else []) + cjk
+    return re.compile("|".join(parts), re.I) if parts else None
 
 
 def first_match(text: str, query: str) -> int:

@@ -7,7 +7,8 @@ computed (``rank.py``); these functions only format them.
 - ``brief_line``: what found the hit and what moved it, for a reader paying per token:
   ``vector #1 · bm25 #5 · boost +0.10 · score 0.962``.
 
-A stage that did not see the hit reads ``-``.
+A stage that did not see the hit reads ``-``; when the query's keywords matched no chunk at
+all, the BM25 part says so (``no keyword match``) instead.
 """
 
 from __future__ import annotations
@@ -25,12 +26,18 @@ def explain_line(e: Explanation) -> str:
     """Every stage's figures on one line (``polaris search --explain``)."""
     return (
         f"vector #{_fmt(e.vector_rank, 'd')} dist {_fmt(e.vector_distance, '.4f')} | "
-        f"bm25 #{_fmt(e.bm25_rank, 'd')} score {_fmt(e.bm25_score, '.3f')} | "
+        f"{_bm25_part(e)} | "
         f"rrf {_fmt(e.rrf, '.5f')} (v {_fmt(e.rrf_vector, '.5f')} + b {_fmt(e.rrf_bm25, '.5f')}) | "
         f"score fusion v {_fmt(e.fusion_vector, '.3f')} + b {_fmt(e.fusion_bm25, '.3f')} | fused {_fmt(e.fused, '.3f')} | "
         f"boost {_fmt(e.boost, '.4f')} | {learned_part(e)}mmr penalty {_fmt(e.mmr_penalty, '.4f')} | "
         f"{'' if e.rerank is None else f'rerank {e.rerank:.3f} | '}score {e.score:.3f}"
     )
+
+
+def _bm25_part(e: Explanation) -> str:
+    if e.keyword_match is False:
+        return "bm25 no keyword match"
+    return f"bm25 #{_fmt(e.bm25_rank, 'd')} score {_fmt(e.bm25_score, '.3f')}"
 
 
 def learned_part(e: Explanation) -> str:
@@ -45,7 +52,8 @@ def learned_part(e: Explanation) -> str:
 def brief_line(e: Explanation) -> str:
     """Each list's rank of the hit, the heading boost and MMR penalty when they are not zero,
     and the score."""
-    parts = [f"vector #{_fmt(e.vector_rank, 'd')}", f"bm25 #{_fmt(e.bm25_rank, 'd')}"]
+    bm25 = "bm25 no keyword match" if e.keyword_match is False else f"bm25 #{_fmt(e.bm25_rank, 'd')}"
+    parts = [f"vector #{_fmt(e.vector_rank, 'd')}", bm25]
     if e.boost:
         parts.append(f"boost {e.boost:+.2f}")
     if e.mmr_penalty:

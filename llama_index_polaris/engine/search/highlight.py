@@ -8,6 +8,9 @@ with that tokenizer, so the index is never written to and the words marked are e
 the words BM25 matched, never a second, regex-based idea of a word. For a query of
 identifiers only (``OUT_DIR``, ``--locked``), whose BM25 list puts first the texts naming
 one as written, those places are marked (``literal.spans``), and the words elsewhere.
+FTS5 reads each text as the index does, its CJK runs as character bigrams
+(``bigrams.spaced``); what it marks there is mapped back to the text as stored
+(``bigrams.spaced_origin``), overlapping bigrams joined into one mark.
 
 The Datasette page (``datasette_polaris.render``) and the notebook's tables (``display``)
 both mark through ``Highlighter``, so they mark the same words.
@@ -18,6 +21,7 @@ from __future__ import annotations
 from html import escape as html_escape
 from typing import Callable, Iterable
 
+from ..bigrams import original_span, spaced_origin
 from ..sqlite_module import sqlite_module
 from ..text import nfc
 from ..tokenize import DEFAULT_TOKENIZER
@@ -83,11 +87,12 @@ class Highlighter:
         if len(free) < 2:
             return {}
         opening, closing = free[0], free[1]
+        read = [spaced_origin(t) for t in texts]
         conn = sqlite_module().connect(":memory:")
         try:
             tokenize = self.tokenizer.replace("'", "''")
             conn.execute(f"CREATE VIRTUAL TABLE t USING fts5(text, tokenize='{tokenize}')")
-            conn.executemany("INSERT INTO t (rowid, text) VALUES (?, ?)", list(enumerate(texts)))
+            conn.executemany("INSERT INTO t (rowid, text) VALUES (?, ?)", [(i, r[0]) for i, r in enumerate(read)])
             rows = conn.execute(
                 "SELECT rowid, highlight(t, 0, ?, ?) FROM t WHERE t MATCH ?", (opening, closing, self.match)
             ).fetchall()
@@ -95,7 +100,19 @@ class Highlighter:
             return {}
         finally:
             conn.close()
-        return {rowid: _marked_spans(marked, opening, closing) for rowid, marked in rows}
+        return {rowid: _joined([original_span(read[rowid][1], s, e) for s, e in _marked_spans(marked, opening, closing)])
+                for rowid, marked in rows}
+
+
+def _joined(spans: list[Span]) -> list[Span]:
+    """``spans`` (in order) with the overlapping ones joined: two bigrams of one word are one mark."""
+    out: list[Span] = []
+    for start, end in spans:
+        if out and start < out[-1][1]:
+            out[-1] = (out[-1][0], max(end, out[-1][1]))
+        else:
+            out.append((start, end))
+    return out
 
 
 def _marked_spans(marked: str, opening: str, closing: str) -> list[Span]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from itertools import pairwise
 from typing import Iterable, Iterator, Sequence
 
+from ..bigrams import is_cjk, spaced
 from .terms import MAX_TERMS, STOP_WORDS
 
 MARKS = frozenset("_./\\:@#$=~^")
@@ -44,13 +45,19 @@ def identifiers(query: str) -> list[str]:
     not: BM25 leaves them out too), at most ``MAX_TERMS`` as the full-text query. ``query`` is in
     NFC already, the spelling stored text has (the doors normalise it: ``pipeline.check_query``,
     ``Highlighter``)."""
-    terms = (t for t in (_term(p) for p in query.split()) if t.lower() not in STOP_WORDS and is_identifier(t))
+    terms = (t for t in (_term(p) for p in _pieces(query)) if t.lower() not in STOP_WORDS and is_identifier(t))
     return list(dict.fromkeys(terms))[:MAX_TERMS]
+
+
+def _pieces(query: str) -> list[str]:
+    """The query's whitespace pieces (``query`` is in NFC), a CJK run apart from what it touches and
+    cut into its bigrams (``bigrams.spaced``): ``OUT_DIR的值`` is ``OUT_DIR`` and two words."""
+    return spaced(query).split()
 
 
 def is_lookup(query: str) -> bool:
     """Every meaningful term of the query is an identifier (``OUT_DIR``, ``cargo::rustc-cfg``)."""
-    terms = [t for t in (_term(p) for p in query.split()) if t and t.lower() not in STOP_WORDS]
+    terms = [t for t in (_term(p) for p in _pieces(query)) if t and t.lower() not in STOP_WORDS]
     return bool(terms) and all(is_identifier(t) for t in terms)
 
 
@@ -104,7 +111,8 @@ def _continues(c: str) -> bool:
 
 
 def _word(c: str) -> bool:
-    return bool(c) and (c.isalnum() or c == "_")
+    """A character that continues an identifier (a CJK letter does not: those scripts need no space)."""
+    return bool(c) and ((c.isalnum() and not is_cjk(c)) or c == "_")
 
 
 def lift(hits: Sequence[tuple[int, float]], texts: dict[int, str],

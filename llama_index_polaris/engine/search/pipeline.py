@@ -285,6 +285,9 @@ class Searcher:
         with_vectors = p.mmr_lambda is not None and p.mmr_lambda < 1.0
         candidates = self._candidates([h[0] for h in [*vec_hits, *bm_hits]], with_vectors)
         ranked = rank(vec_hits, bm_hits, candidates, p)
+        if _uses(p.mode, p.weights, "bm25") and query:  # say so when the keyword side found nothing (#36)
+            for r in ranked:
+                r.explain.keyword_match = bool(bm_hits)
         keyed = [(candidates[r.chunk_id].section if p.unit == "section" else r.chunk_id, r) for r in ranked]
         return keyed, len(vec_hits) < depth and len(bm_hits) < depth
 

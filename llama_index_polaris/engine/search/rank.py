@@ -77,6 +77,7 @@ class Explanation:
     learned: float | None = None  # the learned model's score before it is divided by the best hit's
     pool: int | None = None  # chunks per list in the candidate pool that ranked this hit (``pipeline.pool_depths``)
     rerank: float | None = None  # the cross-encoder's logit (``rerank_model``); the score is its logistic
+    keyword_match: bool | None = None  # False: the query's keywords matched no chunk in scope (#36); None: no BM25 side
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+from ..bigrams import is_cjk, spaced
 from ..text import nfc
 
 # A word: letters, digits and underscores, and the combining marks that follow them. Python's
@@ -29,15 +30,17 @@ STOP_WORDS = frozenset(
 
 def words(text: str) -> list[str]:
     """Lower-cased word tokens of ``text`` (letters, digits, underscores and the marks on them),
-    read from its NFC spelling, where marks are composed into their letters when they can be."""
-    return [w.lower() for w in WORD.findall(nfc(text))]
+    read from its NFC spelling, where marks are composed into their letters when they can be;
+    a Chinese, Japanese or Korean run is read as its character bigrams (``bigrams.spaced``)."""
+    return [w.lower() for w in WORD.findall(spaced(nfc(text)))]
 
 
 def content_terms(query: str, min_len: int = 1) -> list[str]:
-    """The query's distinct non-stop-words of at least ``min_len`` characters, in order."""
+    """The query's distinct non-stop-words of at least ``min_len`` characters (any CJK bigram or
+    lone character: a two-character word is a whole word there), in order."""
     seen: dict[str, None] = {}
     for w in words(query):
-        if len(w) >= min_len and w not in STOP_WORDS:
+        if (len(w) >= min_len or is_cjk(w)) and w not in STOP_WORDS:
             seen.setdefault(w, None)
     return list(seen)
 
@@ -65,9 +68,10 @@ def query_words(query: str) -> list[str]:
     An identifier joined by punctuation (``codegen-units``) is searched as its words and
     as itself, which FTS5 reads as a phrase: the words next to each other, in order. A
     phrase is rare, so its BM25 weight is high: chunks that name the identifier exactly
-    rise above those that use its words apart. The query is read in NFC, as stored text is.
+    rise above those that use its words apart. The query is read in NFC, as stored text is, and
+    its CJK runs as their bigrams, each a word of its own (``bigrams.spaced``), as the index reads them.
     """
-    query = nfc(query)
+    query = spaced(nfc(query))
     all_words = list(dict.fromkeys(words(query)))
     content = [w for w in all_words if w not in STOP_WORDS] or all_words
     if IDENTIFIER_PHRASES:

@@ -40,6 +40,7 @@ MAX_POSTINGS = 8_000_000  # (int32 row, float32 weighted count) each: 64 MB
 POSTINGS_PER_CHUNK = 32  # the bound grows with the index: 50 SciFact questions touch 20M at 1M chunks
 MAX_WORDS = 100_000  # query words remembered (their terms and document frequencies)
 COLUMN_WEIGHTS = {"text": TEXT_WEIGHT, "heading_path": HEADING_WEIGHT}
+COLUMN_OF = {"fts_text": "text", "fts_heading_path": "heading_path"}  # chunks_fts's columns since #36 (CJK bigrams)
 
 
 @dataclass(frozen=True)
@@ -174,7 +175,7 @@ class Bm25Cache(StoreCache):
         else:
             found = conn.execute(f"SELECT doc, col FROM {self._vocab['instance']} WHERE term = ?", (term,)).fetchall()
             ids = np.fromiter((r[0] for r in found), dtype=np.int64, count=len(found))
-            weight = np.fromiter((COLUMN_WEIGHTS.get(r[1], 1.0) for r in found), dtype=np.float64, count=len(found))
+            weight = np.fromiter((COLUMN_WEIGHTS.get(COLUMN_OF.get(r[1], r[1]), 1.0) for r in found), dtype=np.float64, count=len(found))
             unique, inverse = np.unique(ids, return_inverse=True)
             tf = np.bincount(inverse, weight)
         entry = (np.searchsorted(base.ids, unique).astype(np.int32), tf.astype(np.float32))

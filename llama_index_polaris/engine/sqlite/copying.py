@@ -60,7 +60,7 @@ class Copying:
                 elif kind == "chunks":
                     conn.executemany(
                         "INSERT INTO chunks (id, node_id, document_id, ordinal, heading_path, heading_level, text,"
-                        " start_char, end_char, token_count, text_hash, metadata, embedding, node)"
-                        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        " start_char, end_char, token_count, text_hash, metadata, embedding, node, cjk_text, cjk_heading)"
+                        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                         [(c.id, *_chunk_row(c.document_id, c, None if c.embedding is None else to_blob(c.embedding)))
                          for c in value])

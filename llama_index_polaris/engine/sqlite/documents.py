@@ -138,8 +138,8 @@ class Documents:
         self.conn.execute("DELETE FROM chunks WHERE node_id IN (SELECT value FROM json_each(?))", (node_ids,))
         self.conn.executemany(
             """INSERT INTO chunks (node_id, document_id, ordinal, heading_path, heading_level, text,
-                   start_char, end_char, token_count, text_hash, metadata, embedding, node)
-               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+                   start_char, end_char, token_count, text_hash, metadata, embedding, node, cjk_text, cjk_heading)
+               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
             [_chunk_row(document_id, c, b) for c, b in zip(chunks, blobs)],
         )
 

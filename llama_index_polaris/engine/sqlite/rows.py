@@ -6,7 +6,7 @@ import json
 from typing import Any, Iterable, Sequence
 
 from ..storage import vectors as vectors_module
-from .schema import MERGED_METADATA
+from .schema import MERGED_METADATA, cjk_columns
 from ..storage.records import ChunkRecord
 from ..storage.filters import Filter, filter_sql
 from ..text import nfc, storable
@@ -62,6 +62,7 @@ def _chunk_row(document_id: str, c: ChunkRecord, blob: bytes | None) -> tuple:
     return (
         c.node_id, document_id, c.ordinal, c.heading_path, c.heading_level, c.text, c.start_char,
         c.end_char, c.token_count, c.text_hash, json.dumps(c.metadata, default=str), blob, c.node,
+        *cjk_columns(c.text, c.heading_path),  # the CJK bigram text chunks_fts indexes (#36)
     )
 
 

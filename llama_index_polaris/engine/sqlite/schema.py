@@ -16,6 +16,7 @@ import posixpath
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from ..bigrams import SEGMENTER, has_cjk, spaced
 from ..errors import DatabaseError
 from ..storage.scope import CHUNKS_WITH_DOCUMENTS, MERGED_METADATA  # noqa: F401
 from ..storage.records import CHUNK_OWN_KEYS, DEFAULT_COLLECTION, STATUSES, file_document_id  # noqa: F401
@@ -63,28 +64,37 @@ CREATE INDEX chunks_text_hash ON chunks (text_hash);
 """
 
 
-def fts_sql(tokenizer: str) -> str:
+LEGACY_FTS_COLUMNS = ("text", "heading_path")  # what chunks_fts indexed before migration 9
+FTS_COLUMNS = ("fts_text", "fts_heading_path")  # generated: the CJK bigram text when there is one, else the text
+
+
+def fts_sql(tokenizer: str, columns: tuple[str, str] = FTS_COLUMNS) -> str:
     """The FTS5 external-content table over chunks and the triggers that sync it.
 
     ``content="chunks"`` is double-quoted because that is the declaration Datasette (and
     sqlite-utils) recognise as the full-text index of ``chunks``: its table search box and
     ``?_search=`` use it. FTS5 reads the quoted and single-quoted forms the same way.
+    Since migration 9 it indexes the generated columns ``fts_text`` and ``fts_heading_path``
+    (``CJK_SQL``): the index holds exactly what its content table says, so FTS5's
+    'rebuild' and 'integrity-check' (sqlite-utils', Datasette's) keep working.
     """
+    text, heading = columns
+    changed = "text, heading_path" + (", cjk_text, cjk_heading" if columns == FTS_COLUMNS else "")
     return f"""
 CREATE VIRTUAL TABLE chunks_fts USING fts5(
-    text, heading_path, content="chunks", content_rowid='id', tokenize='{tokenizer}'
+    {text}, {heading}, content="chunks", content_rowid='id', tokenize='{tokenizer}'
 );
 CREATE TRIGGER chunks_fts_ai AFTER INSERT ON chunks BEGIN
-    INSERT INTO chunks_fts (rowid, text, heading_path) VALUES (new.id, new.text, new.heading_path);
+    INSERT INTO chunks_fts (rowid, {text}, {heading}) VALUES (new.id, new.{text}, new.{heading});
 END;
 CREATE TRIGGER chunks_fts_ad AFTER DELETE ON chunks BEGIN
-    INSERT INTO chunks_fts (chunks_fts, rowid, text, heading_path)
-    VALUES ('delete', old.id, old.text, old.heading_path);
+    INSERT INTO chunks_fts (chunks_fts, rowid, {text}, {heading})
+    VALUES ('delete', old.id, old.{text}, old.{heading});
 END;
-CREATE TRIGGER chunks_fts_au AFTER UPDATE OF text, heading_path ON chunks BEGIN
-    INSERT INTO chunks_fts (chunks_fts, rowid, text, heading_path)
-    VALUES ('delete', old.id, old.text, old.heading_path);
-    INSERT INTO chunks_fts (rowid, text, heading_path) VALUES (new.id, new.text, new.heading_path);
+CREATE TRIGGER chunks_fts_au AFTER UPDATE OF {changed} ON chunks BEGIN
+    INSERT INTO chunks_fts (chunks_fts, rowid, {text}, {heading})
+    VALUES ('delete', old.id, old.{text}, old.{heading});
+    INSERT INTO chunks_fts (rowid, {text}, {heading}) VALUES (new.id, new.{text}, new.{heading});
 END;
 INSERT INTO chunks_fts (chunks_fts) VALUES ('rebuild');
 """
@@ -208,9 +218,53 @@ def _migration_1(conn: Any, fts_tokenizer: str) -> None:
     _script(conn, CORE_SQL)
 
 
+CJK_SQL = """
+ALTER TABLE chunks ADD COLUMN cjk_text TEXT;
+ALTER TABLE chunks ADD COLUMN cjk_heading TEXT;
+ALTER TABLE chunks ADD COLUMN fts_text TEXT GENERATED ALWAYS AS (coalesce(cjk_text, text)) VIRTUAL;
+ALTER TABLE chunks ADD COLUMN fts_heading_path TEXT GENERATED ALWAYS AS (coalesce(cjk_heading, heading_path)) VIRTUAL;
+CREATE TRIGGER chunks_cjk_stale BEFORE UPDATE OF text, heading_path ON chunks
+WHEN (old.cjk_text IS NOT NULL AND new.cjk_text IS old.cjk_text AND new.text IS NOT old.text)
+  OR (old.cjk_heading IS NOT NULL AND new.cjk_heading IS old.cjk_heading AND new.heading_path IS NOT old.heading_path)
+BEGIN
+    SELECT RAISE(ABORT, 'chunks.cjk_text and cjk_heading (the CJK bigram text, bigrams.spaced) must be written with text and heading_path');
+END;
+"""
+
+
+def cjk_columns(text: str, heading_path: str) -> tuple[str | None, str | None]:
+    """``chunks.cjk_text`` and ``cjk_heading`` for a chunk: its text and heading path with CJK
+    runs as bigrams (``bigrams.spaced``), each NULL when it holds no CJK letter."""
+    return _cjk(text), _cjk(heading_path)
+
+
+def _cjk(value: str | None) -> str | None:
+    if value is None:
+        return None
+    out = spaced(value)
+    return None if out == value else out
+
+
+def _migration_cjk_bigrams(conn: Any, fts_tokenizer: str) -> None:
+    """Chinese, Japanese and Korean runs as character bigrams (#36): ``chunks.cjk_text`` and
+    ``cjk_heading`` filled for the chunks that hold CJK letters, chunks_fts declared again over
+    the generated ``fts_text``/``fts_heading_path`` and rebuilt from them in place (no re-index,
+    no embedding), the posting lists rebuilt from it, and ``fts_segmenter`` recorded."""
+    _script(conn, CJK_SQL)
+    rows = conn.execute("SELECT id, text, heading_path FROM chunks").fetchall()
+    filled = [(*cjk_columns(text, heading), cid) for cid, text, heading in rows if has_cjk(text) or has_cjk(heading)]
+    conn.executemany("UPDATE chunks SET cjk_text = ?, cjk_heading = ? WHERE id = ?", filled)
+    rebuild_fts(conn, get_meta(conn).get("fts_tokenizer") or fts_tokenizer)
+    if has_table(conn, "chunks_bm25_terms"):
+        from .postings import rebuild
+
+        rebuild(conn)
+    set_meta(conn, fts_segmenter=SEGMENTER)
+
+
 def _migration_2(conn: Any, fts_tokenizer: str) -> None:
     """Full-text index over chunk text and heading path (backfilled from chunks)."""
-    _script(conn, fts_sql(fts_tokenizer))
+    _script(conn, fts_sql(fts_tokenizer, LEGACY_FTS_COLUMNS))
     secure_fts(conn)
     set_meta(conn, fts_tokenizer=fts_tokenizer)
 
@@ -245,9 +299,16 @@ def purge_fts(conn: Any) -> None:
     FTS5's 'optimize' leaves an index that is one segment already as it is, delete markers
     and the words they cancel included; a row added and deleted first (row -1, no chunk's
     id; its counts cancel out) gives it a second segment, so the merge happens."""
-    conn.execute("INSERT INTO chunks_fts (rowid, text, heading_path) VALUES (-1, 'polaris', '')")
-    conn.execute("INSERT INTO chunks_fts (chunks_fts, rowid, text, heading_path) VALUES ('delete', -1, 'polaris', '')")
+    text, heading = fts_columns(conn)
+    conn.execute(f"INSERT INTO chunks_fts (rowid, {text}, {heading}) VALUES (-1, 'polaris', '')")
+    conn.execute(f"INSERT INTO chunks_fts (chunks_fts, rowid, {text}, {heading}) VALUES ('delete', -1, 'polaris', '')")
     conn.execute("INSERT INTO chunks_fts (chunks_fts) VALUES ('optimize')")
+
+
+def fts_columns(conn: Any) -> tuple[str, str]:
+    """The two columns chunks_fts indexes (``FTS_COLUMNS`` since migration 9)."""
+    names = [r[1] for r in conn.execute("PRAGMA table_info(chunks_fts)")]
+    return (names[0], names[1]) if len(names) >= 2 else FTS_COLUMNS
 
 
 def _migration_erase(conn: Any, fts_tokenizer: str) -> None:
@@ -369,7 +430,7 @@ def _migration_fts_for_datasette(conn: Any, fts_tokenizer: str) -> None:
     FTS detection does not see): the table and its triggers are rebuilt from chunks with
     the tokenizer the file records, not the one configured now."""
     recorded = get_meta(conn).get("fts_tokenizer") or fts_tokenizer
-    rebuild_fts(conn, recorded)
+    rebuild_fts(conn, recorded, LEGACY_FTS_COLUMNS)
 
 
 def _migration_4(conn: Any, fts_tokenizer: str) -> None:
@@ -405,6 +466,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(7, "BM25 posting lists of common terms", _migration_postings),
     Migration(8, "removed text erased: FTS5 secure-delete, old entries merged out", _migration_erase),
     Migration(9, "documents' own text, which sections are read from", _migration_document_texts),
+    Migration(10, "CJK runs as character bigrams in the full-text index (cjk_text)", _migration_cjk_bigrams),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].number
 
@@ -543,12 +605,12 @@ def create_vec_table(conn: Any, dim: int) -> None:
     create_bits_table(conn, dim)
 
 
-def rebuild_fts(conn: Any, tokenizer: str) -> None:
+def rebuild_fts(conn: Any, tokenizer: str, columns: tuple[str, str] = FTS_COLUMNS) -> None:
     """Recreate chunks_fts with another tokenizer (inside the caller's transaction)."""
     for name in ("chunks_fts_ai", "chunks_fts_ad", "chunks_fts_au"):
         conn.execute(f"DROP TRIGGER IF EXISTS {name}")
     conn.execute("DROP TABLE IF EXISTS chunks_fts")
-    _script(conn, fts_sql(tokenizer))
+    _script(conn, fts_sql(tokenizer, columns))
     secure_fts(conn)
     set_meta(conn, fts_tokenizer=tokenizer)
     if has_table(conn, "chunks_bm25"):  # counted with the old tokenizer's terms

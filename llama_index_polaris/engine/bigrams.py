@@ -1,0 +1,95 @@
+"""Chinese, Japanese and Korean runs cut into overlapping character bigrams (#36).
+
+These scripts put no spaces between words, so a tokenizer that cuts at spaces and
+punctuation (FTS5's ``unicode61``, Python's ``\\w+``) reads a whole clause as one token
+and a two-character word is found only where the author happened to set it apart. Here a
+run of Han, Hiragana, Katakana or Hangul letters becomes its overlapping character
+bigrams, ``生命周期`` -> ``生命 命周 周期``; a run of one character stays that character.
+Bigrams need no dictionary, measure well on our CJK sets (docs/search.md) and find every
+two-character word.
+
+``spaced`` is the one text the keyword side reads in place of the stored text: the
+bigrams spaced out, everything else (Latin words, identifiers, code) left exactly as it
+was, so a text without CJK letters is returned unchanged and its terms do not move. Every
+place that makes terms reads ``spaced``: the FTS5 rows (``chunks.fts_text``), the posting
+lists of both backends (``tokenize.Tokenizer``), the query (``search/terms.py``) and the
+highlighter, which maps what it marks back to the stored text with ``spaced_origin``.
+"""
+
+from __future__ import annotations
+
+import re
+
+SEGMENTER = "cjk-bigram-1"  # recorded in polaris_meta as ``fts_segmenter``: how the terms of a file were made
+
+# Letters only (categories L and Nl): a punctuation mark, a voicing mark or a middle dot inside a
+# run would be a separator to FTS5 and cut a bigram in two.
+CJK_LETTERS = (
+    "\u1100-\u11ff"  # Hangul Jamo
+    "\u3005-\u3007"  # 々 〆 〇
+    "\u3021-\u3029\u3031-\u3035\u3038-\u303c"  # Hangzhou numerals, kana repeat marks
+    "\u3041-\u3096\u309d-\u309f"  # Hiragana
+    "\u30a1-\u30fa\u30fc-\u30ff"  # Katakana (ー included, the middle dot ・ not)
+    "\u3105-\u312f\u3131-\u318e\u31a0-\u31bf\u31f0-\u31ff"  # Bopomofo, Hangul compatibility Jamo, Katakana ext.
+    "\u3400-\u4dbf\u4e00-\u9fff"  # CJK ideographs, extension A
+    "\ua960-\ua97c\uac00-\ud7a3\ud7b0-\ud7c6\ud7cb-\ud7fb"  # Hangul syllables and Jamo extensions
+    "\uf900-\ufa6d\ufa70-\ufad9"  # compatibility ideographs
+    "\uff66-\uff9d\uffa0-\uffbe\uffc2-\uffdc"  # halfwidth Katakana and Hangul
+    "\U00020000-\U0003134f"  # ideograph extensions B to G
+)
+CJK_RUN = re.compile(f"[{CJK_LETTERS}]+")
+_ONE = re.compile(f"[{CJK_LETTERS}]")
+
+
+def is_cjk(text: str) -> bool:
+    """Whether ``text`` starts with a CJK letter (a term of ``spaced`` that is a bigram or a lone character)."""
+    return bool(text) and _ONE.match(text) is not None
+
+
+def has_cjk(text: str) -> bool:
+    """Whether ``text`` holds any CJK letter (when not, ``spaced(text)`` is ``text``)."""
+    return not text.isascii() and _ONE.search(text) is not None
+
+
+def bigrams(run: str) -> list[str]:
+    """A run's overlapping character bigrams; a run of one character is itself."""
+    if len(run) < 2:
+        return [run] if run else []
+    return [run[i:i + 2] for i in range(len(run) - 1)]
+
+
+def spaced(text: str) -> str:
+    """``text`` with each CJK run replaced by its bigrams, a space on each side of each;
+    ``text`` itself when it holds no CJK letter. Its terms are its own: a bigram is its own run."""
+    if not has_cjk(text):
+        return text
+    return CJK_RUN.sub(lambda m: " " + " ".join(bigrams(m.group())) + " ", text)
+
+
+def spaced_origin(text: str) -> tuple[str, list[int]]:
+    """``spaced(text)`` and, for each of its characters, the offset in ``text`` it came from
+    (a space put in takes the offset of the character after it): a term at ``[a, b)`` of
+    the spaced text is ``text[origin[a]:origin[b - 1] + 1]``."""
+    if not has_cjk(text):
+        return text, list(range(len(text)))
+    out: list[str] = []
+    origin: list[int] = []
+    pos = 0
+    for m in CJK_RUN.finditer(text):
+        out.append(text[pos:m.start()])
+        origin.extend(range(pos, m.start()))
+        start, run = m.start(), m.group()
+        for i, gram in enumerate(bigrams(run)):
+            out.append(" " + gram)
+            origin.extend([start + i, start + i, start + i + 1] if len(gram) == 2 else [start, start])
+        out.append(" ")
+        origin.append(m.end())
+        pos = m.end()
+    out.append(text[pos:])
+    origin.extend(range(pos, len(text)))
+    return "".join(out), origin
+
+
+def original_span(origin: list[int], start: int, end: int) -> tuple[int, int]:
+    """The span of the stored text that the spaced text's ``[start, end)`` came from."""
+    return origin[start], origin[end - 1] + 1
