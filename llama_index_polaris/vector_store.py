@@ -80,6 +80,7 @@ from .engine.search.pipeline import Hit
 from .engine.search.vector import MAX_K
 from .engine.index import PolarisIndex
 from .engine.proof import check_vector
+from .engine.blobs import readable
 from .engine.store import UNKNOWN_MODEL, DEFAULT_COLLECTION, ChunkRecord, DocumentRecord, ModelBinding, Store, text_hash
 from .engine.vectors import check as check_vectors, check_query
 
@@ -176,7 +177,7 @@ def _chunk(node: BaseNode, position: int, path: Optional[str] = None) -> ChunkRe
         end_char=node.end_char_idx,
         metadata=meta,
         node=json.dumps(rest, ensure_ascii=False),
-        text_hash=text_hash(node.get_content(metadata_mode=MetadataMode.EMBED)),  # what was embedded, as the indexer
+        text_hash=text_hash(readable(node.get_content(metadata_mode=MetadataMode.EMBED))),  # what was embedded, as the indexer
     )
 
 
