@@ -2,6 +2,8 @@
 
     polaris_embed(text)                 -> float32 blob of the query vector (for vec0 MATCH)
     polaris_search(query[, k[, opts]])  -> JSON array of hybrid hits with their explanation
+    polaris_words(text)                 -> the text the full-text index reads (blobs taken out),
+                                           which its triggers call when a row of chunks is written
 
 ``opts`` is a JSON object with any of ``mode`` ("hybrid", "vector", "bm25"),
 ``collections`` and ``documents`` (lists of names), ``unit`` ("section", the
@@ -25,7 +27,7 @@ import json
 import logging
 from typing import Any, Callable
 
-from llama_index_polaris.engine.db.connect import sqlite_error_message
+from llama_index_polaris.engine.db.connect import register_functions, sqlite_error_message
 from llama_index_polaris.engine.errors import DatabaseError, InputError, PolarisError
 from llama_index_polaris.engine.search.pipeline import check_query
 from llama_index_polaris.engine.store import to_blob
@@ -55,6 +57,7 @@ def register(conn: Any, database: str, datasette: Any) -> None:
         return json.dumps([h.to_dict() for h in hits], ensure_ascii=False)
 
     where = path or database
+    register_functions(conn)
     conn.create_function("polaris_embed", 1, _reported("polaris_embed", embed, where), deterministic=True)
     for n in (1, 2, 3):
         conn.create_function("polaris_search", n, _reported("polaris_search", search, where))

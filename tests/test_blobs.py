@@ -133,3 +133,36 @@ def test_the_budget_counts_readable_tokens_only() -> None:
     chunks = chunks_of(f"# Page\n\nSome words before {blob} and after.\n")
     assert len(chunks) == 1 and blob in chunks[0].text
     assert chunks[0].token_count == COUNTER(readable(chunks[0].text))
+
+
+# -- the index: blobs are stored, never words, never embedded (both backends) ----------------------
+BLOB = payload(11, 1200)
+PAGE = f"""# Reactivity
+
+The reactive state of a component updates its view. Try it: {PLAYGROUND}
+
+An inline image ![diagram](data:image/png;base64,{BLOB}) shows the update cycle.
+"""
+
+
+def test_an_index_stores_blobs_but_neither_finds_their_words_nor_embeds_them(backend_target: str, tmp_path: Path) -> None:
+    from llama_index_polaris.engine.config import load_config
+    from llama_index_polaris.engine.index import PolarisIndex
+    from llama_index_polaris.engine.records import text_hash
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "reactivity.md").write_text(PAGE, encoding="utf-8")
+    cfg = load_config(use_user_config=False, config_file=None, project_root=tmp_path, model_id="all-minilm-l6-v2")
+    with PolarisIndex(backend_target, config=cfg) as index:
+        index.index_paths([docs])
+        chunks = index.store.get_chunks(with_embedding=True)
+        assert len(chunks) == 1 and BLOB in chunks[0].text and "eNqVkMFqwzAMhl9F" in chunks[0].text
+        found = index.search("Playground diagram", mode="bm25", unit="chunk")
+        assert [h.node_id for h in found] == [chunks[0].node_id] and BLOB in found[0].text
+        assert not index.search(BLOB.split("+")[0].split("/")[0][:30], mode="bm25", unit="chunk")
+        assert not index.search("eNqVkMFqwzAMhl9F", mode="bm25", unit="chunk")
+        embedded = readable(f"heading_path: Reactivity\n\n{chunks[0].text}")
+        assert chunks[0].text_hash == text_hash(embedded)
+        vector = index.embedder.embed_documents([embedded])[0]
+        assert float(vector @ chunks[0].embedding) > 0.9999

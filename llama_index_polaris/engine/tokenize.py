@@ -3,7 +3,8 @@
 Both backends use it: the SQLite file to keep its BM25 posting lists beside FTS5
 (``db/postings.py``), the Postgres backend to write and query its posting tables, so that
 a word is the same term whichever store holds the index (the tokenizer is FTS5's own, run
-on a private in-memory SQLite table).
+on a private in-memory SQLite table). A chunk's terms are made of its ``words_text``: its
+text without blobs (``blobs.readable``), as SQLite's FTS5 rows are (``polaris_words``).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import re
 from collections import Counter
 from typing import Sequence
 
+from .blobs import readable
 from .search.terms import STOP_WORDS
 
 WORD = re.compile(r"\w+")
@@ -48,7 +50,7 @@ class Tokenizer:
         """For (id, text, heading path) rows: each id's (term, column, offset) in order, as
         FTS5 counts them (column 0 is the text, 1 the heading path); only ``terms``' when given."""
         self.conn.execute("DELETE FROM words")
-        self.conn.executemany("INSERT INTO words(rowid, text, heading_path) VALUES (?, ?, ?)", rows)
+        self.conn.executemany("INSERT INTO words(rowid, text, heading_path) VALUES (?, ?, ?)", _words_rows(rows))
         out: dict[int, list[tuple[str, int, int]]] = {r[0]: [] for r in rows}
         only = "" if terms is None else f" WHERE term IN ({', '.join('?' * len(terms))})"
         for doc, term, col, offset in self.conn.execute(
@@ -60,7 +62,7 @@ class Tokenizer:
         """For (id, text, heading path) rows: each id's term counts over both columns, and
         its length in tokens (FTS5's docsize, summed over the columns)."""
         self.conn.execute("DELETE FROM words")
-        self.conn.executemany("INSERT INTO words(rowid, text, heading_path) VALUES (?, ?, ?)", rows)
+        self.conn.executemany("INSERT INTO words(rowid, text, heading_path) VALUES (?, ?, ?)", _words_rows(rows))
         counts: dict[int, dict[str, int]] = {r[0]: {} for r in rows}
         lengths = dict.fromkeys(counts, 0)
         for doc, term, n in self.conn.execute("SELECT doc, term, count(*) FROM words_terms GROUP BY doc, term"):
@@ -77,3 +79,13 @@ class Tokenizer:
             whole = sorted(w for w in STOP_WORDS if WORD.fullmatch(w))
             self._stop = frozenset(t for ts in self.terms(whole) for t in ts)
         return self._stop
+
+
+def words_text(text: str | None) -> str | None:
+    """What a chunk's terms are made of: its text without blobs (URL payloads, ``data:`` URIs,
+    base64 and hex runs, ``blobs.py``). SQLite's FTS5 triggers call it as ``polaris_words``."""
+    return text if text is None else readable(text)
+
+
+def _words_rows(rows: list[tuple[int, str, str]]) -> list[tuple[int, str | None, str]]:
+    return [(i, words_text(text), heading) for i, text, heading in rows]

@@ -54,6 +54,7 @@ def connect(path: str | os.PathLike[str], *, readonly: bool = False) -> Any:
     if str(path) == MEMORY:
         conn = sqlite.connect(MEMORY, isolation_level=None, check_same_thread=False)
         load_extensions(conn)
+        register_functions(conn)
         conn.execute("PRAGMA foreign_keys = ON")
         return conn
     target = Path(path)
@@ -254,6 +255,14 @@ def damage_message(exc: BaseException, path: str | os.PathLike[str]) -> str | No
     )
 
 
+def register_functions(conn: Any) -> None:
+    """The SQL functions the schema's triggers call: ``polaris_words(text)``, what FTS5 indexes of
+    a chunk's text (``tokenize.words_text``). Any connection that writes chunks needs it."""
+    from ..tokenize import words_text
+
+    conn.create_function("polaris_words", 1, words_text, deterministic=True)
+
+
 def configure(conn: Any, *, readonly: bool = False) -> None:
     """Per-connection pragmas: WAL, busy timeout, foreign keys, memory-mapped reads; for a
     writer also ``secure_delete``.
@@ -263,6 +272,7 @@ def configure(conn: Any, *, readonly: bool = False) -> None:
     111 ms that way and 24 ms mapped (same process, load ~8). SQLite clamps the size to
     what its build allows and reads normally where it cannot map.
     """
+    register_functions(conn)
     conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
     conn.execute(f"PRAGMA mmap_size = {MMAP_BYTES}")
     conn.execute("PRAGMA foreign_keys = ON")

@@ -69,24 +69,27 @@ def fts_sql(tokenizer: str) -> str:
     ``content="chunks"`` is double-quoted because that is the declaration Datasette (and
     sqlite-utils) recognise as the full-text index of ``chunks``: its table search box and
     ``?_search=`` use it. FTS5 reads the quoted and single-quoted forms the same way.
+    Its rows hold each chunk's ``polaris_words(text)`` (``tokenize.words_text``: the text
+    without blobs), so it is filled by that, never by FTS5's 'rebuild' (which would read the
+    text as stored); every connection that writes chunks has the function (``db/connect.py``).
     """
     return f"""
 CREATE VIRTUAL TABLE chunks_fts USING fts5(
     text, heading_path, content="chunks", content_rowid='id', tokenize='{tokenizer}'
 );
 CREATE TRIGGER chunks_fts_ai AFTER INSERT ON chunks BEGIN
-    INSERT INTO chunks_fts (rowid, text, heading_path) VALUES (new.id, new.text, new.heading_path);
+    INSERT INTO chunks_fts (rowid, text, heading_path) VALUES (new.id, polaris_words(new.text), new.heading_path);
 END;
 CREATE TRIGGER chunks_fts_ad AFTER DELETE ON chunks BEGIN
     INSERT INTO chunks_fts (chunks_fts, rowid, text, heading_path)
-    VALUES ('delete', old.id, old.text, old.heading_path);
+    VALUES ('delete', old.id, polaris_words(old.text), old.heading_path);
 END;
 CREATE TRIGGER chunks_fts_au AFTER UPDATE OF text, heading_path ON chunks BEGIN
     INSERT INTO chunks_fts (chunks_fts, rowid, text, heading_path)
-    VALUES ('delete', old.id, old.text, old.heading_path);
-    INSERT INTO chunks_fts (rowid, text, heading_path) VALUES (new.id, new.text, new.heading_path);
+    VALUES ('delete', old.id, polaris_words(old.text), old.heading_path);
+    INSERT INTO chunks_fts (rowid, text, heading_path) VALUES (new.id, polaris_words(new.text), new.heading_path);
 END;
-INSERT INTO chunks_fts (chunks_fts) VALUES ('rebuild');
+INSERT INTO chunks_fts (rowid, text, heading_path) SELECT id, polaris_words(text), heading_path FROM chunks;
 """
 
 
@@ -372,6 +375,13 @@ def _migration_fts_for_datasette(conn: Any, fts_tokenizer: str) -> None:
     rebuild_fts(conn, recorded)
 
 
+def _migration_blob_words(conn: Any, fts_tokenizer: str) -> None:
+    """chunks_fts and the posting lists again, from each chunk's text without blobs (#37):
+    the triggers write ``polaris_words(text)``."""
+    recorded = get_meta(conn).get("fts_tokenizer") or fts_tokenizer
+    rebuild_fts(conn, recorded)
+
+
 def _migration_4(conn: Any, fts_tokenizer: str) -> None:
     """``chunks.node``: the rest of a LlamaIndex node (class, excluded keys, templates, relationships)."""
     conn.execute("ALTER TABLE chunks ADD COLUMN node TEXT")
@@ -386,6 +396,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(6, "sign-bit vector index", _migration_sign_bits),
     Migration(7, "BM25 posting lists of common terms", _migration_postings),
     Migration(8, "removed text erased: FTS5 secure-delete, old entries merged out", _migration_erase),
+    Migration(9, "blobs are not words: the full-text index reads polaris_words(text)", _migration_blob_words),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].number
 
