@@ -58,7 +58,7 @@ DOCUMENT = st.lists(
 
 def test_the_payload_of_a_playground_link_is_a_blob_and_its_text_and_host_are_not() -> None:
     text = f"See {PLAYGROUND} for a demo."
-    assert readable(text) == "See [Try it in the Playground](https://play.vuejs.org/#) for a demo."
+    assert readable(text) == "See [Try it in the Playground](https://play.vuejs.org/# ) for a demo."
     assert len(masked(text)) == len(text) and masked(text).count(" ") > 300
 
 

@@ -48,7 +48,8 @@ def is_base64(run: str) -> bool:
 
 
 def readable(text: str) -> str:
-    """``text`` without its blobs (what is embedded and made into terms); ``text`` when it has none."""
+    """``text`` with each blob a single space (what is embedded and made into terms: the words on
+    either side stay apart, and the tokens are those ``masked`` counts); ``text`` when it has none."""
     spans = blob_spans(text)
     if not spans:
         return text
@@ -57,7 +58,7 @@ def readable(text: str) -> str:
         kept.append(text[pos:start])
         pos = end
     kept.append(text[pos:])
-    return "".join(kept)
+    return " ".join(kept)
 
 
 def masked(text: str) -> str:
