@@ -61,9 +61,10 @@ def readable(text: str) -> str:
     return " ".join(kept)
 
 
-def masked(text: str) -> str:
-    """``text`` with each blob character a space: the same offsets, blobs weigh nothing."""
-    spans = blob_spans(text)
+def masked(text: str, spans: list[tuple[int, int]] | None = None) -> str:
+    """``text`` with each blob character a space (``spans``: its ``blob_spans``, when known): the
+    same offsets, blobs weigh nothing."""
+    spans = blob_spans(text) if spans is None else spans
     if not spans:
         return text
     parts, pos = [], 0

@@ -24,10 +24,10 @@ def chunk_sections(source: str, sections: list[Section], settings: ChunkSettings
     piece that is only a blob is small and joins a neighbour. The chunks keep the source
     as written."""
     count = settings.count_tokens or heuristic_tokens
-    readable = masked(source)
+    blobs = blob_spans(source)
+    readable = masked(source, blobs)
     measure = measure_for(readable, [(s.start, s.end) for s in sections], count, settings.max_tokens)
-    slack = sum(end - start for start, end in blob_spans(source)) if readable is not source else 0
-    budget = Budget(readable, measure, count, settings.max_tokens, slack)
+    budget = Budget(readable, measure, count, settings.max_tokens, sum(end - start for start, end in blobs))
     reserve = min(settings.max_tokens // 4, heuristic_tokens(" " * settings.overlap_chars))
     pieces = [p for i, s in enumerate(sections) for p in split_section(budget, s, i, reserve)]
     pieces = merge_small(budget, [p for p in pieces if _has_text(source, p)], settings.min_chars)
