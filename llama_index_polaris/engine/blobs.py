@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import re
 
-# A run of base64 (and base64url) characters long enough to be a payload, not a word.
-_RUN = re.compile(r"[A-Za-z0-9+/=_-]{40,}")
+# A run of base64 (and base64url) characters long enough to hold a hash: where blobs are looked for.
+_CANDIDATE = re.compile(r"(?<![A-Za-z0-9+/=_-])[A-Za-z0-9+/=_-]{32,}")
+BASE64_CHARS = 40  # a base64 payload is at least this long (shorter runs are words and paths)
 # Hex of a hash or more (an MD5 is 32), not part of a longer word.
 _HEX = re.compile(r"(?<![A-Za-z0-9])[0-9a-fA-F]{32,}(?![A-Za-z0-9])")
 # A data: URI's payload (after the comma), base64 or percent-encoded.
@@ -29,10 +30,14 @@ MOSTLY = 0.5  # a text is "mostly blob" when blobs hold more than this share of 
 
 def blob_spans(text: str) -> list[tuple[int, int]]:
     """The ``(start, end)`` spans of ``text`` that are blobs, sorted and disjoint."""
-    found = [m.span(1) for m in _DATA.finditer(text)]
-    found += [m.span() for m in _ENCODED.finditer(text)]
-    found += [m.span() for m in _HEX.finditer(text) if _mixed_hex(m.group())]
-    found += [m.span() for m in _RUN.finditer(text) if is_base64(m.group())]
+    found = [m.span(1) for m in _DATA.finditer(text)] if "data:" in text else []
+    found += [m.span() for m in _ENCODED.finditer(text)] if "%" in text else []
+    for m in _CANDIDATE.finditer(text):  # one scan; each long run is then read on its own
+        run, start = m.group(), m.start()
+        if len(run) >= BASE64_CHARS and is_base64(run):
+            found.append(m.span())
+        else:
+            found += [(start + h.start(), start + h.end()) for h in _HEX.finditer(run) if _mixed_hex(h.group())]
     return _merged(found)
 
 
@@ -89,7 +94,10 @@ def is_mostly_blob(text: str) -> bool:
 
 
 def _mixed_hex(run: str) -> bool:
-    return any(c.isdigit() for c in run) and any(c.isalpha() for c in run)
+    """Hex as a hash writes it: digits and letters both common (about 62% and 38%), not a
+    word of ``a``s with one digit."""
+    digits = sum(c.isdigit() for c in run)
+    return 0.2 * len(run) <= digits <= 0.9 * len(run)
 
 
 def _merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
