@@ -10,7 +10,7 @@ unanswerable one of the split (``unanswerable.jsonl``) through the cached index 
 reads (``cosine``, ``term_share``) and whether its section is labelled relevant (never, for
 an unanswerable question). ``fit`` fits one logistic model per set of figures present
 (both, cosine only, terms only) on the train rows, then the threshold: the strength under
-which a result's best hit says "no good match", chosen for the best F1 of that flag with
+which a result's strongest hit says "no good match", chosen for the best F1 of that flag with
 the unanswerable questions as its positives. ``score`` reads the flag the engine sets
 (``Hits.no_good_match``) and reports its precision and recall on the unanswerable
 questions, per set and pooled.
@@ -80,15 +80,22 @@ def fit(rows: list[dict]) -> dict:
         for c, weight in zip(cols, w[1:]):
             full[1 + c] = float(weight)
         models[key] = tuple(round(v, 3) for v in full)
-    b0, bc, bs = models[(True, True)]
-    top = []
+    top = []  # each question's best strength (the engine flags a result none of whose hits is good)
     for r in rows:
-        h = r["hits"][0] if r["hits"] else None
-        z = b0 + bc * (h["cosine"] or 0.0) + bs * (h["term_share"] or 0.0) if h else -np.inf
-        top.append((1.0 / (1.0 + np.exp(-z)), not r["answerable"]))
+        best = max((_strength(models, h) for h in r["hits"]), default=0.0)
+        top.append((best, not r["answerable"]))
     best = max(((f1(top, t), t) for t in np.arange(0.02, 0.98, 0.01)), key=lambda p: p[0])
     return {"models": {str(k): v for k, v in models.items()}, "good_match": round(float(best[1]), 2),
             "train_flag": flag_numbers([(s < best[1], u) for s, u in top])}
+
+
+def _strength(models: dict, hit: dict) -> float:
+    key = (hit["cosine"] is not None, hit["term_share"] is not None)
+    if key not in models:
+        return 0.0
+    b0, bc, bs = models[key]
+    z = b0 + bc * (hit["cosine"] or 0.0) + bs * (hit["term_share"] or 0.0)
+    return float(1.0 / (1.0 + np.exp(-z)))
 
 
 def f1(top: list[tuple[float, bool]], t: float) -> float:
@@ -98,6 +105,7 @@ def f1(top: list[tuple[float, bool]], t: float) -> float:
 
 def flag_numbers(pairs: list[tuple[bool, bool]]) -> dict:
     """Precision and recall of a flag (flagged, unanswerable) over questions."""
+    pairs = [(bool(f), bool(u)) for f, u in pairs]
     tp = sum(f and u for f, u in pairs)
     flagged, positives = sum(f for f, _ in pairs), sum(u for _, u in pairs)
     return {"precision": round(tp / flagged, 3) if flagged else 0.0, "recall": round(tp / positives, 3) if positives else 0.0,

@@ -32,8 +32,8 @@ MODEL = "all-minilm-l6-v2"
 POLARIS = str(Path(sys.executable).with_name("polaris"))
 BACKENDS = ("sqlite", "postgres")
 UNANSWERED = "bake sourdough bread at home"
-ANSWERED = "how do we handle expired sessions"
-ANSWER = "guide/sessions.md"  # the handbook's section on it lives in this file
+ANSWERED = "how do I rotate an API key"
+ANSWER = "auth/authentication.md"  # Authentication > API keys > Rotating an API key
 
 
 @pytest.fixture(scope="module")
