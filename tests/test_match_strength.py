@@ -134,8 +134,8 @@ def test_the_llamaindex_retrievers_say_so_and_similarity_postprocessor_cuts(proj
     embed = PolarisEmbedding(model_id=MODEL)
     store = PolarisVectorStore(db_path=project[backend], embed_model=embed)
     cutoff = SimilarityPostprocessor(similarity_cutoff=GOOD_MATCH)
-    for retriever in (PolarisRetriever(vector_store=store, embed_model=embed),
-                      VectorStoreIndex.from_vector_store(store, embed_model=embed).as_retriever()):
+    for retriever in (PolarisRetriever(vector_store=store, embed_model=embed, similarity_top_k=5),
+                      VectorStoreIndex.from_vector_store(store, embed_model=embed).as_retriever(similarity_top_k=5)):
         weak, good = retriever.retrieve(UNANSWERED), retriever.retrieve(ANSWERED)
         assert weak and all(n.node.metadata["no_good_match"] is True for n in weak)
         assert all(n.score == n.node.metadata["match_strength"] for n in weak)
@@ -144,6 +144,7 @@ def test_the_llamaindex_retrievers_say_so_and_similarity_postprocessor_cuts(proj
         kept = cutoff.postprocess_nodes(good)
         assert kept and all(n.node.metadata["good_match"] for n in kept) and len(kept) < len(good)
         assert kept[0].node.metadata["file_path"] == ANSWER  # the right section kept, first
+        assert "operations/incidents.md" not in {n.node.metadata["file_path"] for n in kept}  # "On-call rotation": not it
         assert all(n.node.metadata["no_good_match"] is False for n in good)
         for key in ("relative_score", "match_strength", "good_match", "no_good_match"):
             assert key in kept[0].node.excluded_llm_metadata_keys
