@@ -1,6 +1,7 @@
 """Match strength and "no good match" (#37 item 3): decided in the engine, shown by every door.
 
-The example handbook indexed once into a polaris.db and once into PostgreSQL (the CLI). A question
+The example handbook indexed once into a polaris.db and once into PostgreSQL by the CLI
+(``test_backend_doors.project``). A question
 the handbook does not answer is flagged by the engine, the CLI (text and --json), the Datasette
 page and its JSON, the MCP server and both LlamaIndex retrievers, on both backends; an answered
 one is not. LlamaIndex's own ``SimilarityPostprocessor`` at the engine's threshold drops every
@@ -12,50 +13,21 @@ whatever the query (comparable across queries).
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
-import sys
-from pathlib import Path
-from typing import Any, Iterator
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from conftest import database_uri
 from llama_index_polaris.engine.config import load_config
 from llama_index_polaris.engine.index import PolarisIndex
 from llama_index_polaris.engine.search.strength import GOOD_MATCH, strength, term_share
-from polaris_testing import REPO
+from test_backend_doors import polaris, project  # noqa: F401  (the handbook on both backends, and the CLI)
 
 MODEL = "all-minilm-l6-v2"
-POLARIS = str(Path(sys.executable).with_name("polaris"))
 BACKENDS = ("sqlite", "postgres")
 UNANSWERED = "bake sourdough bread at home"
 ANSWERED = "how do I rotate an API key"
 ANSWER = "auth/authentication.md"  # Authentication > API keys > Rotating an API key
-
-
-@pytest.fixture(scope="module")
-def project(tmp_path_factory: pytest.TempPathFactory, pg_server: str) -> Iterator[dict[str, Any]]:
-    import psycopg
-
-    root = tmp_path_factory.mktemp("strength")
-    shutil.copytree(REPO / "examples" / "handbook", root / "handbook")
-    (root / "polaris.toml").write_text(f'model_id = "{MODEL}"\n')
-    with psycopg.connect(pg_server, autocommit=True) as conn:
-        conn.execute("DROP DATABASE IF EXISTS polaris_strength WITH (FORCE)")
-        conn.execute("CREATE DATABASE polaris_strength")
-    targets = {"sqlite": str(root / "polaris.db"), "postgres": database_uri(pg_server, "polaris_strength")}
-    for target in targets.values():
-        run = polaris(root, "index", "handbook", "--db", target)
-        assert run.returncode == 0, run.stderr
-    yield {"root": root, **targets}
-
-
-def polaris(root: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([POLARIS, *args], cwd=root, capture_output=True, text=True, timeout=300,
-                          env={"XDG_CONFIG_HOME": str(root / ".xdg"), "PATH": str(Path(sys.executable).parent)})
 
 
 def opened(project: dict, backend: str) -> PolarisIndex:
