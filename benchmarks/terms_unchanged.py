@@ -73,7 +73,7 @@ def run_set(name: str, label: str) -> dict[str, Any]:
 
 
 def run_scifact(directory: str, label: str) -> dict[str, Any]:
-    from llama_index_polaris.engine.evaluate import build_eval_index, load_beir
+    from llama_index_polaris.engine.tune.evaluate import build_eval_index, load_beir
 
     beir = load_beir(directory, "test")
     index, _ = build_eval_index(beir, config(), db=str(out_dir() / "terms" / label / "scifact.db"))

@@ -25,6 +25,7 @@ from llama_index_polaris.engine.errors import DatabaseError, InputError, Polaris
 from llama_index_polaris.engine.index import PolarisIndex
 from llama_index_polaris.engine.search.pipeline import MAX_QUERY_CHARS, MODES, clamp_top_k
 from llama_index_polaris.engine.storage.names import documents_named
+from llama_index_polaris.engine.search.strength import GOOD_MATCH
 
 from . import legend, render
 from .engines import index_for, is_polaris
@@ -280,6 +281,8 @@ async def _search_page(page: "_Page", name: str, names: list[str]) -> Response:
         modes=MODES,
         results=results,
         hits=hits,
+        no_match_note=getattr(hits, "no_match_note", None),
+        good_match=GOOD_MATCH,
         error=error,
         errors=form.errors,
         search_settings=settings,
@@ -298,10 +301,16 @@ async def _search_page(page: "_Page", name: str, names: list[str]) -> Response:
         "settings": settings,
         "index": _index_json(overview),
         "hits": [hit.to_dict() for hit in hits],
+        "no_good_match": bool(form.q) and not form.errors and not error and _no_good_match(hits),
     }
     if status != 200:
         data.update(error=error, errors=form.errors, status=status)
     return await page.respond("polaris.html", context, data, status)
+
+
+def _no_good_match(hits: Any) -> bool:
+    """The engine's verdict that nothing matched well (``Hits.no_good_match``; no hits: True)."""
+    return getattr(hits, "no_good_match", not hits)
 
 
 # -- the engine calls (run in a worker thread) ------------------------------------------------

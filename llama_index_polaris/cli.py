@@ -222,8 +222,10 @@ def cmd_search(args: argparse.Namespace) -> int:
             documents=args.document or None, collections=args.collection or None,
             context_tokens=args.context_tokens if args.context == "section" else None,
         )
-    if args.json:
+    if args.json:  # stdout stays a JSON array: each hit has strength and good_match, the verdict goes to stderr
         print(json.dumps([h.to_dict(explain=args.explain) for h in hits], indent=2, ensure_ascii=False))
+        if hits and hits.no_match_note:
+            print(hits.no_match_note, file=sys.stderr)
         return 0
     if not hits:
         print("no results", file=sys.stderr)
@@ -231,6 +233,8 @@ def cmd_search(args: argparse.Namespace) -> int:
     from .engine.search.highlight import Highlighter
 
     color = sys.stdout.isatty() and "NO_COLOR" not in os.environ
+    if hits.no_match_note:  # the engine's verdict: nothing matched well
+        print(hits.no_match_note + "\n")
     marker = Highlighter(args.query, hits.tokenizer)
     marker.prime(" ".join(h.text.split()) for h in hits)
     for hit in hits:
@@ -250,7 +254,8 @@ def _hit_text(hit: Any, query: str, color: bool, explain: bool, marker: Any = No
 
     bold = (lambda s: f"\033[1m{s}\033[0m") if color else (lambda s: s)
     where = f"{hit.document}" + (f"  ›  {hit.heading_path}" if hit.heading_path else "")
-    lines = [f"{hit.rank:>2}. {hit.score:.3f}  {bold(where)}", "    " + snippet(hit.text, query, color, marker=marker)]
+    match = "" if hit.strength is None else f"  (match {hit.strength:.2f}{'' if hit.good_match else ', weak'})"
+    lines = [f"{hit.rank:>2}. {hit.score:.3f}  {bold(where)}{match}", "    " + snippet(hit.text, query, color, marker=marker)]
     if hit.document_status == "stale":
         lines.append(f"    stale: {hit.document_error}")
     if explain:

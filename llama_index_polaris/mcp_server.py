@@ -79,6 +79,8 @@ class HitItem(TypedDict):
 
     rank: int
     score: float
+    strength: Optional[float]  # match strength, on one scale for every query (None: nothing to read it from)
+    good_match: bool  # strength at or above the engine's threshold
     document: str
     collection: str
     heading_path: str
@@ -96,8 +98,8 @@ class HitItem(TypedDict):
 # The keys of a hit without ``full``: Claude Code (and VS Code) give the model the structured
 # content alone when a result has one, so it is kept to what a reader needs: where, how good,
 # the text once (``text``, the chunk that matched, is inside ``section_text``).
-BRIEF = ("rank", "score", "document", "collection", "heading_path", "node_id", "section_start", "section_end",
-         "section_text", "section_exact", "document_status", "document_error")
+BRIEF = ("rank", "score", "strength", "good_match", "document", "collection", "heading_path", "node_id",
+         "section_start", "section_end", "section_text", "section_exact", "document_status", "document_error")
 
 
 class SearchAnswer(TypedDict):
@@ -105,6 +107,7 @@ class SearchAnswer(TypedDict):
     mode: str
     k: int
     section_tokens: int  # the budget each hit's section text had
+    no_good_match: bool  # no hit matches well: the documents may not answer this (the engine decides)
     hits: list[HitItem]
 
 
@@ -272,18 +275,22 @@ def search(door: Door, query: str, k: int, mode: str, collection: str | None, do
         d = h.to_dict(explain=explain)
         d = d if full else {key: d[key] for key in (*BRIEF, *(("explain",) if explain else ()))}
         items.append({**d, "explanation": brief_line(h.explain), "on_disk": states[h.document_id]})
-    answer = {"query": query, "mode": mode, "k": k, "section_tokens": budget, "hits": items}
-    return answer, _search_text(answer)
+    answer = {"query": query, "mode": mode, "k": k, "section_tokens": budget, "no_good_match": hits.no_good_match,
+              "hits": items}
+    return answer, _search_text(answer, hits.no_match_note)
 
 
-def _search_text(answer: dict) -> str:
+def _search_text(answer: dict, note: str | None = None) -> str:
     hits = answer["hits"]
     if not hits:
         return f"No sections match {answer['query']!r} ({answer['mode']})."
     lines = [f"{len(hits)} sections for {answer['query']!r} ({answer['mode']}; each section's text up to"
              f" {answer['section_tokens']} tokens):"]
+    if note:
+        lines += ["", note]
     for h in hits:
-        lines += ["", f"{h['rank']}. [{h['score']:.3f}] {h['document']} › {h['heading_path']}",
+        match = "" if h["strength"] is None else f" match {h['strength']:.2f}{'' if h['good_match'] else ' (weak)'}"
+        lines += ["", f"{h['rank']}. [{h['score']:.3f}{match}] {h['document']} › {h['heading_path']}",
                   f"   {h['explanation']} | chars {h['section_start']}-{h['section_end']}"]
         lines += _warnings(h["document_status"], h["document_error"], h["on_disk"], h["section_exact"])
         lines.append(h["section_text"] or "")
@@ -692,10 +699,10 @@ def build_server(door: Door) -> PolarisMCP:
 
     app.add_tool(search_tool, name="search", title="Search the docs", annotations=READ_ONLY, description=(
         "Search the indexed Markdown docs; returns the best sections, best first. Each hit: document (path),"
-        " heading_path, score (top hit 1.0), the section's character span, its text up to section_tokens (the"
-        " passage that matched is always shown) and a one-line explanation (its rank in the vector and BM25"
-        " lists). Same sections, order and scores as `polaris search --json`. Then read_section(document,"
-        " heading_path) for more of one."))
+        " heading_path, score (top hit 1.0), strength (how well it matches, one scale for every query), good_match,"
+        " the section's character span, its text up to section_tokens (the passage that matched is always shown) and a one-line explanation (its rank in the vector and BM25"
+        " lists). no_good_match: nothing matched well, the docs may not answer this. Same sections, order and"
+        " scores as `polaris search --json`. Then read_section(document, heading_path) for more of one."))
 
     def read_tool(
         document: Annotated[Optional[str], Field(description="The document (path or id); optional with node_id.")] = None,

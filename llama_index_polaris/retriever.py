@@ -1,11 +1,13 @@
 """PolarisRetriever: a LlamaIndex retriever running the engine's query pipeline.
 
-Hybrid by default (vector KNN + BM25, RRF, heading boost, MMR, top score 1.0). Each
+Hybrid by default (vector KNN + BM25, RRF, heading boost, MMR). Each result's ``score`` is
+its match strength (``vector_store.node_score``: comparable across queries, higher is better),
+its relative score (top hit 1.0) is ``metadata["relative_score"]``. Each
 result is a ``PolarisNodeWithScore``: a ``NodeWithScore`` whose ``explain`` field holds
 the engine's ``Explanation`` for that hit (vector rank and distance, BM25 rank and
 score, each list's RRF contribution, boost, MMR penalty, final score), computed in the
-same pass that ranked it. ``node.metadata`` carries only the chunk's own metadata, so
-nothing Polaris-specific reaches the LLM prompt.
+same pass that ranked it. What Polaris adds to ``node.metadata`` (relative score, strength,
+``good_match``, ``no_good_match``) is hidden from the LLM prompt and embed renderings.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from .engine.errors import InputError
 from .engine.index import in_worker
 from .engine.search.pipeline import MODES, Explanation
 from .engine.sqlite.vector import MAX_K
-from .vector_store import PolarisVectorStore, binding_of, hit_to_node, to_engine_filter
+from .vector_store import PolarisVectorStore, binding_of, hit_to_node, node_score, to_engine_filter
 
 
 class PolarisNodeWithScore(NodeWithScore):
@@ -114,7 +116,9 @@ class PolarisRetriever(BaseRetriever):
             mmr_lambda=self.mmr_lambda,
             context_tokens=self.context_tokens,
         )
-        return [PolarisNodeWithScore(node=hit_to_node(h), score=h.score, explain=h.explain) for h in hits]
+        weak = getattr(hits, "no_good_match", None)
+        return [PolarisNodeWithScore(node=hit_to_node(h, no_good_match=weak), score=node_score(h), explain=h.explain)
+                for h in hits]
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> List[NodeWithScore]:
         return await in_worker(self._retrieve, query_bundle)

@@ -43,7 +43,7 @@ query returns carries its hit's explanation in ``metadata["polaris_explain"]``, 
 from the LLM and embed renderings. ``mmr_threshold`` may come with the query or as a
 keyword of ``query`` (LlamaIndex's ``vector_store_kwargs``). ``similarity_top_k`` is
 returned as asked (up to 4,096; the 1..100 clamp is the command line's rule for agents).
-Non-vector similarities are the pipeline's scores, the top hit 1.0. Empty
+Similarities (``node.score``) are match strengths (``node_score``), in every mode. Empty
 ``doc_ids``/``node_ids`` lists mean no filter (``VectorStoreIndex.as_retriever()`` passes
 ``node_ids=[]``).
 """
@@ -80,6 +80,7 @@ from .engine.search.pipeline import Hit
 from .engine.sqlite.vector import MAX_K
 from .engine.index import PolarisIndex
 from .engine.embed.proof import check_vector
+from .engine.blobs import readable
 from .engine.sqlite.store import UNKNOWN_MODEL, DEFAULT_COLLECTION, ChunkRecord, DocumentRecord, ModelBinding, Store, text_hash
 from .engine.storage.vectors import check as check_vectors, check_query
 
@@ -128,15 +129,27 @@ def to_node(
 
 SECTION_TEXT_KEY = "section_text"  # for MetadataReplacementPostProcessor(target_metadata_key=...)
 EXPLAIN_KEY = "polaris_explain"  # a store query's hit: the figures of `polaris search --explain`
+RELATIVE_KEY = "relative_score"  # the hit's score relative to the best (top hit 1.0); node.score is its strength
+STRENGTH_KEY = "match_strength"  # how well it matches, one scale for every query (``engine/search/strength.py``)
+GOOD_KEY, NO_GOOD_KEY = "good_match", "no_good_match"  # the hit matches well; no hit of its result does
 
 
-def hit_to_node(hit: Hit, *, explain: bool = False) -> BaseNode:
+def node_score(hit: Hit) -> float:
+    """A hit's ``NodeWithScore.score`` in every LlamaIndex door: its match strength (higher is better,
+    comparable across queries, so ``SimilarityPostprocessor(similarity_cutoff=...)`` works); 0.0
+    when there is nothing to read one from. The relative score is ``metadata["relative_score"]``."""
+    return hit.strength if hit.strength is not None else 0.0
+
+
+def hit_to_node(hit: Hit, *, explain: bool = False, no_good_match: bool | None = None) -> BaseNode:
     """A search hit as a LlamaIndex node; the section's bounded text, when asked for, in
-    ``metadata["section_text"]`` and with ``explain`` the hit's explanation (as in ``polaris
-    search --json --explain``) in ``metadata["polaris_explain"]``, both hidden from the LLM
-    and embed renderings."""
+    ``metadata["section_text"]``, with ``explain`` the hit's explanation (as in ``polaris
+    search --json --explain``) in ``metadata["polaris_explain"]``, and the hit's relative score
+    (top hit 1.0), match strength, ``good_match`` and its result's ``no_good_match``, all hidden
+    from the LLM and embed renderings."""
     node = to_node(hit.node_id, hit.text, hit.metadata, hit.document_id, hit.start_char, hit.end_char, node=hit.node)
-    hidden = {SECTION_TEXT_KEY: hit.section_text, EXPLAIN_KEY: asdict(hit.explain) if explain else None}
+    hidden = {SECTION_TEXT_KEY: hit.section_text, EXPLAIN_KEY: asdict(hit.explain) if explain else None,
+              RELATIVE_KEY: hit.score, STRENGTH_KEY: hit.strength, GOOD_KEY: hit.good_match, NO_GOOD_KEY: no_good_match}
     for key, value in hidden.items():
         if value is None:
             continue
@@ -176,7 +189,7 @@ def _chunk(node: BaseNode, position: int, path: Optional[str] = None) -> ChunkRe
         end_char=node.end_char_idx,
         metadata=meta,
         node=json.dumps(rest, ensure_ascii=False),
-        text_hash=text_hash(node.get_content(metadata_mode=MetadataMode.EMBED)),  # what was embedded, as the indexer
+        text_hash=text_hash(readable(node.get_content(metadata_mode=MetadataMode.EMBED))),  # what was embedded, as the indexer
     )
 
 
@@ -475,12 +488,10 @@ class PolarisVectorStore(BasePydanticVectorStore):
             unit=None if hybrid else "chunk",  # the other modes: LlamaIndex's nodes
             context_tokens=kwargs.get("context_tokens"),
         )
-        if runs == VectorStoreQueryMode.DEFAULT:
-            similarities = [1.0 - h.explain.vector_distance for h in hits]
-        else:
-            similarities = [h.score for h in hits]
+        weak = getattr(hits, "no_good_match", None)
         return VectorStoreQueryResult(
-            nodes=[hit_to_node(h, explain=True) for h in hits], similarities=similarities,
+            nodes=[hit_to_node(h, explain=True, no_good_match=weak) for h in hits],
+            similarities=[node_score(h) for h in hits],
             ids=[h.node_id for h in hits],
         )
 

@@ -69,6 +69,8 @@ def comparable(hit: dict) -> dict:
     out = json.loads(json.dumps(hit))
     out.pop("chunk_id", None)
     out["score"] = None
+    for key in ("strength", "cosine"):  # float32 digits too, checked apart
+        out.pop(key, None)
     explain = out.get("explain") or {}
     for key in ("vector_distance", "rrf", "rrf_vector", "rrf_bm25", "fusion_vector", "fusion_bm25", "fused",
                 "boost", "relevance", "mmr_penalty", "score", "bm25_score"):
@@ -84,6 +86,10 @@ def assert_same(a: list[dict], b: list[dict]) -> None:
     assert [comparable(h) for h in a] == [comparable(h) for h in b]
     assert [h["score"] for h in a] == pytest.approx([h["score"] for h in b], abs=1e-5)
     for x, y in zip(a, b):
+        for key in ("strength", "cosine"):
+            assert (x.get(key) is None) == (y.get(key) is None), key
+            if x.get(key) is not None:
+                assert x[key] == pytest.approx(y[key], abs=1e-5), key
         for key in ("vector_distance", "bm25_score", "rrf"):
             if (x.get("explain") or {}).get(key) is not None:
                 assert x["explain"][key] == pytest.approx(y["explain"][key], rel=1e-5, abs=1e-6), key
@@ -164,7 +170,8 @@ MODES = (VectorStoreQueryMode.DEFAULT, VectorStoreQueryMode.HYBRID, VectorStoreQ
 
 
 def node_view(result: Any) -> list[tuple]:
-    return [(n.node_id, n.get_content(), json.dumps({k: v for k, v in n.metadata.items() if k != "polaris_explain"},
+    floats = ("polaris_explain", "relative_score", "match_strength")  # float32 digits: the similarities are compared
+    return [(n.node_id, n.get_content(), json.dumps({k: v for k, v in n.metadata.items() if k not in floats},
                                                     sort_keys=True)) for n in result.nodes]
 
 

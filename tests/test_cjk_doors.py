@@ -24,9 +24,9 @@ from llama_index_polaris import PolarisEmbedding, PolarisRetriever, PolarisVecto
 from llama_index_polaris.engine.backends import open_store
 from llama_index_polaris.engine.config import load_config
 from llama_index_polaris.engine.index import PolarisIndex
-from llama_index_polaris.engine.search.scope import Scope
+from llama_index_polaris.engine.storage.scope import Scope
 from llama_index_polaris.engine.search.terms import MAX_TERMS, query_words
-from llama_index_polaris.engine.store import DocumentRecord, ChunkRecord
+from llama_index_polaris.engine.sqlite.store import DocumentRecord, ChunkRecord
 from polaris_testing import BACKENDS, fake_binding, module_target, new_database, unit_vectors
 
 MODEL = "all-minilm-l6-v2"
@@ -109,7 +109,7 @@ def search_json(project: dict, backend: str, *args: str) -> list[dict]:
 
 def sections_holding(db: str, word: str) -> set[tuple[str, str]]:
     """(document, heading path) of every section one of whose chunks holds ``word``, read from the file."""
-    from llama_index_polaris.engine.db import sqlite_module
+    from llama_index_polaris.engine.sqlite import sqlite_module
 
     conn = sqlite_module().connect(db)
     try:

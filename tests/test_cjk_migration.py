@@ -14,12 +14,12 @@ import pytest
 
 from llama_index_polaris.engine import tokenize
 from llama_index_polaris.engine.backends import open_store
-from llama_index_polaris.engine.db import schema
+from llama_index_polaris.engine.sqlite import schema
 from llama_index_polaris.engine.search import literal, terms
-from llama_index_polaris.engine.db import postings as postings_module
-from llama_index_polaris.engine.search.bm25 import bm25 as fts_bm25
-from llama_index_polaris.engine.search.scope import Scope
-from llama_index_polaris.engine.store import ChunkRecord, DocumentRecord
+from llama_index_polaris.engine.sqlite import postings as postings_module
+from llama_index_polaris.engine.sqlite.bm25 import bm25 as fts_bm25
+from llama_index_polaris.engine.storage.scope import Scope
+from llama_index_polaris.engine.sqlite.store import ChunkRecord, DocumentRecord
 from polaris_testing import fake_binding, unit_vectors
 
 TEXTS = ["React 会缓存组件的计算结果，使用 useMemo 缓存计算。", "The cache keeps computed values; expired entries go.",
@@ -58,7 +58,7 @@ def test_an_old_file_is_upgraded_in_place(tmp_path, monkeypatch: pytest.MonkeyPa
         write(store)
         before = {q: fts_bm25(store.conn, q, 10) for q in ("cache", "expired sessions")}
         store.close()
-    from llama_index_polaris.engine.db import connect
+    from llama_index_polaris.engine.sqlite import connect
 
     conn = connect(path)
     to_sqlite_8(conn)
@@ -82,7 +82,7 @@ def test_an_old_file_is_upgraded_in_place(tmp_path, monkeypatch: pytest.MonkeyPa
 
 
 def test_an_english_file_keeps_its_scores_exactly(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from llama_index_polaris.engine.db import connect
+    from llama_index_polaris.engine.sqlite import connect
 
     path, english = tmp_path / "polaris.db", [t for t in TEXTS if t.isascii()] + ["Deploys need approval from on-call."]
     with monkeypatch.context() as m:

@@ -261,7 +261,8 @@ def test_an_ingestion_pipeline_writes_what_polaris_index_writes(targets, built_h
         cli_hits = [(h.document, h.heading_path, round(h.score, 6)) for h in cli.search(QUESTION, top_k=2)]
     assert {(c.heading_path, c.text) for c in store.client.get_chunks()} == expected
     hits = PolarisRetriever(vector_store=store, similarity_top_k=2).retrieve(QUESTION)
-    assert [(h.node.metadata["file_path"], h.node.metadata["heading_path"], round(h.score, 6)) for h in hits] == cli_hits
+    assert [(h.node.metadata["file_path"], h.node.metadata["heading_path"], round(h.node.metadata["relative_score"], 6))
+            for h in hits] == cli_hits
     store.close()
 
 

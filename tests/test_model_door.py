@@ -127,13 +127,13 @@ async def answers(door: str, project: Project, store: PolarisVectorStore, embed:
     for question in QUESTIONS:
         if door == "retriever":
             scored = PolarisRetriever(vector_store=store, embed_model=embed, similarity_top_k=K).retrieve(question)
-            out[question] = (nodes_of(scored), [n.score for n in scored])
+            out[question] = (nodes_of(scored), [n.node.metadata["relative_score"] for n in scored])
         elif door == "as_retriever":
             index = VectorStoreIndex.from_vector_store(store, embed_model=embed)
             scored = index.as_retriever(similarity_top_k=K).retrieve(question)
             engine = index.as_query_engine(llm=MockLLM(), similarity_top_k=K)
             assert nodes_of(engine.query(question).source_nodes) == nodes_of(scored)
-            out[question] = (nodes_of(scored), [n.score for n in scored])
+            out[question] = (nodes_of(scored), [n.node.metadata["relative_score"] for n in scored])
         elif door == "cli":
             proc = cli(project, "search", question, "-k", str(K), "--json")
             assert proc.returncode == 0, proc.stderr
@@ -189,7 +189,8 @@ def test_the_default_door_answers_what_polaris_search_answers(project, built_han
             kw = {} if k == 2 else {"similarity_top_k": k}
             got = hybrid_index.as_retriever(**kw).retrieve(question)
             assert [n.node.node_id for n in got] == [h.node_id for h in expected], question
-            assert [n.score for n in got] == pytest.approx([h.score for h in expected])
+            assert [n.score for n in got] == pytest.approx([h.strength for h in expected])  # node.score: strength
+            assert [n.node.metadata["relative_score"] for n in got] == pytest.approx([h.score for h in expected])
             explained = [n.node.metadata["polaris_explain"] for n in got]
             assert explained == [json.loads(json.dumps(h.to_dict()["explain"])) for h in expected]
             assert "polaris_explain" not in got[0].node.get_content(metadata_mode=MetadataMode.LLM)
@@ -209,7 +210,7 @@ def test_the_default_door_answers_what_polaris_search_answers(project, built_han
         vector = engine.search(question, top_k=K, mode="vector", unit="chunk")
         plain_hits = vector_index.as_retriever(similarity_top_k=K).retrieve(question)
         assert [n.node.node_id for n in plain_hits] == [h.node_id for h in vector]
-        assert [n.score for n in plain_hits] == pytest.approx([1 - h.explain.vector_distance for h in vector])
+        assert [n.score for n in plain_hits] == pytest.approx([h.strength for h in vector])
         differs += [n.node.node_id for n in plain_hits] != [h.node_id for h in engine.search(question, top_k=K)]
     assert differs >= 3  # what as_retriever() answered before: most questions got another top 3
     with pytest.raises(InputError, match="default_mode is 'vector'"):

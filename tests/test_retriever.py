@@ -74,7 +74,7 @@ def retriever(stores):
 def test_hybrid_by_default_top_score_one_and_explanations(retriever):
     hits = retriever.retrieve("how are expired sessions refreshed")
     assert retriever.mode == "hybrid"
-    assert hits[0].node.node_id == "guide-0" and hits[0].score == 1.0
+    assert hits[0].node.node_id == "guide-0" and hits[0].node.metadata["relative_score"] == 1.0
     assert all(isinstance(h, PolarisNodeWithScore) and isinstance(h.explain, Explanation) for h in hits)
     top = hits[0].explain
     assert top.score == hits[0].score and top.vector_rank and top.bm25_rank and top.rrf

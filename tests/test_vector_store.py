@@ -119,19 +119,22 @@ def test_query_returns_nodes_with_text_metadata_offsets_and_source(store):
     assert node.ref_doc_id == "auth" and node.relationships[NodeRelationship.SOURCE].node_id == "auth"
 
 
-def test_default_mode_similarities_are_cosine(store):
+def test_default_mode_ranks_by_cosine_and_its_similarities_are_match_strengths(store):
     res = store.query(q("alerts and session counts", k=5))
     qv = embed("alerts and session counts")
     sims = {f"node-{i}": float(embed(f"{h} {t}") @ qv) for i, (_, h, t, _) in enumerate(SECTIONS)}
     assert res.ids == sorted(sims, key=sims.get, reverse=True)
-    assert res.similarities == pytest.approx([sims[i] for i in res.ids], abs=1e-5)
+    cosines = [1.0 - n.metadata["polaris_explain"]["vector_distance"] for n in res.nodes]
+    assert cosines == pytest.approx([sims[i] for i in res.ids], abs=1e-5)
+    assert res.similarities == [n.metadata["match_strength"] for n in res.nodes]  # node.score: the strength
 
 
 def test_text_search_hybrid_and_mmr_modes(store):
     text = store.query(q("backups nightly", mode=Mode.TEXT_SEARCH))
-    assert text.ids[0] == "node-2" and text.similarities[0] == 1.0
+    assert text.ids[0] == "node-2" and text.nodes[0].metadata["relative_score"] == 1.0
     hybrid = store.query(q("expired sessions", mode=Mode.HYBRID, k=3))
-    assert hybrid.ids[0] == "node-0" and hybrid.similarities[0] == 1.0 and len(hybrid.ids) == 3
+    assert hybrid.ids[0] == "node-0" and hybrid.nodes[0].metadata["relative_score"] == 1.0 and len(hybrid.ids) == 3
+    assert hybrid.similarities == [n.metadata["match_strength"] for n in hybrid.nodes]
     default = store.query(q("sessions", k=4))
     pure = store.query(q("sessions", mode=Mode.MMR, k=4, mmr_threshold=1.0))
     assert pure.ids == default.ids
@@ -283,7 +286,7 @@ def test_from_vector_store_reads_a_db_written_by_another_process(run_python, db_
     assert hits[0].node.ref_doc_id == "sql" and "SQLite" in hits[0].node.get_content()
     assert hits[0].score == pytest.approx(max(h.score for h in hits)) and 0 < hits[0].score <= 1
     hybrid = index.as_retriever(similarity_top_k=3, vector_store_query_mode="hybrid").retrieve("purring felines")
-    assert hybrid[0].node.ref_doc_id == "cats" and hybrid[0].score == 1.0
+    assert hybrid[0].node.ref_doc_id == "cats" and hybrid[0].node.metadata["relative_score"] == 1.0
 
 
 def test_an_in_memory_store_makes_no_file(tmp_path, monkeypatch):

@@ -4,7 +4,8 @@ Both backends use it: the SQLite file to keep its BM25 posting lists beside FTS5
 (``db/postings.py``), the Postgres backend to write and query its posting tables, so that
 a word is the same term whichever store holds the index (the tokenizer is FTS5's own, run
 on a private in-memory SQLite table). It reads every text as the index does: CJK runs as
-their character bigrams (``bigrams.spaced``), the rest as written.
+their character bigrams (``bigrams.spaced``), and a chunk's text without blobs
+(``words_text``, ``blobs.readable``), the rest as written.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections import Counter
 from typing import Sequence
 
 from .bigrams import spaced
+from .blobs import readable
 from .search.terms import STOP_WORDS
 
 WORD = re.compile(r"\w+")
@@ -22,6 +24,11 @@ DEFAULT_TOKENIZER = "porter unicode61 remove_diacritics 2"
 
 def _as_written(text: str) -> str:
     return text
+
+
+def _index_text(text: str) -> str:
+    """A chunk's text as its terms are made: without blobs, CJK runs as bigrams."""
+    return spaced(readable(text))
 
 
 class Tokenizer:
@@ -35,6 +42,7 @@ class Tokenizer:
 
         self.tokenizer = tokenizer
         self._read = spaced if bigrams else _as_written
+        self._read_text = _index_text if bigrams else _as_written
         quoted = tokenizer.replace("'", "''")
         self.conn = sqlite_module().connect(":memory:", check_same_thread=False)
         self.conn.execute(f"CREATE VIRTUAL TABLE words USING fts5(text, heading_path, tokenize='{quoted}')")
@@ -77,7 +85,7 @@ class Tokenizer:
         return counts, lengths
 
     def _rows(self, rows: list[tuple[int, str, str]]) -> list[tuple[int, str, str]]:
-        return [(i, self._read(text), self._read(heading or "")) for i, text, heading in rows]
+        return [(i, self._read_text(text), self._read(heading or "")) for i, text, heading in rows]
 
     @property
     def stop_terms(self) -> frozenset[str]:
@@ -88,3 +96,10 @@ class Tokenizer:
             whole = sorted(w for w in STOP_WORDS if WORD.fullmatch(w))
             self._stop = frozenset(t for ts in self.terms(whole) for t in ts)
         return self._stop
+
+
+def words_text(text: str | None) -> str | None:
+    """What a chunk's terms are made of: its text without blobs (URL payloads, ``data:`` URIs,
+    base64 and hex runs, ``blobs.py``); ``sqlite/schema.cjk_columns`` stores it, bigrams and all, for FTS5."""
+    return text if text is None else readable(text)
+

@@ -6,6 +6,7 @@ import re
 from bisect import bisect_left
 
 from ..text import heuristic_tokens
+from ..blobs import blob_spans, masked
 from .blocks import Section, fence_ranges
 from .spans import ChunkSettings, ChunkSpan
 from .split import SENTENCES, WORDS, Budget, Piece, split_section
@@ -16,16 +17,23 @@ _CJK = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U000200
 
 
 def chunk_sections(source: str, sections: list[Section], settings: ChunkSettings) -> list[ChunkSpan]:
-    """Chunks of ``source`` from its sections: cascade, floor merge, overlap, exact offsets."""
+    """Chunks of ``source`` from its sections: cascade, floor merge, overlap, exact offsets.
+
+    The budget is counted over the readable text (``blobs.masked``: each blob character a
+    space), so a blob weighs nothing, is cut nowhere and never fills a piece of its own: a
+    piece that is only a blob is small and joins a neighbour. The chunks keep the source
+    as written."""
     count = settings.count_tokens or heuristic_tokens
-    measure = measure_for(source, [(s.start, s.end) for s in sections], count, settings.max_tokens)
-    budget = Budget(source, measure, count, settings.max_tokens)
+    blobs = blob_spans(source)
+    readable = masked(source, blobs)
+    measure = measure_for(readable, [(s.start, s.end) for s in sections], count, settings.max_tokens)
+    budget = Budget(readable, measure, count, settings.max_tokens, sum(end - start for start, end in blobs))
     reserve = min(settings.max_tokens // 4, heuristic_tokens(" " * settings.overlap_chars))
     pieces = [p for i, s in enumerate(sections) for p in split_section(budget, s, i, reserve)]
     pieces = merge_small(budget, [p for p in pieces if _has_text(source, p)], settings.min_chars)
     fences = sorted(r for s in sections for r in fence_ranges(s.blocks))
     starts = [overlap_start(budget, pieces, i, fences, settings.overlap_chars) for i in range(len(pieces))]
-    return [_span(budget, sections[p.section], p, start) for p, start in zip(pieces, starts)]
+    return [_span(source, budget, sections[p.section], p, start) for p, start in zip(pieces, starts)]
 
 
 def trim(source: str, start: int, end: int) -> tuple[int, int]:
@@ -114,10 +122,10 @@ def _has_text(source: str, p: Piece) -> bool:
     return end > start
 
 
-def _span(budget: Budget, section: Section, p: Piece, start: int) -> ChunkSpan:
-    start, end = trim(budget.source, start, p.end)
+def _span(source: str, budget: Budget, section: Section, p: Piece, start: int) -> ChunkSpan:
+    start, end = trim(source, start, p.end)
     tokens = _tokens(budget, Piece(start, end, p.section, p.prefix, p.suffix, p.forced))
-    text = p.prefix + budget.source[start:end] + p.suffix
+    text = p.prefix + source[start:end] + p.suffix
     return ChunkSpan(text, start, end, section.heading_path, section.heading_level, tokens, tokens > budget.limit,
                      p.forced)
 

@@ -33,17 +33,19 @@ _FORCE_BLOCK = 32  # windows of a run encoded at once for its token boundaries
 
 @dataclass(frozen=True)
 class Budget:
-    """Token accounting for one document: ``limit`` is what a piece may hold."""
+    """Token accounting for one document: ``limit`` is what a piece may hold; ``source`` is the
+    text as counted (its blobs blanked), ``slack`` the characters those blobs hold."""
 
     source: str
     measure: Measure
     count: Callable[[str], int]
     limit: int
+    slack: int = 0
 
     @property
     def window(self) -> int:
         """Characters searched for a cut; a piece longer than this is never needed."""
-        return self.limit * 8 + 64
+        return self.limit * 8 + 64 + self.slack
 
     def fits(self, start: int, end: int) -> bool:
         """Whether ``source[start:end]`` is within the limit."""

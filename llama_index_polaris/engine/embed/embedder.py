@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Iterable
 
 import numpy as np
 
+from ..blobs import readable
 from ..errors import ConfigError, ModelError
 from ..text import clean_text, nfc
 from . import cache
@@ -94,8 +95,11 @@ class Embedder:
         return TokenCounter(self._tokenizers_loaded().counter)
 
     def embed_documents(self, texts: Iterable[str]) -> np.ndarray:
-        """float32 (n, dim) unit vectors of ``texts`` with the document prefix."""
-        return self._embed(texts, self.spec.doc_prefix)
+        """float32 (n, dim) unit vectors of ``texts`` with the document prefix, each read
+        without its blobs (``blobs.readable``: a payload or base64 run is never embedded)."""
+        if isinstance(texts, str):
+            raise TypeError("embed_documents takes a sequence of texts, not one string")
+        return self._embed([readable(t) for t in texts], self.spec.doc_prefix)
 
     def embed_query(self, text: str) -> np.ndarray:
         """float32 (dim,) unit vector of ``text`` with the query prefix (the last few are remembered)."""

@@ -30,6 +30,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from ..errors import ModelMismatchError
+from ..blobs import readable
 from ..storage import Storage
 from ..storage.records import UNKNOWN_MODEL, ChunkRecord, ModelBinding, text_hash, unknown_model_message
 from ..storage.vectors import problem
@@ -78,9 +79,10 @@ def _renderings(chunk: ChunkRecord) -> Iterator[str]:
 
 
 def embedded_text(chunk: ChunkRecord) -> str | None:
-    """The text that was embedded for ``chunk``, when the file holds it: a rendering whose
-    sha256 is the chunk's ``text_hash`` (None when none is)."""
-    for candidate in _renderings(chunk):
+    """The text that was embedded for ``chunk``, when the file holds it: a rendering (without its
+    blobs, or as written by a version that embedded them) whose sha256 is the chunk's ``text_hash``
+    (None when none is)."""
+    for candidate in dict.fromkeys(c for r in _renderings(chunk) for c in (readable(r), r)):
         if text_hash(candidate) == chunk.text_hash:
             return candidate
     return None

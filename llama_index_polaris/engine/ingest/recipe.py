@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from ..config import HEADING_CHARS, PolarisConfig
 from ..errors import ConfigError
 from ..storage.ids import node_id_for
+from ..blobs import readable
 from ..text import nfc
 
 if TYPE_CHECKING:  # the chunker (markdown-it) is imported on first use: an unchanged re-index skips it
@@ -71,7 +72,8 @@ class Recipe:
     def key(self) -> dict[str, Any]:
         """What polaris_meta records: a change in any of these re-chunks every document."""
         return {"max_tokens": self.max_tokens, "overlap_chars": self.overlap_chars, "min_chars": self.min_chars,
-                "heading_context": self.context, "heading_chars": HEADING_CHARS, "long_words": "cut"}
+                "heading_context": self.context, "heading_chars": HEADING_CHARS, "long_words": "cut",
+                "blobs": "unread"}
 
     @property
     def settings(self) -> "ChunkSettings":
@@ -106,13 +108,14 @@ class Recipe:
         return None
 
     def embed_text(self, span: "ChunkSpan") -> str:
-        """The text embedded for ``span`` (what LlamaIndex renders for the same node in EMBED mode)."""
+        """The text embedded for ``span`` (what LlamaIndex renders for the same node in EMBED mode),
+        without its blobs (``blobs.readable``: the embedder drops them from every document it reads)."""
         line = self.context_line(span)
         if line is None:
-            return span.text
+            return readable(span.text)
         key, value = line
         head = f"{key}: {value}" if key else value
-        return f"{head}\n\n{span.text}".strip()
+        return readable(f"{head}\n\n{span.text}".strip())
 
     def chunk_metadata(self, span: "ChunkSpan", index: int) -> dict[str, Any]:
         """A chunk's own metadata (its document's is stored once, on the document)."""

@@ -310,17 +310,18 @@ def _chunk_batches(conn: Any, columns: str, batch: int) -> Any:
 
 
 def _cjk_bigrams(conn: Any, batch: int = 2_000) -> None:
-    """Migration 7 (#36): Chinese, Japanese and Korean runs are terms as character bigrams now
-    (``bigrams.spaced``, read by the tokenizer). Only the chunks holding a CJK letter in their
-    text or heading path get other terms: their postings and lengths are written again, the
+    """Migration 8 (#36, #37): Chinese, Japanese and Korean runs are terms as character bigrams
+    now (``bigrams.spaced``, read by the tokenizer), and blobs are not terms (``blobs.readable``).
+    Only the chunks holding a CJK letter in their text or heading path, or a blob, get other terms: their postings and lengths are written again, the
     document frequencies and versions of the terms they touch follow, and ``fts_segmenter`` is
     recorded. Every other posting stays as it is, so English indexes keep their scores."""
     from ..bigrams import SEGMENTER, has_cjk
+    from ..blobs import blob_spans
     from .bm25 import copy_postings, postings_of
 
     tokenizer, touched, tokens = _recorded_tokenizer(conn), set(), 0
     for rows in _chunk_batches(conn, "id, text, heading_path, bm25_length", batch):
-        cjk = [r for r in rows if has_cjk(r[1]) or has_cjk(r[2] or "")]
+        cjk = [r for r in rows if has_cjk(r[1]) or has_cjk(r[2] or "") or blob_spans(r[1])]
         if not cjk:
             continue
         ids = [r[0] for r in cjk]

@@ -68,6 +68,25 @@ class Hits(list):
             hit.shown_as = self.shown_as  # not a field of the hit: its JSON is unchanged
 
     @property
+    def no_good_match(self) -> bool:
+        """Whether no hit matches well (each hit's ``good_match``, which the engine decides; True
+        for no hits): the answer to "did anything match?" that every door shows."""
+        return not any(getattr(h, "good_match", False) for h in self)
+
+    @property
+    def best_strength(self) -> float | None:
+        """The highest match strength among the hits (None: no hit has one)."""
+        values = [h.strength for h in self if getattr(h, "strength", None) is not None]
+        return max(values) if values else None
+
+    @property
+    def no_match_note(self) -> str | None:
+        """The sentence a door shows when no hit matches well (``strength.no_match_note``), else None."""
+        from .strength import no_match_note
+
+        return no_match_note(self.best_strength) if self.no_good_match else None
+
+    @property
     def shown_as(self) -> tuple[str, str, dict[str, Any], str]:
         """(query, mode, settings, tokenizer): what the table of these hits is drawn from."""
         return self.query, self.mode, self.settings, self.tokenizer

@@ -23,7 +23,7 @@ from ..storage.vectors import check_query as check_query_vector
 from .boost import boost_terms, heading_key
 from .context import bounded, excerpt, runs, section_text
 from .display import Hits, hit_html
-from . import legend, literal
+from . import legend, literal, strength
 from ..storage.filters import Filter
 from .rank import UNITS, Candidate, Explanation, RankParams, Ranked, rank
 from ..storage.scope import Scope
@@ -63,6 +63,10 @@ class Hit:
     section_chunks: list[str] = field(default_factory=list)  # node ids of all the section's chunks, in order
     section_text: str | None = None  # the whole section, bounded by a token budget (context="section")
     section_exact: bool | None = None  # section_text is the file's own text (False: rebuilt from chunks, see documents.NOT_EXACT)
+    strength: float | None = None  # how well it matches, on one scale for every query (``strength.py``)
+    good_match: bool = False  # strength at or above ``strength.GOOD_MATCH``
+    cosine: float | None = None  # the query's cosine similarity to the chunk (None: the query was not embedded)
+    term_share: float | None = None  # share of the query's content words in the chunk's heading path and text
 
     def _repr_html_(self) -> str:
         """The hit as Jupyter shows it: its row of the table of the list it came in (``display.hit_html``)."""
@@ -267,7 +271,22 @@ class Searcher:
                 ranked.append(r)
             if len(ranked) >= p.k or exhausted:
                 break
-        return self._hits(ranked[: p.k], p.unit, context_tokens, query)
+        hits = self._hits(ranked[: p.k], p.unit, context_tokens, query)
+        self._measure(hits, query, qvec)
+        return hits
+
+    def _measure(self, hits: list[Hit], query: str, qvec: np.ndarray | None) -> None:
+        """Each hit's match strength (``strength.py``) from its cosine to the query vector and the
+        share of the query's content words it holds."""
+        terms = boost_terms(query)
+        cosines = {h.chunk_id: 1.0 - h.explain.vector_distance for h in hits if h.explain.vector_distance is not None}
+        missing = [h.chunk_id for h in hits if h.chunk_id not in cosines] if qvec is not None else []
+        for cid, cand in self._candidates(missing, True).items():
+            if cand.vector is not None:
+                cosines[cid] = float(cand.vector @ (qvec / (np.linalg.norm(qvec) or 1.0)))
+        for h in hits:
+            got = strength.strength(cosines.get(h.chunk_id), strength.term_share(terms, h.heading_path, h.text))
+            h.strength, h.good_match, h.cosine, h.term_share = got.value, got.good, got.cosine, got.term_share
 
     def _rank_pool(self, query: str, p: RankParams, scope: Scope, qvec: np.ndarray | None,
                    depth: int) -> tuple[list[tuple[Hashable, Ranked]], bool]:

@@ -49,7 +49,7 @@ def varints(blob: bytes) -> list[int]:
 def averages(conn: Any) -> tuple[int, float]:
     """FTS5's row count and average row length in tokens (its averages record)."""
     row = conn.execute("SELECT block FROM chunks_fts_data WHERE id = 1").fetchone()
-    values = varints(row[0]) if row else [0]
+    values = varints(row[0]) if row and row[0] else [0]  # empty until FTS5 first writes it (a new table)
     n_rows = values[0]
     return n_rows, (sum(values[1:]) / n_rows if n_rows else 1.0)
 

@@ -16,7 +16,8 @@ import posixpath
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ..bigrams import SEGMENTER, has_cjk, spaced
+from ..bigrams import SEGMENTER, spaced
+from ..blobs import readable
 from ..errors import DatabaseError
 from ..storage.scope import CHUNKS_WITH_DOCUMENTS, MERGED_METADATA  # noqa: F401
 from ..storage.records import CHUNK_OWN_KEYS, DEFAULT_COLLECTION, STATUSES, file_document_id  # noqa: F401
@@ -74,8 +75,9 @@ def fts_sql(tokenizer: str, columns: tuple[str, str] = FTS_COLUMNS) -> str:
     ``content="chunks"`` is double-quoted because that is the declaration Datasette (and
     sqlite-utils) recognise as the full-text index of ``chunks``: its table search box and
     ``?_search=`` use it. FTS5 reads the quoted and single-quoted forms the same way.
-    Since migration 9 it indexes the generated columns ``fts_text`` and ``fts_heading_path``
-    (``CJK_SQL``): the index holds exactly what its content table says, so FTS5's
+    Since migration 10 it indexes the generated columns ``fts_text`` and ``fts_heading_path``
+    (``CJK_SQL``: a chunk's text without blobs and with CJK runs as bigrams, where that differs
+    from the text): the index holds exactly what its content table says, so FTS5's
     'rebuild' and 'integrity-check' (sqlite-utils', Datasette's) keep working.
     """
     text, heading = columns
@@ -96,7 +98,6 @@ CREATE TRIGGER chunks_fts_au AFTER UPDATE OF {changed} ON chunks BEGIN
     VALUES ('delete', old.id, old.{text}, old.{heading});
     INSERT INTO chunks_fts (rowid, {text}, {heading}) VALUES (new.id, new.{text}, new.{heading});
 END;
-INSERT INTO chunks_fts (chunks_fts) VALUES ('rebuild');
 """
 
 
@@ -233,26 +234,32 @@ END;
 
 
 def cjk_columns(text: str, heading_path: str) -> tuple[str | None, str | None]:
-    """``chunks.cjk_text`` and ``cjk_heading`` for a chunk: its text and heading path with CJK
-    runs as bigrams (``bigrams.spaced``), each NULL when it holds no CJK letter."""
-    return _cjk(text), _cjk(heading_path)
+    """``chunks.cjk_text`` and ``cjk_heading`` for a chunk: what FTS5 indexes of its text (without
+    blobs, ``blobs.readable``; CJK runs as bigrams, ``bigrams.spaced``) and of its heading path
+    (bigrams), each NULL when it is the value as stored."""
+    return _indexed(text, readable), _indexed(heading_path, _as_is)
 
 
-def _cjk(value: str | None) -> str | None:
+def _as_is(value: str) -> str:
+    return value
+
+
+def _indexed(value: str | None, words: Callable[[str], str]) -> str | None:
     if value is None:
         return None
-    out = spaced(value)
+    out = spaced(words(value))
     return None if out == value else out
 
 
 def _migration_cjk_bigrams(conn: Any, fts_tokenizer: str) -> None:
-    """Chinese, Japanese and Korean runs as character bigrams (#36): ``chunks.cjk_text`` and
-    ``cjk_heading`` filled for the chunks that hold CJK letters, chunks_fts declared again over
+    """Chinese, Japanese and Korean runs as character bigrams (#36), and blobs not words (#37):
+    ``chunks.cjk_text`` and ``cjk_heading`` filled for the chunks that hold CJK letters or blobs, chunks_fts declared again over
     the generated ``fts_text``/``fts_heading_path`` and rebuilt from them in place (no re-index,
     no embedding), the posting lists rebuilt from it, and ``fts_segmenter`` recorded."""
     _script(conn, CJK_SQL)
     rows = conn.execute("SELECT id, text, heading_path FROM chunks").fetchall()
-    filled = [(*cjk_columns(text, heading), cid) for cid, text, heading in rows if has_cjk(text) or has_cjk(heading)]
+    filled = [(*columns, cid) for cid, text, heading in rows
+              if (columns := cjk_columns(text, heading)) != (None, None)]
     conn.executemany("UPDATE chunks SET cjk_text = ?, cjk_heading = ? WHERE id = ?", filled)
     rebuild_fts(conn, get_meta(conn).get("fts_tokenizer") or fts_tokenizer)
     if has_table(conn, "chunks_bm25_terms"):
@@ -466,7 +473,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(7, "BM25 posting lists of common terms", _migration_postings),
     Migration(8, "removed text erased: FTS5 secure-delete, old entries merged out", _migration_erase),
     Migration(9, "documents' own text, which sections are read from", _migration_document_texts),
-    Migration(10, "CJK runs as character bigrams in the full-text index (cjk_text)", _migration_cjk_bigrams),
+    Migration(10, "CJK runs as character bigrams and blobs left out in the full-text index (cjk_text)", _migration_cjk_bigrams),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].number
 

@@ -1,0 +1,81 @@
+"""Match strength: how well a hit matches its query, on one scale for every query (#37 item 3).
+
+A hit's score is relative (the best hit reads 1.0 whatever it is), so it cannot say that
+nothing matched. Its strength can: the chance, estimated from labelled questions, that the
+hit is a section answering the question, read from two figures any query has
+
+- ``cosine``: the query vector's cosine similarity to the hit's chunk (None when the query
+  was not embedded: bm25 mode, an index without vectors);
+- ``term_share``: the share of the query's content words (stems, as the heading boost reads
+  them) found in the chunk's heading path and text (None when the query has none).
+
+A logistic model over whichever figures there are (``MODELS``, fitted on the train splits of
+the documentation sets by ``benchmarks/match_strength.py``, with the unanswerable questions
+as hits that answer nothing). A hit is a good match at ``GOOD_MATCH`` or above; a result
+with no good match says so (``Hits.no_good_match``). Fitted for the bundled model's cosines
+(all-MiniLM-L6-v2): another model's cosines sit elsewhere, and its strengths are estimates.
+Pure functions.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..blobs import readable
+from .terms import stem, words
+
+# Fitted by ``benchmarks/match_strength.py fit`` on the train splits of vite and prettier (1,140
+# hits of 76 questions, 12 of them unanswerable; docs/search.md, "Match strength").
+# key: which figures the hit has -> (intercept, weight of cosine, weight of term share)
+MODELS: dict[tuple[bool, bool], tuple[float, float, float]] = {
+    (True, True): (-5.518, 5.058, 3.06),
+    (True, False): (-4.52, 6.188, 0.0),
+    (False, True): (-3.358, 0.0, 3.323),
+}
+GOOD_MATCH = 0.07  # a hit at or above this strength matches well: the best F1 of "no good match" on train
+
+
+@dataclass(frozen=True)
+class Strength:
+    """A hit's match strength (0..1, None when there is nothing to read it from) and its figures."""
+
+    value: float | None
+    cosine: float | None
+    term_share: float | None
+
+    @property
+    def good(self) -> bool:
+        """Whether the hit matches well (``GOOD_MATCH`` or above)."""
+        return self.value is not None and self.value >= GOOD_MATCH
+
+
+def strength(cosine: float | None, term_share: float | None) -> Strength:
+    """The strength of a hit with these figures (``MODELS``)."""
+    model = MODELS.get((cosine is not None, term_share is not None))
+    if model is None:
+        return Strength(None, cosine, term_share)
+    b0, b_cos, b_share = model
+    z = b0 + b_cos * (cosine or 0.0) + b_share * (term_share or 0.0)
+    return Strength(1.0 / (1.0 + math.exp(-z)), cosine, term_share)
+
+
+def term_share(query_terms: list[str], heading_path: str, text: str) -> float | None:
+    """The share of ``query_terms`` (distinct stems, ``boost.boost_terms``) among the stems of the
+    heading path and the readable text (blobs out); None when there are no query terms."""
+    if not query_terms:
+        return None
+    found = {stem(w) for w in words(heading_path + "\n" + readable(text))}
+    return sum(t in found for t in query_terms) / len(query_terms)
+
+
+def no_good_match(strengths: list[Strength]) -> bool:
+    """Whether a result has no good match (an empty result has none)."""
+    return not any(s.good for s in strengths)
+
+
+def no_match_note(best: float | None) -> str:
+    """What every door says of a result with no good match (``best``: its best strength)."""
+    shown = "none" if best is None else f"{best:.2f}"
+    return (f"No hit matches well (best match strength {shown}; a good match is {GOOD_MATCH:.2f} or more):"
+            " the documents may not answer this.")
