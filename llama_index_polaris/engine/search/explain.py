@@ -4,6 +4,7 @@ computed (``rank.py``); these functions only format them.
 
 - ``explain_line``: every stage (vector, BM25, RRF, score fusion, boost, the learned
   fusion's contributions when ``fusion_weights`` are set, MMR, score).
+- ``fusion_line``: the weights and boost the question got by its kind, and why (once per result).
 - ``brief_line``: what found the hit and what moved it, for a reader paying per token:
   ``vector #1 · bm25 #5 · boost +0.10 · score 0.962``.
 
@@ -31,6 +32,13 @@ def explain_line(e: Explanation) -> str:
         f"boost {_fmt(e.boost, '.4f')} | {learned_part(e)}mmr penalty {_fmt(e.mmr_penalty, '.4f')} | "
         f"{'' if e.rerank is None else f'rerank {e.rerank:.3f} | '}score {e.score:.3f}"
     )
+
+
+def fusion_line(fusion: dict[str, Any]) -> str:
+    """The question's plan (``Explanation.fusion``): ``fusion: vector 0.70, bm25 0.30, boost 0.20
+    (a question in words: vector 0.65; 12 content words: +0.05; ...)``."""
+    return (f"fusion: vector {fusion['vector_weight']:.2f}, bm25 {fusion['bm25_weight']:.2f}, score fusion vector"
+            f" {fusion['score_fusion_vector']:.2f}, heading boost {fusion['heading_boost']:.2f} ({fusion['why']})")
 
 
 def learned_part(e: Explanation) -> str:
