@@ -76,7 +76,7 @@ class Rule:
 
 # the fitted rule (docs/search.md): chosen on the train splits, each change kept only when it gains
 # with each set scored by the value chosen on the others (leave-one-set-out)
-RULE = Rule(vector={"identifier": 0.2, "howto": 0.5, "words": 0.5})
+RULE = Rule(vector={"identifier": 0.2, "howto": 0.5, "words": 0.5}, pivot=6, per_word=0.05, max_vector=0.8)
 
 
 @dataclass(frozen=True)
