@@ -2,7 +2,8 @@
 
     python benchmarks/fusion_kinds.py collect [NAME ...]       # each question's two lists, once per set
     python benchmarks/fusion_kinds.py check [NAME ...]         # the cache ranks as the engine does
-    python benchmarks/fusion_kinds.py table [--split train|test] [--rule default|adaptive|vector|bm25 ...]
+    python benchmarks/fusion_kinds.py fit [NAME ...] [--tol 0.003] [--hit-weight 0]
+    python benchmarks/fusion_kinds.py report [NAME ...] [--split train|test]
 
 ``collect`` asks every question of every set (both splits) once and keeps what ``rank()``
 ranks: the first pool's vector and BM25 lists (chunk ids and values, as the Searcher
@@ -11,7 +12,12 @@ the query's ``RankParams`` and its content words' document frequencies, in
 ``benchmarks/out/fusion_kinds/<set>.pkl``. Everything after reads the cache and calls the
 engine's pure ``rank()`` (``search/rank.py``) with the rule's parameters, so a fit never
 re-runs the model or the database and what is scored is what the engine ranks.
-``check`` compares the cached ranking with ``searcher.search`` on every question.
+``check`` compares the cached ranking (under ``question.RULE``) with ``searcher.search`` (the
+engine's default) on every question. ``fit`` chooses each kind's numbers on the train splits
+(staged grid, each set weighing the same, a change kept only when it gains more than ``TOL``)
+and scores them leave-one-set-out; ``report`` prints the per-set, per-kind table of
+docs/search.md (fixed fusion, each list alone, the rule; nDCG@10 and hit@1 with 95%
+paired bootstrap intervals).
 """
 
 from __future__ import annotations
@@ -310,7 +316,8 @@ def check(name: str) -> None:
         for row in data["rows"]:
             hits = searcher.search(row["text"], top_k=K)
             engine = [section_id(h.document, h.heading_path) for h in hits]
-            same += engine == ranked_sections(row, row["params"])
+            rule = question.RULE if searcher.config.fusion_by_question else None
+            same += engine == ranked_sections(row, params(row, "rule" if rule else "default", rule))
     print(f"{name}: {same}/{len(data['rows'])} questions rank the same from the cache", flush=True)
 
 
