@@ -237,6 +237,10 @@ def cmd_search(args: argparse.Namespace) -> int:
         print(hits.no_match_note + "\n")
     marker = Highlighter(args.query, hits.tokenizer)
     marker.prime(" ".join(h.text.split()) for h in hits)
+    if args.explain and hits[0].explain.fusion:
+        from .engine.search.explain import fusion_line
+
+        print(fusion_line(hits[0].explain.fusion) + "\n")
     for hit in hits:
         print(_hit_text(hit, args.query, color, args.explain, marker))
     return 0

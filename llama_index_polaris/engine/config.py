@@ -147,6 +147,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("score_fusion_vector", 0.4, (int, float), "the vector list's weight in score fusion (BM25's: 1 minus it); LlamaIndex's alpha replaces it", _unit_interval),
     Setting("score_fusion_depth", 50, int, "score fusion rescales each list between its best score (1) and the score at this rank (0)", _positive),
     Setting("fusion_weights", None, dict, "learned fusion: a table of feature = weight over each hit's explanation (`polaris tune` writes it; see docs/search.md); unset = the fixed fusion", _fusion_weights, nullable=True),
+    Setting("fusion_by_question", True, bool, "weigh the two lists and the heading boost by the kind of question (identifiers, a how-to naming one, a question in words) and how far the lists' heads agree (docs/search.md); false = the same fixed weights for every question"),
     Setting("changelog_penalty", 0.1, (int, float), "taken off the boost of a changelog or release-notes entry (its page is titled so, or a heading below the page's is a version or a date), on the heading boost's scale; 0 disables (measured on the train splits, docs/search.md)", _unit_interval),
     Setting("heading_boost", 0.2, (int, float), "bonus for query terms in the heading path, on the scale where the best fused score is 1.0; 0 disables (spec: 0.05; 0.2 measured better on sections)", _non_negative),
     Setting("mmr_lambda", 1.0, (int, float), "1.0 = pure relevance (MMR off), 0.0 = pure diversity (spec: 0.7; measured to lose)", _unit_interval),

@@ -4,6 +4,7 @@ computed (``rank.py``); these functions only format them.
 
 - ``explain_line``: every stage (vector, BM25, RRF, score fusion, boost, the learned
   fusion's contributions when ``fusion_weights`` are set, MMR, score).
+- ``fusion_line``: the weights and boost the question got by its kind, and why (once per result).
 - ``brief_line``: what found the hit and what moved it, for a reader paying per token:
   ``vector #1 · bm25 #5 · boost +0.10 · score 0.962``.
 
@@ -38,6 +39,13 @@ def _bm25_part(e: Explanation) -> str:
     if e.keyword_match is False:
         return "bm25 no keyword match"
     return f"bm25 #{_fmt(e.bm25_rank, 'd')} score {_fmt(e.bm25_score, '.3f')}"
+
+
+def fusion_line(fusion: dict[str, Any]) -> str:
+    """The question's plan (``Explanation.fusion``): ``fusion: vector 0.70, bm25 0.30, boost 0.20
+    (a question in words: vector 0.65; 12 content words: +0.05; ...)``."""
+    return (f"fusion: vector {fusion['vector_weight']:.2f}, bm25 {fusion['bm25_weight']:.2f}, score fusion vector"
+            f" {fusion['score_fusion_vector']:.2f}, heading boost {fusion['heading_boost']:.2f} ({fusion['why']})")
 
 
 def learned_part(e: Explanation) -> str:

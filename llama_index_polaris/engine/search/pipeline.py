@@ -23,7 +23,7 @@ from ..storage.vectors import check_query as check_query_vector
 from .boost import boost_terms, heading_key
 from .context import bounded, excerpt, runs, section_text
 from .display import Hits, hit_html
-from . import legend, literal, strength
+from . import legend, literal, question, strength
 from ..storage.filters import Filter
 from .rank import UNITS, Candidate, Explanation, RankParams, Ranked, rank
 from ..storage.scope import Scope
@@ -244,6 +244,7 @@ class Searcher:
             score_fusion_vector=c.score_fusion_vector, score_fusion_depth=c.score_fusion_depth,
             fusion_weights=c.fusion_weights, lookup=bool(c.fusion_weights and lookup),
             exact_heading=heading_key(lookup[0]) if len(lookup) == 1 else "",
+            query=query, fusion_rule=question.RULE if c.fusion_by_question else None,
         )
 
     def _run(self, query: str, p: RankParams, scope: Scope, qvec: np.ndarray | None,

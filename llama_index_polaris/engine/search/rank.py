@@ -13,12 +13,12 @@ normalised so that the top hit reads 1.0. With
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Hashable, Mapping, Sequence
 
 import numpy as np
 
-from . import learned
+from . import learned, question
 from .boost import boosted_relevance, exact_headings, heading_boost, heading_matches, is_changelog
 from .fuse import mix, rrf, score_fusion
 from .mmr import mmr
@@ -78,6 +78,7 @@ class Explanation:
     pool: int | None = None  # chunks per list in the candidate pool that ranked this hit (``pipeline.pool_depths``)
     rerank: float | None = None  # the cross-encoder's logit (``rerank_model``); the score is its logistic
     keyword_match: bool | None = None  # False: the query's keywords matched no chunk in scope (#36); None: no BM25 side
+    fusion: dict[str, object] | None = None  # the question's kind and the weights and boost it got (``question.plan``)
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,8 @@ class RankParams:
     fusion_weights: Mapping[str, float] | None = None  # learned fusion's weights by feature; None: the fixed fusion
     lookup: bool = False  # the query is an identifier lookup (``literal.lookup_terms``), a learned-fusion feature
     exact_heading: str = ""  # a lookup of one identifier, as ``boost.heading_key``: a section of that own heading comes first
+    query: str = ""  # the query's text: what ``fusion_rule`` reads the kind of question from
+    fusion_rule: question.Rule | None = None  # weights and boost by kind of question (``question.plan``); None: fixed
 
 
 @dataclass
@@ -197,14 +200,26 @@ def _vector_mmr(sections: list[_Section], candidates: Mapping[int, Candidate], p
     return out
 
 
+def _planned(lists: Mapping[str, list[_Section]], p: RankParams) -> tuple[RankParams, question.Plan | None]:
+    """``p`` with the weights and boost its question gets (``question.plan``), when it has a
+    fusion rule and no list weights of its own (LlamaIndex's ``alpha`` wins)."""
+    if p.fusion_rule is None or p.weights is not None:
+        return p, None
+    agree = question.agreement([s.key for s in lists["vector"]], [s.key for s in lists["bm25"]])
+    plan = question.plan(question.read(p.query), agree, p.fusion_rule)
+    return replace(p, weights=plan.weights(), score_fusion_vector=plan.score_vector,
+                   heading_boost=plan.heading_boost), plan
+
+
 def _hybrid(lists: Mapping[str, list[_Section]], candidates: Mapping[int, Candidate], p: RankParams,
             documents: Mapping[int, Hashable] | None = None) -> list[Ranked]:
+    p, plan = _planned(lists, p)
     index = {name: {s.key: s for s in sections} for name, sections in lists.items()}
     fused = rrf({n: [s.key for s in ss] for n, ss in lists.items() if ss}, p.rrf_k, p.weights)
     if not fused:
         return []
     rrf_of = {f.id: (f.score, dict(f.contributions)) for f in fused}
-    shares = _score_shares(lists, p) if p.score_fusion > 0 else {}
+    shares = _score_shares(lists, p, plan) if p.score_fusion > 0 else {}
     fused = mix(fused, shares, p.score_fusion)
     lam = float(p.mmr_lambda if p.mmr_lambda is not None else 1.0)
     names = learned.named(p.fusion_weights) if p.fusion_weights else ()
@@ -247,6 +262,8 @@ def _hybrid(lists: Mapping[str, list[_Section]], candidates: Mapping[int, Candid
             boost=boosts[pick.index], relevance=float(relevance[pick.index]), mmr_penalty=pick.penalty, score=score,
             chunks=_matches({name: index[name].get(f.id) for name in lists}) if p.unit == "section" else None,
         )
+        if plan is not None:
+            ex.fusion = plan.as_dict()
         if x is not None:
             i = pick.index
             ex.features = dict(zip(names, x[i].tolist()))
@@ -283,9 +300,13 @@ def _figures(fused: list, lists: Mapping[str, list[_Section]], index: Mapping[st
                            np.array(chunks, dtype=np.float64), np.array(same), structure)
 
 
-def _score_shares(lists: Mapping[str, list[_Section]], p: RankParams) -> dict[Hashable, dict[str, float]]:
+def _score_shares(lists: Mapping[str, list[_Section]], p: RankParams,
+                  plan: question.Plan | None = None) -> dict[Hashable, dict[str, float]]:
     """Score fusion's share of each section from each list (vector: cosine similarity)."""
-    alpha = p.score_fusion_vector if p.weights is None else p.weights.get("vector", 0.5)
+    if plan is not None:
+        alpha = plan.score_vector
+    else:
+        alpha = p.score_fusion_vector if p.weights is None else p.weights.get("vector", 0.5)
     scored = {name: [(s.key, (1.0 - s.value) if name == "vector" else s.value) for s in sections]
               for name, sections in lists.items()}
     return score_fusion(scored, {"vector": alpha, "bm25": 1.0 - alpha}, p.score_fusion_depth)
