@@ -57,6 +57,7 @@ RUNS: dict[str, Args] = {
     "pool_speed.py": lambda w: [str(w.eval), "--n", str(N), "--queries", "3", "--ks", "5,10"],
     "unit_speed.py": lambda w: [str(w.eval), "--sizes", str(N), "--queries", "3"],
     "bench_chunk.py": lambda w: ["--repeat", "1", "--docs", str(w.docs)],
+    "index_speed.py": lambda w: [str(w.docs), "--rounds", "1"],
     "bench_embed.py": lambda w: [str(w.eval / "scifact"), "--n", "8", "--queries", "3"],
     "cold_search.py": lambda w: ["--runs", "1"],
     "embed_recipe.py": lambda w: [str(w.eval), "--sets", f"{SET},anthropic_docs", "--budgets", "254",
