@@ -1,0 +1,142 @@
+"""Indexing against the raw embedder on the same chunks, in one run (#38, item 5).
+
+    python benchmarks/index_speed.py [DOCS ...] [--rounds 2] [--profile OUT.prof]
+
+DOCS: Markdown folders (default: the typer and sqlmodel doc sets, prepared by
+``benchmarks/docsets.py prepare``). Each round, in alternating order so that drift in the
+machine's load falls on both:
+
+- ``index``: the engine's Indexer (`polaris index`'s work: walk, read, chunk, embed, store,
+  the BM25 lists and sign bits) into a new SQLite file, with the bundled model's default
+  config (its batch size and threads);
+- ``embed``: the same Embedder object, ``embed_documents`` of the very texts the Indexer
+  embedded (each chunk's recipe text: heading context + chunk), in file order, as one call.
+
+The session is warmed once before the first round. Reported per side: chunks/s and
+tokens/s (the model's tokens of the texts embedded, special tokens included, cut at its
+window: what the model reads, so that chunk length flatters neither side), wall and CPU
+time, and index / embed as a ratio of throughputs (the median over rounds). ``--profile``
+writes a cProfile of the last index round. Writes benchmarks/out/index_speed.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import DOCSETS, machine, machine_line, out_dir  # noqa: E402
+
+from llama_index_polaris.engine.config import load_config  # noqa: E402
+from llama_index_polaris.engine.index import PolarisIndex  # noqa: E402
+from llama_index_polaris.engine.indexer import Indexer  # noqa: E402
+
+MODEL = "all-minilm-l6-v2"
+DEFAULT_SETS = ("typer", "sqlmodel")
+
+
+def embedded_texts(indexer: Indexer, docs: Sequence[Path]) -> list[str]:
+    """The texts the Indexer embeds for ``docs``, in its order: walked, read, chunked and put
+    in the recipe's form by the Indexer's own steps (no store touched)."""
+    from llama_index_polaris.engine.indexer import IndexReport
+    from llama_index_polaris.engine.sources import walk
+    from llama_index_polaris.engine.text import nfc
+
+    from llama_index_polaris.engine.sources import plan_root
+
+    texts: list[str] = []
+    root = plan_root(None, list(docs), indexer.collection).root
+    for f in walk(list(docs), root, indexer.config.follow_symlinks).files:
+        doc = indexer._file_document(f)
+        _, inputs = indexer._chunks(doc, nfc(doc.read()), IndexReport())
+        texts += inputs
+    return list(dict.fromkeys(texts))  # the Indexer embeds a repeated text once
+
+
+def model_tokens(embedder: Any, texts: Sequence[str]) -> int:
+    """Tokens the model reads for ``texts``: document prefix and special tokens, cut at the window."""
+    tok = embedder._tokenizers_loaded()
+    prefix = embedder.spec.doc_prefix
+    return sum(len(e.ids) for e in tok.encoder.encode_batch([prefix + t for t in texts], add_special_tokens=True))
+
+
+def timed(fn: Any) -> tuple[float, float, Any]:
+    w, c = time.perf_counter(), time.process_time()
+    out = fn()
+    return time.perf_counter() - w, time.process_time() - c, out
+
+
+def run(docs: Sequence[Path], rounds: int, profile: Path | None) -> dict[str, Any]:
+    cfg = load_config(use_user_config=False, model_id=MODEL)
+    work = Path(tempfile.mkdtemp(prefix="polaris-index-speed-"))
+    probe = PolarisIndex(work / "probe.db", config=cfg)
+    embedder = probe.embedder
+    texts = embedded_texts(Indexer(probe.store, embedder, cfg), docs)
+    probe.close()
+    tokens = model_tokens(embedder, texts)
+    embedder.embed_documents(texts[:8])  # the session and the first batch's allocations
+    sides: dict[str, list[dict[str, float]]] = {"index": [], "embed": []}
+
+    def index_round(i: int) -> dict[str, float]:
+        with PolarisIndex(work / f"round-{i}.db", config=cfg) as index:
+            prof = cProfile.Profile() if profile and i == rounds - 1 else None
+            if prof:
+                prof.enable()
+            wall, cpu, report = timed(lambda: index.index_paths(list(docs)))
+            if prof:
+                prof.disable()
+                prof.dump_stats(str(profile))
+            assert report.chunks_embedded == len(texts), (report.chunks_embedded, len(texts))
+        return {"wall_s": wall, "cpu_s": cpu, "chunks": report.chunks_embedded}
+
+    def embed_round(i: int) -> dict[str, float]:
+        wall, cpu, vecs = timed(lambda: embedder.embed_documents(texts))
+        return {"wall_s": wall, "cpu_s": cpu, "chunks": len(vecs)}
+
+    for i in range(rounds):
+        order = ("index", "embed") if i % 2 == 0 else ("embed", "index")
+        for side in order:
+            sides[side].append((index_round if side == "index" else embed_round)(i))
+    med = statistics.median
+    out: dict[str, Any] = {"docs": [str(d) for d in docs], "chunks": len(texts), "tokens": tokens, "rounds": rounds,
+                           "batch_size": embedder.batch_size, "threads": embedder.threads, "machine": machine()}
+    for side, rows in sides.items():
+        wall = med(r["wall_s"] for r in rows)
+        out[side] = {"wall_s": wall, "cpu_s": med(r["cpu_s"] for r in rows), "chunks_per_s": len(texts) / wall,
+                     "tokens_per_s": tokens / wall, "walls": [r["wall_s"] for r in rows]}
+    out["ratio"] = med(e["wall_s"] / x["wall_s"] for x, e in zip(sides["index"], sides["embed"]))
+    return out
+
+
+def render(r: dict[str, Any]) -> str:
+    lines = [f"{r['chunks']:,} chunks, {r['tokens']:,} model tokens ({', '.join(Path(d).parent.name for d in r['docs'])});"
+             f" {r['rounds']} rounds, batch {r['batch_size']}; {machine_line(r['machine'])}", "",
+             "| side | wall s | CPU s | chunks/s | tokens/s |", "|---|---|---|---|---|"]
+    for side in ("embed", "index"):
+        s = r[side]
+        lines.append(f"| {side} | {s['wall_s']:.2f} | {s['cpu_s']:.2f} | {s['chunks_per_s']:.1f} | {s['tokens_per_s']:,.0f} |")
+    lines += ["", f"indexing at **{100 * r['ratio']:.1f}%** of the raw embedder's throughput (median of the rounds' ratios)"]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("docs", nargs="*", type=Path, default=[DOCSETS / n / "docs" for n in DEFAULT_SETS])
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--profile", type=Path, default=None, help="cProfile of the last index round")
+    args = ap.parse_args(argv)
+    result = run([d.resolve() for d in args.docs], args.rounds, args.profile)
+    (out_dir() / "index_speed.json").write_text(json.dumps(result, indent=2))
+    print(render(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
