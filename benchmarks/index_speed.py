@@ -15,7 +15,9 @@ machine's load falls on both:
 The session is warmed once before the first round. Reported per side: chunks/s and
 tokens/s (the model's tokens of the texts embedded, special tokens included, cut at its
 window: what the model reads, so that chunk length flatters neither side), wall and CPU
-time, and index / embed as a ratio of throughputs (the median over rounds). ``--profile``
+time, the tokens the model runs with padding (each side's embedding calls, batched by the
+embedder's length sort: the Indexer's calls are of ``EMBED_BATCH_CHUNKS`` chunks or more, the
+raw side's is one), and index / embed as a ratio of throughputs (the median over rounds). ``--profile``
 writes a cProfile of the last index round. Writes benchmarks/out/index_speed.json.
 """
 
@@ -31,6 +33,8 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+import numpy as np
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import DOCSETS, machine, machine_line, out_dir  # noqa: E402
 
@@ -42,9 +46,11 @@ MODEL = "all-minilm-l6-v2"
 DEFAULT_SETS = ("typer", "sqlmodel")
 
 
-def embedded_texts(indexer: Indexer, docs: Sequence[Path]) -> list[str]:
+def embedded_texts(indexer: Indexer, docs: Sequence[Path]) -> tuple[list[str], list[list[str]]]:
     """The texts the Indexer embeds for ``docs``, in its order: walked, read, chunked and put
-    in the recipe's form by the Indexer's own steps (no store touched)."""
+    in the recipe's form by the Indexer's own steps (no store touched); and the same texts in
+    the groups the Indexer hands the embedder (``EMBED_BATCH_CHUNKS`` or more, whole documents)."""
+    from llama_index_polaris.engine.indexer import EMBED_BATCH_CHUNKS
     from llama_index_polaris.engine.indexer import IndexReport
     from llama_index_polaris.engine.sources import walk
     from llama_index_polaris.engine.text import nfc
@@ -52,12 +58,32 @@ def embedded_texts(indexer: Indexer, docs: Sequence[Path]) -> list[str]:
     from llama_index_polaris.engine.sources import plan_root
 
     texts: list[str] = []
+    groups: list[list[str]] = [[]]
     root = plan_root(None, list(docs), indexer.collection).root
     for f in walk(list(docs), root, indexer.config.follow_symlinks).files:
         doc = indexer._file_document(f)
         _, inputs = indexer._chunks(doc, nfc(doc.read()), IndexReport())
         texts += inputs
-    return list(dict.fromkeys(texts))  # the Indexer embeds a repeated text once
+        groups[-1] += inputs
+        if len(groups[-1]) >= EMBED_BATCH_CHUNKS:
+            groups.append([])
+    seen: set[str] = set()  # the Indexer embeds a repeated text once
+    unique = [[t for t in g if not (t in seen or seen.add(t))] for g in groups]
+    return list(dict.fromkeys(texts)), [g for g in unique if g]
+
+
+def padded_tokens(embedder: Any, groups: Sequence[Sequence[str]]) -> int:
+    """Tokens the model runs (padding included) when each group is one ``embed_documents`` call:
+    the embedder's own length-sorted batches (``runtime.plan_batches``), each padded to its longest."""
+    from llama_index_polaris.engine.embed.runtime import plan_batches
+
+    tok = embedder._tokenizers_loaded()
+    total = 0
+    for g in groups:
+        lengths = np.array([len(e.ids) for e in tok.encoder.encode_batch([embedder.spec.doc_prefix + t for t in g],
+                                                                          add_special_tokens=True)])
+        total += sum(len(b) * int(lengths[b].max()) for b in plan_batches(lengths, embedder.batch_size))
+    return total
 
 
 def model_tokens(embedder: Any, texts: Sequence[str]) -> int:
@@ -78,9 +104,10 @@ def run(docs: Sequence[Path], rounds: int, profile: Path | None) -> dict[str, An
     work = Path(tempfile.mkdtemp(prefix="polaris-index-speed-"))
     probe = PolarisIndex(work / "probe.db", config=cfg)
     embedder = probe.embedder
-    texts = embedded_texts(Indexer(probe.store, embedder, cfg), docs)
+    texts, groups = embedded_texts(Indexer(probe.store, embedder, cfg), docs)
     probe.close()
     tokens = model_tokens(embedder, texts)
+    padded = {"index": padded_tokens(embedder, groups), "embed": padded_tokens(embedder, [texts])}
     embedder.embed_documents(texts[:8])  # the session and the first batch's allocations
     sides: dict[str, list[dict[str, float]]] = {"index": [], "embed": []}
 
@@ -106,11 +133,13 @@ def run(docs: Sequence[Path], rounds: int, profile: Path | None) -> dict[str, An
             sides[side].append((index_round if side == "index" else embed_round)(i))
     med = statistics.median
     out: dict[str, Any] = {"docs": [str(d) for d in docs], "chunks": len(texts), "tokens": tokens, "rounds": rounds,
-                           "batch_size": embedder.batch_size, "threads": embedder.threads, "machine": machine()}
+                           "batch_size": embedder.batch_size, "threads": embedder.threads, "machine": machine(),
+                           "embed_calls": len(groups)}
     for side, rows in sides.items():
         wall = med(r["wall_s"] for r in rows)
         out[side] = {"wall_s": wall, "cpu_s": med(r["cpu_s"] for r in rows), "chunks_per_s": len(texts) / wall,
-                     "tokens_per_s": tokens / wall, "walls": [r["wall_s"] for r in rows]}
+                     "tokens_per_s": tokens / wall, "walls": [r["wall_s"] for r in rows],
+                     "padded_tokens": padded[side]}
     out["ratio"] = med(e["wall_s"] / x["wall_s"] for x, e in zip(sides["index"], sides["embed"]))
     return out
 
@@ -118,10 +147,11 @@ def run(docs: Sequence[Path], rounds: int, profile: Path | None) -> dict[str, An
 def render(r: dict[str, Any]) -> str:
     lines = [f"{r['chunks']:,} chunks, {r['tokens']:,} model tokens ({', '.join(Path(d).parent.name for d in r['docs'])});"
              f" {r['rounds']} rounds, batch {r['batch_size']}; {machine_line(r['machine'])}", "",
-             "| side | wall s | CPU s | chunks/s | tokens/s |", "|---|---|---|---|---|"]
+             "| side | wall s | CPU s | chunks/s | tokens/s | tokens run, padding included |", "|---|---|---|---|---|---|"]
     for side in ("embed", "index"):
         s = r[side]
-        lines.append(f"| {side} | {s['wall_s']:.2f} | {s['cpu_s']:.2f} | {s['chunks_per_s']:.1f} | {s['tokens_per_s']:,.0f} |")
+        lines.append(f"| {side} | {s['wall_s']:.2f} | {s['cpu_s']:.2f} | {s['chunks_per_s']:.1f} | {s['tokens_per_s']:,.0f} |"
+                     f" {s['padded_tokens']:,} (+{100 * (s['padded_tokens'] / r['tokens'] - 1):.1f}%) |")
     lines += ["", f"indexing at **{100 * r['ratio']:.1f}%** of the raw embedder's throughput (median of the rounds' ratios)"]
     return "\n".join(lines)
 
