@@ -46,16 +46,13 @@ MODEL = "all-minilm-l6-v2"
 DEFAULT_SETS = ("typer", "sqlmodel")
 
 
-def embedded_texts(indexer: Indexer, docs: Sequence[Path]) -> tuple[list[str], list[list[str]]]:
+def embedded_texts(indexer: Indexer, docs: Sequence[Path], group: int) -> tuple[list[str], list[list[str]]]:
     """The texts the Indexer embeds for ``docs``, in its order: walked, read, chunked and put
     in the recipe's form by the Indexer's own steps (no store touched); and the same texts in
-    the groups the Indexer hands the embedder (``EMBED_BATCH_CHUNKS`` or more, whole documents)."""
-    from llama_index_polaris.engine.indexer import EMBED_BATCH_CHUNKS
+    the calls the Indexer hands the embedder (``group`` chunks or more: whole documents)."""
     from llama_index_polaris.engine.indexer import IndexReport
-    from llama_index_polaris.engine.sources import walk
+    from llama_index_polaris.engine.sources import plan_root, walk
     from llama_index_polaris.engine.text import nfc
-
-    from llama_index_polaris.engine.sources import plan_root
 
     texts: list[str] = []
     groups: list[list[str]] = [[]]
@@ -65,7 +62,7 @@ def embedded_texts(indexer: Indexer, docs: Sequence[Path]) -> tuple[list[str], l
         _, inputs = indexer._chunks(doc, nfc(doc.read()), IndexReport())
         texts += inputs
         groups[-1] += inputs
-        if len(groups[-1]) >= EMBED_BATCH_CHUNKS:
+        if len(groups[-1]) >= group:
             groups.append([])
     seen: set[str] = set()  # the Indexer embeds a repeated text once
     unique = [[t for t in g if not (t in seen or seen.add(t))] for g in groups]
@@ -99,60 +96,76 @@ def timed(fn: Any) -> tuple[float, float, Any]:
     return time.perf_counter() - w, time.process_time() - c, out
 
 
-def run(docs: Sequence[Path], rounds: int, profile: Path | None) -> dict[str, Any]:
+def run(docs: Sequence[Path], rounds: int, profile: Path | None, groups_of: Sequence[int] = ()) -> dict[str, Any]:
+    """``groups_of``: also index with these ``EMBED_BATCH_CHUNKS`` (side ``index@N``), same rounds."""
+    from llama_index_polaris.engine import indexer as indexer_module
+
+    engine_group = indexer_module.EMBED_BATCH_CHUNKS
     cfg = load_config(use_user_config=False, model_id=MODEL)
     work = Path(tempfile.mkdtemp(prefix="polaris-index-speed-"))
     probe = PolarisIndex(work / "probe.db", config=cfg)
     embedder = probe.embedder
-    texts, groups = embedded_texts(Indexer(probe.store, embedder, cfg), docs)
+    probe_indexer = Indexer(probe.store, embedder, cfg)
+    texts, _ = embedded_texts(probe_indexer, docs, engine_group)
+    groups = {"index": engine_group, **{f"index@{g}": g for g in groups_of if g != engine_group}}
+    padded = {side: padded_tokens(embedder, embedded_texts(probe_indexer, docs, g)[1]) for side, g in groups.items()}
+    padded["embed"] = padded_tokens(embedder, [texts])
     probe.close()
     tokens = model_tokens(embedder, texts)
-    padded = {"index": padded_tokens(embedder, groups), "embed": padded_tokens(embedder, [texts])}
     embedder.embed_documents(texts[:8])  # the session and the first batch's allocations
-    sides: dict[str, list[dict[str, float]]] = {"index": [], "embed": []}
+    sides: dict[str, list[dict[str, float]]] = {side: [] for side in ["embed", *groups]}
 
-    def index_round(i: int) -> dict[str, float]:
-        with PolarisIndex(work / f"round-{i}.db", config=cfg) as index:
-            prof = cProfile.Profile() if profile and i == rounds - 1 else None
-            if prof:
-                prof.enable()
-            wall, cpu, report = timed(lambda: index.index_paths(list(docs)))
-            if prof:
-                prof.disable()
-                prof.dump_stats(str(profile))
-            assert report.chunks_embedded == len(texts), (report.chunks_embedded, len(texts))
-        return {"wall_s": wall, "cpu_s": cpu, "chunks": report.chunks_embedded}
+    def index_round(side: str, i: int) -> dict[str, float]:
+        indexer_module.EMBED_BATCH_CHUNKS = groups[side]
+        try:
+            with PolarisIndex(work / f"round-{i}-{groups[side]}.db", config=cfg) as index:
+                prof = cProfile.Profile() if profile and side == "index" and i == rounds - 1 else None
+                if prof:
+                    prof.enable()
+                wall, cpu, report = timed(lambda: index.index_paths(list(docs)))
+                if prof:
+                    prof.disable()
+                    prof.dump_stats(str(profile))
+                assert report.chunks_embedded == len(texts), (report.chunks_embedded, len(texts))
+        finally:
+            indexer_module.EMBED_BATCH_CHUNKS = engine_group
+        return {"wall_s": wall, "cpu_s": cpu}
 
-    def embed_round(i: int) -> dict[str, float]:
-        wall, cpu, vecs = timed(lambda: embedder.embed_documents(texts))
-        return {"wall_s": wall, "cpu_s": cpu, "chunks": len(vecs)}
+    def embed_round() -> dict[str, float]:
+        wall, cpu, _ = timed(lambda: embedder.embed_documents(texts))
+        return {"wall_s": wall, "cpu_s": cpu}
 
     for i in range(rounds):
-        order = ("index", "embed") if i % 2 == 0 else ("embed", "index")
+        order = list(sides) if i % 2 == 0 else list(sides)[::-1]  # drift in the load falls on every side
         for side in order:
-            sides[side].append((index_round if side == "index" else embed_round)(i))
+            sides[side].append(embed_round() if side == "embed" else index_round(side, i))
     med = statistics.median
     out: dict[str, Any] = {"docs": [str(d) for d in docs], "chunks": len(texts), "tokens": tokens, "rounds": rounds,
                            "batch_size": embedder.batch_size, "threads": embedder.threads, "machine": machine(),
-                           "embed_calls": len(groups)}
+                           "groups": groups, "sides": {}}
     for side, rows in sides.items():
         wall = med(r["wall_s"] for r in rows)
-        out[side] = {"wall_s": wall, "cpu_s": med(r["cpu_s"] for r in rows), "chunks_per_s": len(texts) / wall,
-                     "tokens_per_s": tokens / wall, "walls": [r["wall_s"] for r in rows],
-                     "padded_tokens": padded[side]}
-    out["ratio"] = med(e["wall_s"] / x["wall_s"] for x, e in zip(sides["index"], sides["embed"]))
+        out["sides"][side] = {
+            "wall_s": wall, "cpu_s": med(r["cpu_s"] for r in rows), "chunks_per_s": len(texts) / wall,
+            "tokens_per_s": tokens / wall, "walls": [r["wall_s"] for r in rows], "padded_tokens": padded[side],
+            "ratio": med(e["wall_s"] / x["wall_s"] for x, e in zip(rows, sides["embed"])),
+            "cpu_ratio": med(e["cpu_s"] / x["cpu_s"] for x, e in zip(rows, sides["embed"])),
+        }
     return out
 
 
 def render(r: dict[str, Any]) -> str:
     lines = [f"{r['chunks']:,} chunks, {r['tokens']:,} model tokens ({', '.join(Path(d).parent.name for d in r['docs'])});"
              f" {r['rounds']} rounds, batch {r['batch_size']}; {machine_line(r['machine'])}", "",
-             "| side | wall s | CPU s | chunks/s | tokens/s | tokens run, padding included |", "|---|---|---|---|---|---|"]
-    for side in ("embed", "index"):
-        s = r[side]
-        lines.append(f"| {side} | {s['wall_s']:.2f} | {s['cpu_s']:.2f} | {s['chunks_per_s']:.1f} | {s['tokens_per_s']:,.0f} |"
-                     f" {s['padded_tokens']:,} (+{100 * (s['padded_tokens'] / r['tokens'] - 1):.1f}%) |")
-    lines += ["", f"indexing at **{100 * r['ratio']:.1f}%** of the raw embedder's throughput (median of the rounds' ratios)"]
+             "| side | chunks per call | wall s | CPU s | chunks/s | tokens/s | tokens run, padding included |"
+             " throughput / raw embedder (wall, CPU) |", "|---|---|---|---|---|---|---|---|"]
+    for side, s in r["sides"].items():
+        per_call = "all" if side == "embed" else f"{r['groups'][side]}+"
+        lines.append(f"| {side} | {per_call} | {s['wall_s']:.2f} | {s['cpu_s']:.2f} | {s['chunks_per_s']:.1f} |"
+                     f" {s['tokens_per_s']:,.0f} | {s['padded_tokens']:,} (+{100 * (s['padded_tokens'] / r['tokens'] - 1):.1f}%) |"
+                     f" {100 * s['ratio']:.1f}%, {100 * s['cpu_ratio']:.1f}% |")
+    lines += ["", f"indexing at **{100 * r['sides']['index']['ratio']:.1f}%** of the raw embedder's throughput"
+              " (median of the rounds' ratios, wall clock)"]
     return "\n".join(lines)
 
 
@@ -161,8 +174,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("docs", nargs="*", type=Path, default=[DOCSETS / n / "docs" for n in DEFAULT_SETS])
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--profile", type=Path, default=None, help="cProfile of the last index round")
+    ap.add_argument("--groups", default="", help="also index with these EMBED_BATCH_CHUNKS, e.g. 32 (side index@32)")
     args = ap.parse_args(argv)
-    result = run([d.resolve() for d in args.docs], args.rounds, args.profile)
+    groups_of = [int(g) for g in args.groups.split(",") if g.strip()]
+    result = run([d.resolve() for d in args.docs], args.rounds, args.profile, groups_of)
     (out_dir() / "index_speed.json").write_text(json.dumps(result, indent=2))
     print(render(result))
     return 0
