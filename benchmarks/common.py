@@ -17,8 +17,10 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
-OUT = REPO / "benchmarks" / "out"
-DEFAULT_EVAL = (REPO / ".." / "shared" / "eval").resolve()
+# $POLARIS_BENCH_OUT and $POLARIS_EVAL move the outputs and the default eval folder (the smoke
+# test, tests/test_benchmarks_smoke.py, points both at a tiny generated world in tmp_path).
+OUT = Path(os.environ.get("POLARIS_BENCH_OUT") or REPO / "benchmarks" / "out").resolve()
+DEFAULT_EVAL = Path(os.environ.get("POLARIS_EVAL") or REPO / ".." / "shared" / "eval").resolve()
 
 
 def docsets_home() -> Path:

@@ -34,6 +34,7 @@ import functools
 import hashlib
 import io
 import json
+import os
 import subprocess
 import sys
 import tarfile
@@ -46,7 +47,7 @@ from common import DEFAULT_EVAL, DOCSETS, REPO  # noqa: E402
 
 from llama_index_polaris.engine.tune.evaluate import read_qrels  # noqa: E402
 
-LABELS = REPO / "benchmarks" / "docsets"
+LABELS = Path(os.environ.get("POLARIS_DOCSET_LABELS") or REPO / "benchmarks" / "docsets")  # the smoke test's: tmp
 MIRRORS = Path("/work/.mirror")
 MODEL = "all-minilm-l6-v2"
 KINDS = ("paraphrase", "identifier", "mixed")

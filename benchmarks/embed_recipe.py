@@ -17,6 +17,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import DEFAULT_EVAL, out_dir  # noqa: E402
@@ -40,13 +41,14 @@ def anthropic(eval_dir: Path):
     return build, queries, beir.qrels, lambda hits: sections_in_order(hits, spans)
 
 
-def docsets(split: str) -> dict:
-    """The hand-labelled docs sets prepared on this machine (benchmarks/docsets.py), ``split`` questions."""
+def docsets(split: str, names: Sequence[str] | None = None) -> dict:
+    """The hand-labelled docs sets prepared on this machine (benchmarks/docsets.py), ``split``
+    questions: ``names`` (default every set of docsets.SOURCES)."""
     from docsets import SOURCES, load_set, set_dir
     from sections import dedup, hit_section
 
     out = {}
-    for name in SOURCES:
+    for name in names if names is not None else SOURCES:
         if not (set_dir(name) / "docs").is_dir():
             continue
         ds = load_set(name)
@@ -75,9 +77,9 @@ def main() -> None:
     ap.add_argument("--contexts", default=",".join(CONTEXTS))
     ap.add_argument("--split", default="train", help="questions of the hand-labelled sets (decide on train)")
     args = ap.parse_args()
-    sets = {"anthropic_docs": anthropic(args.eval_dir), **docsets(args.split)}
-    if args.sets:
-        sets = {k: v for k, v in sets.items() if k in args.sets.split(",")}
+    wanted = args.sets.split(",") if args.sets else None
+    sets = {**({"anthropic_docs": anthropic(args.eval_dir)} if not wanted or "anthropic_docs" in wanted else {}),
+            **docsets(args.split, [n for n in wanted if n != "anthropic_docs"] if wanted else None)}
     results = []
     print("| set | context | budget | chunks | mode | nDCG@10 | R@10 | MRR@10 | R@3 |")
     print("|---|---|---|---|---|---|---|---|---|")

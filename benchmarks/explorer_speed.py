@@ -40,7 +40,7 @@ QUERIES = [
 TYPED = ["a", "ab", "abst", "000", "doc-1", "doc-12", "doc-123"]
 
 
-async def bench(db: Path, nq: int, reps: int) -> dict[str, Any]:
+async def bench(db: Path, nq: int, reps: int, queries: Sequence[str] = QUERIES) -> dict[str, Any]:
     from datasette.app import Datasette
 
     from datasette_polaris.engines import index_for
@@ -51,7 +51,7 @@ async def bench(db: Path, nq: int, reps: int) -> dict[str, Any]:
     name = next(iter(ds.databases.keys() - {"_internal", "_memory"}))
     base = f"/{name}/-/polaris"
     engine = index_for(str(db))
-    queries = QUERIES[:nq]
+    queries = list(queries)[:nq]
     times: dict[str, list[float]] = {k: [] for k in ("engine", "cli", "json", "page", "page_empty", "documents")}
     sizes: dict[str, int] = {}
 
@@ -102,8 +102,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     ap.add_argument("db", nargs="?", default=str(OUT / "hybrid-1000000-384.db"))
     ap.add_argument("--queries", type=int, default=len(QUERIES))
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--query", action="append", help="the queries (default: SciFact topics that match the file)")
     args = ap.parse_args(argv)
-    result = asyncio.run(bench(Path(args.db), args.queries, args.reps))
+    result = asyncio.run(bench(Path(args.db), args.queries, args.reps, args.query or QUERIES))
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "explorer_speed.json").write_text(json.dumps(result, indent=2))
     print(f"{result['db']}: {result['documents']:,} documents, {result['chunks']:,} chunks;"

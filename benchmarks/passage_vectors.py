@@ -27,8 +27,8 @@ engine's hybrid section ranking on the docs sets:
    chunk vectors, and markdown-memory's own section vector, the mean of its passages.
 3. every question of the split is answered by ``engine.search.rank.rank`` (the engine's
    pure ranking: sections, RRF, heading boost) in hybrid section mode, with the engine's
-   settings, BM25 list (``Searcher._bm25``) and pool (top_k x mmr_candidate_multiplier x
-   SECTION_POOL chunks per list). Only the vector list changes: an exact cosine KNN in
+   settings, BM25 list (``Searcher._bm25``) and pool (``candidate_pool`` chunks per
+   list). Only the vector list changes: an exact cosine KNN in
    numpy over a vector list, where each chunk stands at the closest of its own vectors
    (so a section stands at the closest vector it has), cut to the same pool of chunks.
 
@@ -394,7 +394,7 @@ def main() -> None:
         split, qids = questions(ds, args.split)
         searcher = index.searcher()
         cfg = searcher.config
-        pool = min(K * cfg.mmr_candidate_multiplier * pipeline.SECTION_POOL, pipeline.MAX_K)
+        pool = cfg.candidate_pool  # each list's chunks, as Searcher._rank_pool's first pool
         by_id = {c.id: c for c in chunks}
         candidates = {c.id: Candidate((c.document_id, c.heading_path), c.heading_path) for c in chunks}
         with searcher.store.read() as conn:

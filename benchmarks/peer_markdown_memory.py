@@ -74,9 +74,8 @@ def _sqlite_with_extensions() -> None:
 _sqlite_with_extensions()
 
 REPO = Path(__file__).resolve().parent.parent
-OUT = REPO / "benchmarks" / "out"
 sys.path.insert(0, str(REPO / "benchmarks"))
-from common import DOCSETS  # noqa: E402
+from common import DOCSETS, OUT  # noqa: E402
 
 LABELS = REPO / "benchmarks" / "docsets"
 SETS = ("cargo-book", "typer", "pydantic", "anthropic_docs")

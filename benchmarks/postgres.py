@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import sys
@@ -45,9 +46,10 @@ from llama_index_polaris.engine.tune.evaluate import documents_in_order, load_be
 from llama_index_polaris.engine.index import PolarisIndex  # noqa: E402
 import speed  # noqa: E402
 
-OUT = REPO / "benchmarks" / "out"
-MAIN_DOCSETS = Path("/work/main/benchmarks/out/docsets")
-SCIFACT = Path("/work/shared/eval/scifact")
+from common import DEFAULT_EVAL, OUT  # noqa: E402
+
+MAIN_DOCSETS = Path(os.environ.get("POLARIS_MAIN_DOCSETS") or "/work/main/benchmarks/out/docsets")
+SCIFACT = DEFAULT_EVAL / "scifact"
 
 
 def server(uri: str | None) -> tuple[str, Any]:

@@ -7,7 +7,7 @@ embedded with the bundled all-minilm-l6-v2 (document prefix, as the Indexer embe
 and written through the engine's Store (so every trigger runs, the sign-bit index
 included). The file is bound to the real model, so `polaris search` runs on it.
 
-    python benchmarks/real_vectors.py [EVAL_DIR]      # benchmarks/out/real-scifact.db
+    python benchmarks/real_vectors.py [EVAL_DIR] [--docs N]     # benchmarks/out/real-scifact.db
 
 Resumable: documents already stored are skipped (one transaction per document).
 Queries for recall are SciFact's own (``queries.jsonl``), embedded with the query prefix.
@@ -15,6 +15,7 @@ Queries for recall are SciFact's own (``queries.jsonl``), embedded with the quer
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import sys
@@ -40,7 +41,7 @@ def path() -> Path:
     return out_dir() / "real-scifact.db"
 
 
-def build(eval_dir: Path, batch_docs: int = 50) -> Path:
+def build(eval_dir: Path, batch_docs: int = 50, limit: int | None = None) -> Path:
     from llama_index_polaris.engine.embed import load_embedder
     from llama_index_polaris.engine.sqlite.store import ChunkRecord, DocumentRecord, ModelBinding, Store
 
@@ -49,7 +50,7 @@ def build(eval_dir: Path, batch_docs: int = 50) -> Path:
     store.bind_model(ModelBinding(embedder.model_id, embedder.dim, embedder.fingerprint,
                                   embedder.spec.doc_prefix, embedder.spec.query_prefix))
     done = {d.id for d in store.documents()}
-    docs = [json.loads(line) for line in open(eval_dir / "scifact" / "corpus.jsonl", encoding="utf-8")]
+    docs = [json.loads(line) for line in open(eval_dir / "scifact" / "corpus.jsonl", encoding="utf-8")][:limit]
     todo = [d for d in docs if str(d["_id"]) not in done]
     t0, n = time.perf_counter(), 0
     for i in range(0, len(todo), batch_docs):
@@ -71,4 +72,8 @@ def build(eval_dir: Path, batch_docs: int = 50) -> Path:
 
 
 if __name__ == "__main__":
-    build(Path(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT_EVAL)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("eval_dir", nargs="?", type=Path, default=DEFAULT_EVAL)
+    ap.add_argument("--docs", type=int, default=None, help="only the first N SciFact documents")
+    args = ap.parse_args()
+    print(build(args.eval_dir, limit=args.docs))

@@ -29,11 +29,13 @@ def main() -> int:
     ap.add_argument("--speed-only", action="store_true")
     ap.add_argument("--sizes", default="10000,100000,1000000", help="vector KNN sizes (speed)")
     ap.add_argument("--hybrid-sizes", default="10000,100000", help="full-pipeline sizes (speed)")
+    ap.add_argument("--quick", action="store_true", help="quality.py --quick (60 SciFact queries per split)")
     args = ap.parse_args()
     here = Path(__file__).resolve().parent
     parts = []
     if not args.speed_only:
-        subprocess.run([sys.executable, str(here / "quality.py"), args.eval_dir], check=True, cwd=REPO)
+        subprocess.run([sys.executable, str(here / "quality.py"), args.eval_dir, *(["--quick"] if args.quick else [])],
+                       check=True, cwd=REPO)
         parts.append((out_dir() / "quality.md").read_text())
     if not args.quality_only:
         subprocess.run([sys.executable, str(here / "speed.py"), args.eval_dir, "--sizes", args.sizes,

@@ -78,8 +78,9 @@ VARIANTS: dict[str, tuple[Callable[[], Any], Callable[[Any, str], list[str]]]] =
     "chunk": (contextlib.nullcontext, lambda s, t: run(s, t, "chunk")),
     "dedup": (contextlib.nullcontext, lambda s, t: run(s, t, "chunk", deep=True)),
     "section": (contextlib.nullcontext, lambda s, t: run(s, t, "section")),
-    "section-pool1": (lambda: setting(pipeline, "SECTION_POOL", 1), lambda s, t: run(s, t, "section")),
-    "section-pool4": (lambda: setting(pipeline, "SECTION_POOL", 4), lambda s, t: run(s, t, "section")),
+    # each list fetching 1x / 4x the chunks the pool of top_k 10 had before candidate_pool (30, 120)
+    "section-pool1": (lambda: configured(SEARCHER[0], candidate_pool=30), lambda s, t: run(s, t, "section")),
+    "section-pool4": (lambda: configured(SEARCHER[0], candidate_pool=120), lambda s, t: run(s, t, "section")),
     "no-phrases": (lambda: setting(bm25_module, "IDENTIFIER_PHRASES", False), lambda s, t: run(s, t, "section")),
     **{f"alpha{a}": (contextlib.nullcontext, lambda s, t, a=a: run(s, t, "section", alpha=a))
        for a in (0.0, 0.25, 0.5, 0.75, 1.0)},

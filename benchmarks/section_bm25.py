@@ -115,7 +115,7 @@ def main() -> None:
         index, _ = open_index(ds)
         searcher = index.searcher()
         cfg = searcher.config
-        pool = min(K * cfg.mmr_candidate_multiplier * pipeline.SECTION_POOL, pipeline.MAX_K)
+        pool = cfg.candidate_pool  # each list's chunks, as Searcher._rank_pool's first pool
         chunks = index.store.conn.execute("SELECT id, document_id, heading_path FROM chunks").fetchall()
         candidates = {c[0]: Candidate((c[1], c[2]), c[2]) for c in chunks}
         docs = dict(index.store.conn.execute("SELECT id, coalesce(path, id) FROM documents").fetchall())
@@ -132,7 +132,7 @@ def main() -> None:
                 text = ds.queries[q]["text"].strip()
                 qvec = searcher._check_vector(searcher._embed(text))
                 with searcher.store.read():
-                    vec = searcher._knn(qvec, pool, scope, fetch_k=pool // pipeline.SECTION_POOL)
+                    vec = searcher._knn(qvec, pool, scope, fetch_k=min(pool, pipeline.ANN_SIZED_FOR))
                     bm = searcher._bm25(text, pool, scope)
                 if variant in tables and variant != "max":
                     bm = section_list(*tables[variant], text, pool)

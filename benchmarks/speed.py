@@ -481,7 +481,7 @@ def hybrid_bench(n: int, dim: int, eval_dir: Path, nq: int) -> dict[str, Any]:
         "read blocks (total)": pcts(run(lambda i: ann.read_bits(store.conn)))["p50"],
         "hamming + pool": pcts(run(lambda i: ann.nearest_rows(ann.hamming(bits.bits, ann.pack_signs(qvecs[i])[0]),
                                                                 fetch)))["p50"],
-        f"re-score {fetch} from chunks.embedding": pcts(run(lambda i: ann.stored_vectors(store.conn, pools[i])))["p50"],
+        f"re-score {fetch} from chunks.embedding": pcts(run(lambda i: ann.stored_vectors(store.conn, pools[i], dim)))["p50"],
     }
     del bits, pools
     # scoped: every other document (half the chunks), inside the approximate path
@@ -606,7 +606,8 @@ def ivf_bench(conn: Any, floats_sql: str, mat: np.ndarray, ids: np.ndarray, qs: 
             got = []
 
             def query(q: np.ndarray) -> list[int]:
-                lists = np.argpartition(-(cent @ q), nprobe)[:nprobe]
+                lists = np.argsort(-(cent @ q))[:nprobe] if nprobe >= len(cent) else \
+                    np.argpartition(-(cent @ q), nprobe)[:nprobe]
                 members = [r[0] for r in conn.execute(
                     "SELECT id FROM ivfdb.ivf WHERE list IN (SELECT value FROM json_each(?))", (json.dumps(lists.tolist()),))]
                 rows = conn.execute(floats_sql, (json.dumps(members),)).fetchall()
@@ -938,6 +939,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
                     help="sizes at which the sign-bit index is compared with IVF")
     ap.add_argument("--cold-sizes", type=ints, default=[100_000], help="`polaris search` in a new process")
     ap.add_argument("--skip-real", action="store_true", help="skip the real-vector recall (needs the SciFact index)")
+    ap.add_argument("--write-chunks", type=int, default=2000, help="chunks written per store for the write overhead")
     args = ap.parse_args(argv)
     eval_dir = Path(args.eval_dir).resolve()
     t0 = time.perf_counter()
@@ -960,7 +962,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     res["real_ann"] = None if args.skip_real else real_ann(eval_dir)
     res["cache_memory"] = [cache_memory(n) for n in args.hybrid_sizes if n >= 100_000]
     res["cold_search"] = [cold_search(n, eval_dir) for n in args.cold_sizes]
-    res["write_overhead"] = [write_overhead(eval_dir)] + [  # 100k: three copies of a 1M file would be 19 GB
+    res["write_overhead"] = [write_overhead(eval_dir, args.write_chunks)] + [  # 100k: three copies of a 1M file would be 19 GB
         write_overhead(eval_dir, base=out_dir() / f"hybrid-{n}-384.db", batch_docs=b)
         for n in args.hybrid_sizes if n == 100_000 for b in (1, 4)]  # 4 x 10 chunks: the Indexer's batch of 32+
     texts = scifact_pieces(eval_dir)[2][:args.queries]

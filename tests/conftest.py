@@ -15,7 +15,7 @@ from typing import Callable, Iterator
 import pytest
 
 from llama_index_polaris.engine.sqlite.store import DocumentRecord, Store
-from polaris_testing import REPO, fake_binding, make_chunks, unit_vectors
+from polaris_testing import REPO, copy_index, fake_binding, make_chunks, unit_vectors
 
 
 @pytest.fixture
@@ -86,10 +86,10 @@ def settings_embed_model():
     Settings._embed_model = saved
 
 
-@pytest.fixture(scope="module")
-def built_handbook(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """examples/handbook indexed once per module by `polaris index`'s engine on the bundled
-    model; tests copy it (``copy_index``) rather than write to it."""
+@pytest.fixture(scope="session")
+def handbook_once(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """examples/handbook indexed once per session by `polaris index`'s engine on the bundled
+    model (never written: ``built_handbook`` hands each module its own copy)."""
     import shutil
 
     from llama_index_polaris.engine.config import load_config
@@ -100,6 +100,13 @@ def built_handbook(tmp_path_factory: pytest.TempPathFactory) -> Path:
     with PolarisIndex(root / "polaris.db", config=load_config(use_user_config=False, model_id="all-minilm-l6-v2")) as index:
         index.index_paths([handbook])
     return root / "polaris.db"
+
+
+@pytest.fixture(scope="module")
+def built_handbook(handbook_once: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The session's indexed examples/handbook, copied for this module (its collection root is
+    still the session's handbook folder); tests copy it (``copy_index``) rather than write to it."""
+    return copy_index(handbook_once, tmp_path_factory.mktemp("built"))
 
 
 
@@ -230,3 +237,33 @@ def targets(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Targets]
     targets = _targets(request, tmp_path)
     yield targets
     targets.close()
+
+
+# -- what each test costs in CPU (``POLARIS_TEST_CPU=report.json``) ---------------------------
+# On a shared machine wall time says more about the neighbours than about the test: this
+# records each test's CPU seconds (this process plus the subprocesses it waited for; a
+# server's own work, PostgreSQL's, is not counted), setup + call + teardown, as JSON.
+_CPU: dict[str, float] = {}
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    if not os.environ.get("POLARIS_TEST_CPU"):
+        yield
+        return
+    import resource
+
+    def used() -> float:
+        me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+    start = used()
+    yield
+    _CPU[item.nodeid] = used() - start
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if os.environ.get("POLARIS_TEST_CPU") and _CPU:
+        import json
+
+        Path(os.environ["POLARIS_TEST_CPU"]).write_text(json.dumps(_CPU, indent=1))

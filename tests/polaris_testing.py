@@ -16,6 +16,12 @@ REPO = Path(__file__).resolve().parents[1]
 FAKE_FINGERPRINT = "f" * 64
 
 
+def examples(n: int) -> int:
+    """A property's example count: ``n`` (sized for CI) times ``$POLARIS_EXAMPLES`` (default 1;
+    e.g. ``POLARIS_EXAMPLES=5`` for a deeper run before a release)."""
+    return max(1, round(n * float(os.environ.get("POLARIS_EXAMPLES") or 1)))
+
+
 def unit_vectors(n: int, dim: int, seed: int = 0) -> np.ndarray:
     """``n`` deterministic L2-normalised float32 vectors of size ``dim``."""
     rng = np.random.default_rng(seed)

@@ -19,6 +19,7 @@ from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
 
 from llama_index_polaris.engine.chunk import TokenCounter
 from llama_index_polaris.engine.chunk.tokens import measure_for
+from polaris_testing import examples
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_chunk.py"
 _spec = importlib.util.spec_from_file_location("bench_chunk", BENCH)
@@ -63,7 +64,7 @@ def test_bert_tokenizer_is_counted_per_word(minilm):
     assert minilm.word_local
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(100), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(st.one_of(st.text(max_size=30), st.sampled_from(ODD)), max_size=12).map(" ".join))
 def test_count_equals_the_tokenizer_on_any_text(minilm, text):
     assert minilm(text) == raw_count(minilm, text)

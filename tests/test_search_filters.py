@@ -24,7 +24,7 @@ from llama_index_polaris.engine.sqlite import sqlite_module
 from llama_index_polaris.engine.errors import InputError
 from llama_index_polaris.engine.storage.filters import Condition, FilterGroup, filter_sql, filter_sql_pg
 from llama_index_polaris.vector_store import to_engine_filter
-from polaris_testing import BACKENDS, new_database
+from polaris_testing import BACKENDS, examples, new_database
 
 KEYS = ["a", "b", "c"]
 TEXT = st.text(alphabet="aAbé ", max_size=3)  # no non-ASCII capitals: SQLite lower() folds ASCII only
@@ -136,7 +136,7 @@ def matching(conn: Table, rows: list[dict], f) -> set[int]:
     return {r[0] for r in conn.conn.execute(f"SELECT id FROM chunks WHERE {sql}", params)}
 
 
-SETTINGS = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+SETTINGS = settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
 @SETTINGS

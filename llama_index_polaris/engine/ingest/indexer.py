@@ -62,7 +62,10 @@ from ..storage.vectors import problem, valid_rows
 if TYPE_CHECKING:
     from ..chunk import ChunkedDocument
 
-EMBED_BATCH_CHUNKS = 32  # chunks gathered across documents before one embedding call
+# chunks gathered across documents before one embedding call: the embedder sorts them by length
+# into batches, so a deeper pool pads less (poetry + typer docs, 1,607 chunks, batch 8: 6.8% of
+# the tokens run are padding at 32, 2.5% at 128, 0.3% in one call; vectors within cosine 0.9999997)
+EMBED_BATCH_CHUNKS = 128
 TEXT_BATCH = 64  # unchanged documents' texts stored in one write (an index made before texts were kept)
 
 
