@@ -32,7 +32,7 @@ def test_a_new_file_gets_the_schema(db_path: Path, open_store: Callable[..., Sto
     assert {"polaris_meta", "documents", "chunks", "chunks_fts"} <= set(found)
     assert "chunks_vec" not in found  # its size comes from the model
     assert 'content="chunks"' in found["chunks_fts"] and "content_rowid='id'" in found["chunks_fts"]
-    assert db.schema_version(conn) == SCHEMA_VERSION == 11
+    assert db.schema_version(conn) == SCHEMA_VERSION == 10
     assert "document_texts" in found  # each document's indexed text, which sections are read from
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
