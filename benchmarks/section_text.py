@@ -43,11 +43,11 @@ BIG = 1_000_000  # a token budget no section reaches: whole texts are compared
 
 
 def forget_texts(db: Path) -> None:
-    """Make ``db`` what Polaris wrote before it stored texts (schema 8: no ``document_texts``)."""
+    """Make ``db`` what Polaris wrote before it stored texts (schema 9: no ``document_texts``)."""
     conn = sqlite3.connect(db)
     conn.execute("DROP TABLE IF EXISTS document_texts")
-    if conn.execute("PRAGMA user_version").fetchone()[0] > 8:
-        conn.execute("PRAGMA user_version = 8")
+    if conn.execute("PRAGMA user_version").fetchone()[0] > 9:
+        conn.execute("PRAGMA user_version = 9")
     conn.commit()
     conn.close()
 

@@ -41,6 +41,7 @@ def old_terms(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def to_sqlite_8(conn) -> None:
     conn.execute("BEGIN")
+    conn.execute("DROP TABLE document_texts")  # schema 10's
     conn.execute("DROP TRIGGER chunks_cjk_stale")
     schema.rebuild_fts(conn, schema.get_meta(conn)["fts_tokenizer"], schema.LEGACY_FTS_COLUMNS)
     for column in ("fts_heading_path", "fts_text", "cjk_heading", "cjk_text"):
@@ -124,6 +125,7 @@ def test_an_old_postgres_index_is_upgraded_in_place(pg_uri: str, monkeypatch: py
             assert store.bm25("缓存", 10, Scope()) == []
         with store._write() as conn:
             conn.execute("DELETE FROM polaris_meta WHERE key = 'fts_segmenter'")
+            conn.execute("DROP TABLE document_texts")  # schema 8's
             conn.execute("UPDATE polaris_meta SET value = '6' WHERE key = 'schema_version'")
         store.close()
     store = open_store(pg_uri)  # a writer upgrades it

@@ -192,19 +192,19 @@ def _build(root: Path, target: str) -> PolarisIndex:
 
 
 def _forget_texts(target: str) -> None:
-    """Make ``target`` what Polaris before schema 9 (SQLite) or 7 (PostgreSQL) wrote: no stored texts."""
+    """Make ``target`` what Polaris before schema 10 (SQLite) or 8 (PostgreSQL) wrote: no stored texts."""
     if target.startswith("postgresql://"):
         import psycopg
 
         with psycopg.connect(target, autocommit=True) as conn:
             conn.execute("DROP TABLE document_texts")
-            conn.execute("UPDATE polaris_meta SET value = '6' WHERE key = 'schema_version'")
+            conn.execute("UPDATE polaris_meta SET value = '7' WHERE key = 'schema_version'")
         return
     import sqlite3
 
     conn = sqlite3.connect(target)
     conn.execute("DROP TABLE document_texts")
-    conn.execute("PRAGMA user_version = 8")
+    conn.execute("PRAGMA user_version = 9")
     conn.commit()
     conn.close()
 

@@ -226,9 +226,9 @@ MIGRATIONS: tuple[tuple[int, str, Callable[[Any], None]], ...] = (
      lambda conn: _script(conn, SIGN_BITS_SQL + BITS_TRIGGERS_SQL + BITS_BACKFILL_SQL)),
     (6, "positions in the posting table's covering index (a phrase reads its terms' postings index-only)",
      lambda conn: _positions_in_index(conn)),
-    (7, "documents' own text, which sections are read from", lambda conn: _script(conn, DOCUMENT_TEXTS_SQL)),
-    (8, "CJK runs as character bigrams: the postings of the chunks holding CJK letters written again",
-     lambda conn: _cjk_bigrams(conn)),
+    (7, "CJK runs as character bigrams, blobs not terms: the postings of the chunks holding CJK letters or"
+        " blobs written again", lambda conn: _cjk_bigrams(conn)),
+    (8, "documents' own text, which sections are read from", lambda conn: _script(conn, DOCUMENT_TEXTS_SQL)),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 SCHEMA_LOCK, WRITE_LOCK, RUN_LOCK = 1, 2, 3  # what an advisory lock is for (``lock_key``)
@@ -310,7 +310,7 @@ def _chunk_batches(conn: Any, columns: str, batch: int) -> Any:
 
 
 def _cjk_bigrams(conn: Any, batch: int = 2_000) -> None:
-    """Migration 8 (#36, #37): Chinese, Japanese and Korean runs are terms as character bigrams
+    """Migration 7 (#36, #37): Chinese, Japanese and Korean runs are terms as character bigrams
     now (``bigrams.spaced``, read by the tokenizer), and blobs are not terms (``blobs.readable``).
     Only the chunks holding a CJK letter in their text or heading path, or a blob, get other terms: their postings and lengths are written again, the
     document frequencies and versions of the terms they touch follow, and ``fts_segmenter`` is

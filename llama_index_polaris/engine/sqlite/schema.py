@@ -75,7 +75,7 @@ def fts_sql(tokenizer: str, columns: tuple[str, str] = FTS_COLUMNS) -> str:
     ``content="chunks"`` is double-quoted because that is the declaration Datasette (and
     sqlite-utils) recognise as the full-text index of ``chunks``: its table search box and
     ``?_search=`` use it. FTS5 reads the quoted and single-quoted forms the same way.
-    Since migration 10 it indexes the generated columns ``fts_text`` and ``fts_heading_path``
+    Since migration 9 it indexes the generated columns ``fts_text`` and ``fts_heading_path``
     (``CJK_SQL``: a chunk's text without blobs and with CJK runs as bigrams, where that differs
     from the text): the index holds exactly what its content table says, so FTS5's
     'rebuild' and 'integrity-check' (sqlite-utils', Datasette's) keep working.
@@ -98,6 +98,7 @@ CREATE TRIGGER chunks_fts_au AFTER UPDATE OF {changed} ON chunks BEGIN
     VALUES ('delete', old.id, old.{text}, old.{heading});
     INSERT INTO chunks_fts (rowid, {text}, {heading}) VALUES (new.id, new.{text}, new.{heading});
 END;
+INSERT INTO chunks_fts (chunks_fts) VALUES ('rebuild');
 """
 
 
@@ -472,8 +473,9 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(6, "sign-bit vector index", _migration_sign_bits),
     Migration(7, "BM25 posting lists of common terms", _migration_postings),
     Migration(8, "removed text erased: FTS5 secure-delete, old entries merged out", _migration_erase),
-    Migration(9, "documents' own text, which sections are read from", _migration_document_texts),
-    Migration(10, "CJK runs as character bigrams and blobs left out in the full-text index (cjk_text)", _migration_cjk_bigrams),
+    Migration(9, "CJK runs as character bigrams and blobs left out in the full-text index (cjk_text)",
+              _migration_cjk_bigrams),
+    Migration(10, "documents' own text, which sections are read from", _migration_document_texts),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].number
 
