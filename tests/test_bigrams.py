@@ -20,7 +20,8 @@ def test_a_run_becomes_its_overlapping_bigrams_and_a_lone_character_stays():
     assert bigrams("缓") == ["缓"]
     assert spaced("React的生命周期") == "React 的生 生命 命周 周期 "
     assert spaced("使用 slot。插槽") == " 使用  slot。 插槽 "
-    assert words("コンポーネントを使う") == ["コン", "ンポ", "ポー", "ーネ", "ネン", "ント", "トを", "を使", "使う"]
+    assert words("コンポーネントを使う") == ["コン", "ンポ", "ポー", "ーネ", "ネン", "ント", "を", "使", "う"]  # a run per script
+    assert words("算出プロパティはキャッシュされる") == ["算出", "プロ", "ロパ", "パテ", "ティ", "は", "キャ", "ャッ", "ッシ", "シュ", "され", "れる"]
     assert words("데이터 가") == ["데이", "이터", "가"]
 
 

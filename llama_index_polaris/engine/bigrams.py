@@ -3,8 +3,9 @@
 These scripts put no spaces between words, so a tokenizer that cuts at spaces and
 punctuation (FTS5's ``unicode61``, Python's ``\\w+``) reads a whole clause as one token
 and a two-character word is found only where the author happened to set it apart. Here a
-run of Han, Hiragana, Katakana or Hangul letters becomes its overlapping character
-bigrams, ``生命周期`` -> ``生命 命周 周期``; a run of one character stays that character.
+run of Han, Hiragana, Katakana or Hangul letters (one script: a run ends where the script
+changes, ``を使う`` is three runs) becomes its overlapping character bigrams, ``生命周期`` ->
+``生命 命周 周期``; a run of one character stays that character.
 Bigrams need no dictionary, measure well on our CJK sets (docs/search.md) and find every
 two-character word.
 
@@ -23,21 +24,17 @@ import re
 SEGMENTER = "cjk-bigram-1"  # recorded in polaris_meta as ``fts_segmenter``: how the terms of a file were made
 
 # Letters only (categories L and Nl): a punctuation mark, a voicing mark or a middle dot inside a
-# run would be a separator to FTS5 and cut a bigram in two.
-CJK_LETTERS = (
-    "\u1100-\u11ff"  # Hangul Jamo
-    "\u3005-\u3007"  # 々 〆 〇
-    "\u3021-\u3029\u3031-\u3035\u3038-\u303c"  # Hangzhou numerals, kana repeat marks
-    "\u3041-\u3096\u309d-\u309f"  # Hiragana
-    "\u30a1-\u30fa\u30fc-\u30ff"  # Katakana (ー included, the middle dot ・ not)
-    "\u3105-\u312f\u3131-\u318e\u31a0-\u31bf\u31f0-\u31ff"  # Bopomofo, Hangul compatibility Jamo, Katakana ext.
-    "\u3400-\u4dbf\u4e00-\u9fff"  # CJK ideographs, extension A
-    "\ua960-\ua97c\uac00-\ud7a3\ud7b0-\ud7c6\ud7cb-\ud7fb"  # Hangul syllables and Jamo extensions
-    "\uf900-\ufa6d\ufa70-\ufad9"  # compatibility ideographs
-    "\uff66-\uff9d\uffa0-\uffbe\uffc2-\uffdc"  # halfwidth Katakana and Hangul
-    "\U00020000-\U0003134f"  # ideograph extensions B to G
-)
-CJK_RUN = re.compile(f"[{CJK_LETTERS}]+")
+# run would be a separator to FTS5 and cut a bigram in two. One class per script: a run ends where
+# the script changes, so Japanese is cut where kanji meets kana (measured on vue-ja train, BM25
+# over sections: 0.612 against 0.577 for bigrams across the change, 0.584 with the two kana as one).
+HAN = "\u3005-\u3007\u3021-\u3029\u3038-\u303c\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufa6d\ufa70-\ufad9\U00020000-\U0003134f"
+HIRAGANA = "\u3031-\u3035\u3041-\u3096\u309d-\u309f"
+KATAKANA = "\u30a1-\u30fa\u30fc-\u30ff\u31f0-\u31ff\uff66-\uff9d"  # ー included, the middle dot ・ not
+HANGUL = "\u1100-\u11ff\u3131-\u318e\ua960-\ua97c\uac00-\ud7a3\ud7b0-\ud7c6\ud7cb-\ud7fb\uffa0-\uffbe\uffc2-\uffdc"
+BOPOMOFO = "\u3105-\u312f\u31a0-\u31bf"
+SCRIPTS = (HAN, HIRAGANA, KATAKANA, HANGUL, BOPOMOFO)
+CJK_LETTERS = "".join(SCRIPTS)
+CJK_RUN = re.compile("|".join(f"[{letters}]+" for letters in SCRIPTS))
 _ONE = re.compile(f"[{CJK_LETTERS}]")
 
 
