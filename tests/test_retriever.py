@@ -77,10 +77,14 @@ def test_hybrid_by_default_top_score_one_and_explanations(retriever):
     assert hits[0].node.node_id == "guide-0" and hits[0].node.metadata["relative_score"] == 1.0
     assert all(isinstance(h, PolarisNodeWithScore) and isinstance(h.explain, Explanation) for h in hits)
     top = hits[0].explain
-    assert top.score == hits[0].score and top.vector_rank and top.bm25_rank and top.rrf
-    assert [h.score for h in hits] == [h.explain.score for h in hits]
-    # the explanation lives beside the node: node.metadata is the chunk's own, untouched
-    assert hits[0].node.metadata == {"heading_path": "Guide > Sessions", "kind": "guide"}
+    assert top.score == hits[0].node.metadata["relative_score"] and top.vector_rank and top.bm25_rank and top.rrf
+    assert [h.node.metadata["relative_score"] for h in hits] == [h.explain.score for h in hits]
+    assert [h.score for h in hits] == [h.node.metadata["match_strength"] for h in hits]  # node.score: the strength
+    # the explanation lives beside the node: node.metadata is the chunk's own, and what Polaris adds is hidden
+    ours = {"relative_score", "match_strength", "good_match", "no_good_match"}
+    assert {k: v for k, v in hits[0].node.metadata.items() if k not in ours} == {"heading_path": "Guide > Sessions",
+                                                                                 "kind": "guide"}
+    assert ours <= set(hits[0].node.excluded_llm_metadata_keys)
     assert hits[0].node.ref_doc_id == "guide"
 
 
