@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -168,3 +169,29 @@ def database_from_template(server_uri: str, template_uri: str, prefix: str = "po
         conn.execute(f"CREATE DATABASE {name} TEMPLATE {template}")
     parts = urllib.parse.urlsplit(server_uri)
     return urllib.parse.urlunsplit(parts._replace(path=f"/{name}"))
+
+
+class DocsProject(NamedTuple):
+    """A folder of Markdown pages indexed once on one backend: its root, the index and whether it is SQLite."""
+
+    root: Path
+    db: str
+    sqlite: bool
+
+
+def docs_project(tmp_path_factory, targets, pages: dict[str, str], name: str = "docs",
+                 model_id: str = "all-minilm-l6-v2") -> DocsProject:
+    """``pages`` (file name -> Markdown) written under ``<root>/docs`` and indexed with the project's
+    polaris.toml (``model_id``), into a polaris.db in the root or a new database of ``targets``."""
+    from llama_index_polaris.engine.config import load_config
+    from llama_index_polaris.engine.index import PolarisIndex
+
+    root = tmp_path_factory.mktemp(name)
+    (root / "docs").mkdir()
+    for file, text in pages.items():
+        (root / "docs" / file).write_text(text)
+    (root / "polaris.toml").write_text(f'model_id = "{model_id}"\n')
+    db = str(root / "polaris.db") if targets.backend == "sqlite" else targets.new()
+    with PolarisIndex(db, config=load_config(root, use_user_config=False)) as index:
+        index.index_paths([root / "docs"])
+    return DocsProject(root, db, targets.backend == "sqlite")

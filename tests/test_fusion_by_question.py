@@ -10,12 +10,13 @@ import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import NamedTuple
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from polaris_testing import DocsProject, docs_project
 
 from llama_index_polaris.engine.search import question
 from llama_index_polaris.engine.search.question import Question, Rule, agreement, plan, read
@@ -119,33 +120,16 @@ Every command prints its help when it is called with --help.
 """
 
 
-class Project(NamedTuple):
-    root: Path
-    db: str
-    sqlite: bool
-
-
 @pytest.fixture(scope="module")
-def project(tmp_path_factory: pytest.TempPathFactory, module_targets) -> Project:
-    from llama_index_polaris.engine.config import load_config
-    from llama_index_polaris.engine.index import PolarisIndex
-
-    root = tmp_path_factory.mktemp("kinds")
-    (root / "docs").mkdir()
-    (root / "docs" / "options.md").write_text(OPTIONS)
-    (root / "docs" / "guide.md").write_text(GUIDE)
-    (root / "polaris.toml").write_text(f'model_id = "{MODEL}"\n')
-    db = str(root / "polaris.db") if module_targets.backend == "sqlite" else module_targets.new()
-    with PolarisIndex(db, config=load_config(root, use_user_config=False)) as index:
-        index.index_paths([root / "docs"])
-    return Project(root, db, module_targets.backend == "sqlite")
+def project(tmp_path_factory: pytest.TempPathFactory, module_targets) -> DocsProject:
+    return docs_project(tmp_path_factory, module_targets, {"options.md": OPTIONS, "guide.md": GUIDE}, "kinds", MODEL)
 
 
 def _seen(hits: list[dict]) -> list[tuple[str, str, str]]:
     return [(h["document"], h["heading_path"], json.dumps(h["explain"]["fusion"], sort_keys=True)) for h in hits]
 
 
-async def test_every_door_gives_the_same_hits_and_the_same_weights(project: Project) -> None:
+async def test_every_door_gives_the_same_hits_and_the_same_weights(project: DocsProject) -> None:
     from dataclasses import asdict
 
     from datasette.app import Datasette
@@ -205,7 +189,7 @@ async def test_every_door_gives_the_same_hits_and_the_same_weights(project: Proj
     assert plans[IDENTIFIER]["vector_weight"] < plans[SENTENCE]["vector_weight"]
 
 
-def test_without_the_rule_every_question_gets_the_fixed_weights(project: Project) -> None:
+def test_without_the_rule_every_question_gets_the_fixed_weights(project: DocsProject) -> None:
     from llama_index_polaris.engine.config import load_config
     from llama_index_polaris.engine.index import PolarisIndex
 
