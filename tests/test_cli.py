@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from llama_index_polaris.engine.sqlite import SCHEMA_VERSION
+from llama_index_polaris.engine.ingest.indexer import EMBED_BATCH_CHUNKS
 
 from llama_index_polaris.engine.sqlite.store import Store
 from polaris_testing import index_counts, project_toml
@@ -170,7 +171,7 @@ def _full_text_is_whole(target: str) -> None:
         s.conn.execute("INSERT INTO chunks_fts(chunks_fts) VALUES ('integrity-check')")
 
 
-N_INTERRUPT = 160  # commits every 32 chunks: the run outlives its first commit
+N_INTERRUPT = EMBED_BATCH_CHUNKS + 172  # one-chunk files; it commits every EMBED_BATCH_CHUNKS: the run outlives its first commit
 
 
 def _interrupt_and_resume(root: Path, sig: int, target: str) -> None:
