@@ -35,7 +35,7 @@ from llama_index_polaris.engine.sqlite.connect import connect  # noqa: E402
 from llama_index_polaris.engine.sqlite.bm25 import bm25, fts_query, query_words  # noqa: E402
 from llama_index_polaris.engine.sqlite.postings import fts_tokenizer  # noqa: E402
 from llama_index_polaris.engine.sqlite.bm25_postings import K1, idf  # noqa: E402
-from llama_index_polaris.engine.tokenize import Tokenizer  # noqa: E402
+from llama_index_polaris.engine.words.tokenize import Tokenizer  # noqa: E402
 
 ORDERED = ("SELECT rowid, -bm25(chunks_fts, 1.0, 1.0) FROM chunks_fts WHERE chunks_fts MATCH ?"
            " ORDER BY bm25(chunks_fts, 1.0, 1.0), rowid LIMIT ?")

@@ -3,13 +3,13 @@
     python benchmarks/junk_chunks.py [NAME ...] [--detector PATH] [--json]
 
 Every Markdown file of each set is chunked as ``polaris index`` chunks it (the benchmark
-config, the bundled model's tokenizer). A chunk is junk when blobs (``engine/blobs.py``: URL
+config, the bundled model's tokenizer). A chunk is junk when blobs (``engine/words/blobs.py``: URL
 payloads, ``data:`` URIs, base64 and hex runs) are all it has: fewer than ``WORDS`` word
 characters are left once they are taken out. ``mostly_blob`` counts the chunks whose stored
 text is more than half blob (after #37 a blob rides along with the words around it: such a
 chunk is stored as written but embedded and indexed without it). ``--detector`` loads the detector from another file, so the same definition of
 junk can count the chunks of an older checkout (``PYTHONPATH=OLD python ... --detector
-engine/blobs.py``).
+engine/words/blobs.py``).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from llama_index_polaris.engine.ingest.recipe import make_recipe  # noqa: E402
 
 WORDS = 16
 WORD_CHAR = re.compile(r"\w")
-DETECTOR = Path(__file__).resolve().parents[1] / "llama_index_polaris" / "engine" / "blobs.py"
+DETECTOR = Path(__file__).resolve().parents[1] / "llama_index_polaris" / "engine" / "words" / "blobs.py"
 
 
 def detector(path: Path):

@@ -80,7 +80,7 @@ from .engine.search.pipeline import Hit
 from .engine.sqlite.vector import MAX_K
 from .engine.index import PolarisIndex
 from .engine.embed.proof import check_vector
-from .engine.blobs import readable
+from .engine.words.blobs import readable
 from .engine.sqlite.store import UNKNOWN_MODEL, DEFAULT_COLLECTION, ChunkRecord, DocumentRecord, ModelBinding, Store, text_hash
 from .engine.storage.vectors import check as check_vectors, check_query
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from hypothesis import given, settings, strategies as st
 
-from llama_index_polaris.engine.bigrams import bigrams, has_cjk, is_cjk, original_span, spaced, spaced_origin
+from llama_index_polaris.engine.words.bigrams import bigrams, has_cjk, is_cjk, original_span, spaced, spaced_origin
 from llama_index_polaris.engine.search.terms import MAX_TERMS, content_terms, query_words, words
-from llama_index_polaris.engine.tokenize import DEFAULT_TOKENIZER, Tokenizer
+from llama_index_polaris.engine.words.tokenize import DEFAULT_TOKENIZER, Tokenizer
 
 LATIN = "abcxyzABCZ019_-. ,:/()'\n`éüß"
 CJK = "缓存生命周期组件插槽的数据库をはコンポーネントー使う々데이터베이스가"

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from llama_index_polaris.engine.blobs import blob_spans, is_mostly_blob, masked, readable
+from llama_index_polaris.engine.words.blobs import blob_spans, is_mostly_blob, masked, readable
 from llama_index_polaris.engine.chunk import ChunkSettings, chunk_markdown
 from llama_index_polaris.engine.ingest.recipe import Recipe
 

@@ -26,7 +26,7 @@ from markdown_it import MarkdownIt
 from llama_index_polaris.engine.chunk import (
     HEADING_CHARS, ChunkSettings, TokenCounter, chunk_markdown, capped, heuristic_tokens,
 )
-from llama_index_polaris.engine.blobs import readable
+from llama_index_polaris.engine.words.blobs import readable
 from llama_index_polaris.engine.chunk.frontmatter import read_front_matter
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_chunk.py"
@@ -110,7 +110,7 @@ def check(source: str, cfg: ChunkSettings, *, title: str | None = None, check_fe
         for at, side in ((c.start, "starts"), (c.end, "ends")):
             if word_char(source, at - 1) and word_char(source, at):
                 assert c.forced_cut and too_long_to_keep(source, at, count, cfg.max_tokens), f"{side} mid-word: {c}"
-        tokens = count(readable(c.text))  # a blob weighs nothing (engine/blobs.py)
+        tokens = count(readable(c.text))  # a blob weighs nothing (engine/words/blobs.py)
         exact = isinstance(cfg.count_tokens, TokenCounter)  # len/4 is not additive over pieces
         assert c.token_count == tokens or not exact, f"token_count {c.token_count}, the tokenizer says {tokens}: {c}"
         assert tokens <= cfg.max_tokens or c.oversize, f"{tokens} tokens, not flagged: {c}"
@@ -279,7 +279,7 @@ def test_no_chunk_exceeds_the_budget_in_model_tokens_whatever_the_input(minilm, 
     chunks = check(source, ChunkSettings(max_tokens=budget, overlap_chars=40, min_chars=20, count_tokens=minilm))
     raw = minilm._tokenizer
     for c in chunks:
-        # what the model reads: the text without its blobs (engine/blobs.py)
+        # what the model reads: the text without its blobs (engine/words/blobs.py)
         assert len(raw.encode(readable(c.text), add_special_tokens=False)) <= budget and not c.oversize, c
 
 

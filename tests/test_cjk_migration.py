@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from llama_index_polaris.engine import tokenize
+from llama_index_polaris.engine.words import tokenize
 from llama_index_polaris.engine.backends import open_store
 from llama_index_polaris.engine.sqlite import schema
 from llama_index_polaris.engine.search import literal, terms

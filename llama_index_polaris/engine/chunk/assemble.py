@@ -6,7 +6,7 @@ import re
 from bisect import bisect_left
 
 from ..text import heuristic_tokens
-from ..blobs import blob_spans, masked
+from ..words.blobs import blob_spans, masked
 from .blocks import Section, fence_ranges
 from .spans import ChunkSettings, ChunkSpan
 from .split import SENTENCES, WORDS, Budget, Piece, split_section

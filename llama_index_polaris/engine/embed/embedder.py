@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Iterable
 
 import numpy as np
 
-from ..blobs import readable
+from ..words.blobs import readable
 from ..errors import ConfigError, ModelError
 from ..text import clean_text, nfc
 from . import cache

@@ -30,7 +30,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from ..errors import ModelMismatchError
-from ..blobs import readable
+from ..words.blobs import readable
 from ..storage import Storage
 from ..storage.records import UNKNOWN_MODEL, ChunkRecord, ModelBinding, text_hash, unknown_model_message
 from ..storage.vectors import problem

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from ..config import HEADING_CHARS, PolarisConfig
 from ..errors import ConfigError
 from ..storage.ids import node_id_for
-from ..blobs import readable
+from ..words.blobs import readable
 from ..text import nfc
 
 if TYPE_CHECKING:  # the chunker (markdown-it) is imported on first use: an unchanged re-index skips it

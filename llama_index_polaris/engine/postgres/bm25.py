@@ -22,7 +22,7 @@ import numpy as np
 from ..search.terms import query_words
 from ..storage.scoring import B, K1, sorted_unique, top_hits
 from ..storage.scope import Scope
-from ..tokenize import Tokenizer
+from ..words.tokenize import Tokenizer
 
 
 def fts5_idf(n_rows: int, n_hit: int) -> float:

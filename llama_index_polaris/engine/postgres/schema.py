@@ -292,7 +292,7 @@ def _recorded_tokenizer(conn: Any, bigrams: bool = True) -> Any:
     """The index's FTS5 tokenizer, as polaris_meta records it (the default when it does not);
     ``bigrams=False``: CJK runs read as written, as before migration 7."""
     from ..config import SETTINGS_BY_NAME
-    from ..tokenize import Tokenizer
+    from ..words.tokenize import Tokenizer
 
     row = conn.execute("SELECT value FROM polaris_meta WHERE key = 'fts_tokenizer'").fetchone()
     return Tokenizer(row[0] if row else SETTINGS_BY_NAME["fts_tokenizer"].default, bigrams)
@@ -315,8 +315,8 @@ def _cjk_bigrams(conn: Any, batch: int = 2_000) -> None:
     Only the chunks holding a CJK letter in their text or heading path, or a blob, get other terms: their postings and lengths are written again, the
     document frequencies and versions of the terms they touch follow, and ``fts_segmenter`` is
     recorded. Every other posting stays as it is, so English indexes keep their scores."""
-    from ..bigrams import SEGMENTER, has_cjk
-    from ..blobs import blob_spans
+    from ..words.bigrams import SEGMENTER, has_cjk
+    from ..words.blobs import blob_spans
     from .bm25 import copy_postings, postings_of
 
     tokenizer, touched, tokens = _recorded_tokenizer(conn), set(), 0

@@ -65,7 +65,7 @@ from ..storage import vectors as vectors_module
 from ..config import SETTINGS_BY_NAME
 from ..errors import ConfigError, DatabaseError, InputError
 from ..storage.records import ModelBinding
-from ..tokenize import Tokenizer
+from ..words.tokenize import Tokenizer
 from . import bm25 as bm25_module, schema
 from .connect import connect, is_lost, lost_error, shown
 from .documents import Documents

@@ -20,7 +20,7 @@ from typing import Any, Callable, Sequence
 
 from ..errors import InputError
 from . import literal
-from ..bigrams import is_cjk
+from ..words.bigrams import is_cjk
 from .terms import content_terms, stem
 
 ELLIPSIS = "\n[…]"

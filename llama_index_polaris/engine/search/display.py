@@ -13,7 +13,7 @@ from __future__ import annotations
 from html import escape
 from typing import Any, Iterable, Mapping
 
-from ..tokenize import DEFAULT_TOKENIZER
+from ..words.tokenize import DEFAULT_TOKENIZER
 from . import legend
 from .explain import brief_line
 from .highlight import Highlighter

@@ -21,10 +21,10 @@ from __future__ import annotations
 from html import escape as html_escape
 from typing import Callable, Iterable
 
-from ..bigrams import original_span, spaced_origin
+from ..words.bigrams import original_span, spaced_origin
 from ..sqlite_module import sqlite_module
 from ..text import nfc
-from ..tokenize import DEFAULT_TOKENIZER
+from ..words.tokenize import DEFAULT_TOKENIZER
 from . import literal
 from .terms import fts_query
 

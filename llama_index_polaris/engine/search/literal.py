@@ -12,7 +12,7 @@ from __future__ import annotations
 from itertools import pairwise
 from typing import Iterable, Iterator, Sequence
 
-from ..bigrams import is_cjk, spaced
+from ..words.bigrams import is_cjk, spaced
 from .terms import MAX_TERMS, STOP_WORDS
 
 MARKS = frozenset("_./\\:@#$=~^")

@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..blobs import readable
+from ..words.blobs import readable
 from .terms import stem, words
 
 # Fitted by ``benchmarks/match_strength.py fit`` on the train splits of vite and prettier (1,140

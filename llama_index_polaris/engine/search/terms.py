@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from ..bigrams import is_cjk, spaced
+from ..words.bigrams import is_cjk, spaced
 from ..text import nfc
 
 # A word: letters, digits and underscores, and the combining marks that follow them. Python's

@@ -27,7 +27,7 @@ import numpy as np
 from .connect import sqlite_module
 from .bm25 import HEADING_WEIGHT, TEXT_WEIGHT, bm25, bm25_sql, phrases_query, query_words
 from .postings import fts_tokenizer, varints, vocab
-from ..tokenize import Tokenizer
+from ..words.tokenize import Tokenizer
 from .bm25_postings import idf, phrase_scores, posting, top_hits
 from ..storage.scope import Scope
 from .store_cache import BATCH_ROWS, Changed, StoreCache

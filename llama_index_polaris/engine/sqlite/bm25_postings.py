@@ -30,7 +30,7 @@ from . import bm25 as fts
 from .bm25 import bm25_sql, phrases_query, query_words
 from ..storage.scope import Scope
 from . import postings as lists
-from ..tokenize import Tokenizer
+from ..words.tokenize import Tokenizer
 from ..storage.scoring import B, K1, idf, phrase_scores, top_hits  # noqa: F401
 
 

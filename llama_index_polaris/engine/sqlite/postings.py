@@ -9,7 +9,7 @@ length in tokens (``chunks_bm25_lengths``), both as FTS5 counts them.
 Upkeep: triggers on ``chunks`` note each chunk whose text changes in
 ``chunks_bm25_dirty`` (with the text that was counted, if any), and every Store write
 calls ``flush`` before COMMIT: it tokenizes those chunks with the index's own tokenizer
-(``engine/tokenize.py``) and edits the blocks they touch, in the same transaction, so a
+(``engine/words/tokenize.py``) and edits the blocks they touch, in the same transaction, so a
 crash keeps the file consistent. A term is counted from the write that takes it to
 ``COMMON_DF`` chunks (built then from FTS5's own vocabulary).
 """
@@ -23,7 +23,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from ..tokenize import Tokenizer
+from ..words.tokenize import Tokenizer
 
 COMMON_DF = 1_000  # a term in at least this many chunks gets a posting list in the file
 BLOCK = 4_096  # chunk ids per row: a write rewrites small rows, a query reads few

@@ -16,8 +16,8 @@ import posixpath
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ..bigrams import SEGMENTER, spaced
-from ..blobs import readable
+from ..words.bigrams import SEGMENTER, spaced
+from ..words.blobs import readable
 from ..errors import DatabaseError
 from ..storage.scope import CHUNKS_WITH_DOCUMENTS, MERGED_METADATA  # noqa: F401
 from ..storage.records import CHUNK_OWN_KEYS, DEFAULT_COLLECTION, STATUSES, file_document_id  # noqa: F401
@@ -327,7 +327,7 @@ def _migration_erase(conn: Any, fts_tokenizer: str) -> None:
     purge_fts(conn)
     if has_table(conn, "chunks_bm25_terms"):
         from . import postings
-        from ..tokenize import Tokenizer
+        from ..words.tokenize import Tokenizer
 
         postings.flush(conn, Tokenizer(postings.fts_tokenizer(conn)))  # old text noted by a raw write
         conn.execute("DELETE FROM chunks_bm25_terms WHERE term NOT IN (SELECT term FROM chunks_bm25)")

@@ -39,7 +39,7 @@ from ..storage.records import (  # noqa: F401  (the records are the contract's; 
 )
 from ..errors import ConfigError, DatabaseError, InputError
 from . import postings
-from ..tokenize import Tokenizer
+from ..words.tokenize import Tokenizer
 from .documents import Documents
 from .collections import Collections
 from .binding import Binding

@@ -16,7 +16,7 @@ from typing import Sequence
 
 from .bigrams import spaced
 from .blobs import readable
-from .search.terms import STOP_WORDS
+from ..search.terms import STOP_WORDS
 
 WORD = re.compile(r"\w+")
 DEFAULT_TOKENIZER = "porter unicode61 remove_diacritics 2"
@@ -38,7 +38,7 @@ class Tokenizer:
 
     def __init__(self, tokenizer: str, bigrams: bool = True) -> None:
         """``bigrams=False`` reads CJK runs as written, as indexes made before #36 did (their migrations)."""
-        from .sqlite_module import sqlite_module
+        from ..sqlite_module import sqlite_module
 
         self.tokenizer = tokenizer
         self._read = spaced if bigrams else _as_written
