@@ -167,7 +167,8 @@ def test_the_text_names_each_hit_with_its_explanation(session: McpSession) -> No
     first = result.structured_content["hits"][0]
     text = text_of(result)
     assert text.startswith(f"2 sections for {QUERIES[0]!r} (hybrid; each section's text up to 300 tokens):")
-    assert f"1. [1.000] {first['document']} › {first['heading_path']}" in text
+    match = f" match {first['strength']:.2f}" + ("" if first["good_match"] else " (weak)")
+    assert f"1. [1.000{match}] {first['document']} › {first['heading_path']}" in text
     assert first["explanation"].startswith("vector #") and first["explanation"] in text
     assert first["section_text"] in text
 
