@@ -81,6 +81,13 @@ RUNS: dict[str, Args] = {
     "run_all.py": lambda w: [str(w.eval), "--quality-only", "--quick"],
     "section_ablation.py": lambda w: [SET, "--variants", "chunk,dedup,section,section-pool1,no-lookup,alpha0.5"],
     "section_bm25.py": lambda w: [SET],
+    "section_text.py": lambda w: [SET, "--stitched"],
+    "junk_chunks.py": lambda w: [SET],
+    "bigram_bm25.py": lambda w: [SET],
+    "terms_unchanged.py run": lambda w: ["run", "smoke", SET],
+    "fusion_kinds.py collect": lambda w: ["collect", SET],
+    "fusion_kinds.py report": lambda w: ["report", SET],
+    "match_strength.py collect": lambda w: ["collect", SET],
 }
 # not run, and why (each must still exist: a renamed script fails test_every_benchmark_is_covered)
 SKIPPED: dict[str, str] = {
