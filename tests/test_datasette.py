@@ -441,9 +441,10 @@ async def test_search_page_has_a_json_twin_with_the_cli_hit_fields(ds: Datasette
     assert cli.returncode == 0, cli.stderr
     cli_hits = json.loads(cli.stdout)
     # the score uses the similarities themselves (score fusion), so it is compared like the explain figures
-    assert [{**h, "explain": None, "score": None} for h in data["hits"]] == [{**h, "explain": None, "score": None}
-                                                                             for h in cli_hits]
-    assert [h["score"] for h in data["hits"]] == pytest.approx([h["score"] for h in cli_hits], abs=1e-5)
+    floats = {"explain": None, "score": None, "strength": None, "cosine": None}  # compared with a tolerance
+    assert [{**h, **floats} for h in data["hits"]] == [{**h, **floats} for h in cli_hits]
+    for key in ("score", "strength", "cosine"):
+        assert [h.get(key) for h in data["hits"]] == pytest.approx([h.get(key) for h in cli_hits], abs=1e-5), key
     for ours, theirs in zip(data["hits"], cli_hits):  # a one-shot ONNX session may differ in the 7th digit
         assert ours["explain"].keys() == theirs["explain"].keys()
         for key, value in ours["explain"].items():
