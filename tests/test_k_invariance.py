@@ -253,7 +253,8 @@ def test_every_llamaindex_door_answers_the_same_head_at_every_k(project: Project
                                                       mode=mode))
                 lists[k] = list(zip(result.ids, [round(s, 6) for s in result.similarities]))
             assert_prefixes(lists)
-        retriever = {k: [(n.node.node_id, round(n.score, 6)) for n in
+        # node.score is the match strength; the engine's relative score rides in the metadata
+        retriever = {k: [(n.node.node_id, round(n.node.metadata["relative_score"], 6)) for n in
                          PolarisRetriever(vector_store=store, similarity_top_k=k).retrieve(query)] for k in ks}
         assert_prefixes(retriever)
         assert_same(retriever, engine_lists(project, query, ks))
