@@ -9,6 +9,8 @@ every script runs the code it measures). PostgreSQL scripts run against the sess
 
 from __future__ import annotations
 
+import logging
+import os
 import runpy
 import sys
 import time
@@ -101,6 +103,7 @@ SKIPPED: dict[str, str] = {
 def world(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> World:
     root = tmp_path_factory.mktemp("bench-world")
     env = build_world(root)
+    environ = dict(os.environ)  # restored at the end: some scripts setdefault thread variables
     mp = pytest.MonkeyPatch()
     for k, v in env.items():
         mp.setenv(k, v)
@@ -116,6 +119,8 @@ def world(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureReque
         if getattr(sys.modules[name], "__file__", "") and str(BENCH) in str(sys.modules[name].__file__):
             del sys.modules[name]
     mp.undo()
+    os.environ.clear()
+    os.environ.update(environ)
 
 
 def run_script(name: str, argv: list[str]) -> None:
@@ -123,12 +128,16 @@ def run_script(name: str, argv: list[str]) -> None:
     script = BENCH / name
     old = sys.argv
     sys.argv = [str(script), *argv]
+    levels = {n: lg.level for n, lg in logging.root.manager.loggerDict.items() if isinstance(lg, logging.Logger)}
     try:
         runpy.run_path(str(script), run_name="__main__")
     except SystemExit as stop:
         assert stop.code in (None, 0), f"{name} {' '.join(argv)} exited with {stop.code!r}"
     finally:
         sys.argv = old
+        for n, lg in logging.root.manager.loggerDict.items():  # a script may quiet a logger (readme_speed.py)
+            if isinstance(lg, logging.Logger):
+                lg.setLevel(levels.get(n, logging.NOTSET))
 
 
 @pytest.mark.parametrize("run", list(RUNS))

@@ -171,7 +171,7 @@ def _full_text_is_whole(target: str) -> None:
         s.conn.execute("INSERT INTO chunks_fts(chunks_fts) VALUES ('integrity-check')")
 
 
-N_INTERRUPT = EMBED_BATCH_CHUNKS + 172  # one-chunk files; it commits every EMBED_BATCH_CHUNKS: the run outlives its first commit
+N_INTERRUPT = 5 * EMBED_BATCH_CHUNKS  # one-chunk files; it commits every EMBED_BATCH_CHUNKS: the run outlives its first commit
 
 
 def _interrupt_and_resume(root: Path, sig: int, target: str) -> None:

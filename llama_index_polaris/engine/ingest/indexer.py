@@ -62,10 +62,11 @@ from ..storage.vectors import problem, valid_rows
 if TYPE_CHECKING:
     from ..chunk import ChunkedDocument
 
-# chunks gathered across documents before one embedding call: the embedder sorts them by length
-# into batches, so a deeper pool pads less (poetry + typer docs, 1,607 chunks, batch 8: 6.8% of
-# the tokens run are padding at 32, 2.5% at 128, 0.3% in one call; vectors within cosine 0.9999997)
-EMBED_BATCH_CHUNKS = 128
+# chunks gathered across documents before one embedding call. Each call commits its documents,
+# so this is also how far `polaris watch` and Ctrl-C lag behind; a deeper pool would pad less
+# (the embedder length-sorts each call: poetry + typer docs at batch 8, 6.8% of the tokens run
+# are padding at 32, 2.5% at 128), but holds the first documents back (#38, docs/benchmarks.md)
+EMBED_BATCH_CHUNKS = 32
 TEXT_BATCH = 64  # unchanged documents' texts stored in one write (an index made before texts were kept)
 
 
