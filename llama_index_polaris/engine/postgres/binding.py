@@ -6,7 +6,8 @@ import json
 from typing import Any
 
 from ..errors import ModelMismatchError
-from ..storage.records import UNKNOWN_MODEL, ChunkRecord, ModelBinding, mismatch_message, unknown_model_message
+from ..storage.records import (UNKNOWN_MODEL, ChunkRecord, ModelBinding, check_binding, recorded_binding,
+                               unknown_model_message)
 from . import schema
 from .rows import _chunk, CHUNK_COLUMNS, _retried
 
@@ -29,24 +30,14 @@ class Binding:
         if self._model is not None:
             return self._model
         meta = self.meta
-        if "model_id" not in meta:
-            return None
-        recorded = ModelBinding(meta["model_id"], int(meta["embedding_dim"]), meta.get("model_fingerprint", ""),
-                                meta.get("doc_prefix", ""), meta.get("query_prefix", ""))
-        proven = self._proven
-        if recorded.model_id == UNKNOWN_MODEL and proven is not None and proven.dim == recorded.dim:
-            return proven
-        if recorded.model_id != UNKNOWN_MODEL:
+        recorded = recorded_binding(meta, self._proven)
+        if recorded is not None and meta["model_id"] != UNKNOWN_MODEL:
             self._model = recorded
         return recorded
 
     def check_model(self, wanted: ModelBinding) -> None:
         """Raise ModelMismatchError when ``wanted`` differs from the recorded model."""
-        recorded = self.model
-        if recorded is not None:
-            message = mismatch_message(recorded, wanted, self.path)
-            if message:
-                raise ModelMismatchError(message)
+        check_binding(self.model, wanted, self.path)
 
     def _set_meta(self, conn: Any, **values: Any) -> None:
         with conn.cursor() as cur:

@@ -22,9 +22,8 @@ from html import escape as html_escape
 from typing import Callable, Iterable
 
 from ..words.bigrams import original_span, spaced_origin
-from ..sqlite_module import sqlite_module
 from ..text import nfc
-from ..words.tokenize import DEFAULT_TOKENIZER
+from ..words.tokenize import DEFAULT_TOKENIZER, private_fts
 from . import literal
 from .terms import fts_query
 
@@ -88,10 +87,9 @@ class Highlighter:
             return {}
         opening, closing = free[0], free[1]
         read = [spaced_origin(t) for t in texts]
-        conn = sqlite_module().connect(":memory:")
+        conn = None
         try:
-            tokenize = self.tokenizer.replace("'", "''")
-            conn.execute(f"CREATE VIRTUAL TABLE t USING fts5(text, tokenize='{tokenize}')")
+            conn = private_fts(self.tokenizer, "t", "text")
             conn.executemany("INSERT INTO t (rowid, text) VALUES (?, ?)", [(i, r[0]) for i, r in enumerate(read)])
             rows = conn.execute(
                 "SELECT rowid, highlight(t, 0, ?, ?) FROM t WHERE t MATCH ?", (opening, closing, self.match)
@@ -99,7 +97,8 @@ class Highlighter:
         except Exception:  # as in the BM25 stage: a full-text error marks nothing, never fails a page
             return {}
         finally:
-            conn.close()
+            if conn is not None:
+                conn.close()
         return {rowid: _joined([original_span(read[rowid][1], s, e) for s, e in _marked_spans(marked, opening, closing)])
                 for rowid, marked in rows}
 

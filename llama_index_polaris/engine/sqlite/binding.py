@@ -7,7 +7,8 @@ from typing import Any
 
 from .. import sqlite as db
 from .schema import get_meta, set_meta, transaction
-from ..storage.records import UNKNOWN_MODEL, ChunkRecord, ModelBinding, mismatch_message, unknown_model_message
+from ..storage.records import (UNKNOWN_MODEL, ChunkRecord, ModelBinding, check_binding, recorded_binding,
+                               unknown_model_message)
 from ..errors import DatabaseError, ModelMismatchError
 from .rows import _chunk_from_row, OWN_CHUNK_COLUMNS
 
@@ -25,28 +26,11 @@ class Binding:
     @property
     def model(self) -> ModelBinding | None:
         """The model this index was built with, or None before the first write."""
-        meta = self.meta
-        if "model_id" not in meta:
-            return None
-        recorded = ModelBinding(
-            model_id=meta["model_id"],
-            dim=int(meta["embedding_dim"]),
-            fingerprint=meta.get("model_fingerprint", ""),
-            doc_prefix=meta.get("doc_prefix", ""),
-            query_prefix=meta.get("query_prefix", ""),
-        )
-        proven = self._proven
-        if recorded.model_id == UNKNOWN_MODEL and proven is not None and proven.dim == recorded.dim:
-            return proven
-        return recorded
+        return recorded_binding(self.meta, self._proven)
 
     def check_model(self, wanted: ModelBinding) -> None:
         """Raise ModelMismatchError when ``wanted`` differs from the recorded model."""
-        recorded = self.model
-        if recorded is not None:
-            message = mismatch_message(recorded, wanted, self.path)
-            if message:
-                raise ModelMismatchError(message)
+        check_binding(self.model, wanted, self.path)
 
     def bind_model(self, wanted: ModelBinding, **settings: Any) -> None:
         """Record ``wanted`` (and chunker ``settings``) on first use; refuse a different one."""

@@ -16,7 +16,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..errors import InputError, NodeIdError
+from ..errors import InputError, ModelMismatchError, NodeIdError
 from ..text import is_valid, nfc, storable, storable_value
 
 DEFAULT_COLLECTION = "default"  # where a document goes when no collection is named
@@ -106,6 +106,26 @@ class ModelBinding:
     fingerprint: str = ""
     doc_prefix: str = ""
     query_prefix: str = ""
+
+
+def recorded_binding(meta: dict[str, str], proven: ModelBinding | None) -> ModelBinding | None:
+    """The model binding an index's ``polaris_meta`` records (None before the first write); a
+    binding naming no model is the ``proven`` one when that has its size (its vectors were proven)."""
+    if "model_id" not in meta:
+        return None
+    recorded = ModelBinding(meta["model_id"], int(meta["embedding_dim"]), meta.get("model_fingerprint", ""),
+                            meta.get("doc_prefix", ""), meta.get("query_prefix", ""))
+    if recorded.model_id == UNKNOWN_MODEL and proven is not None and proven.dim == recorded.dim:
+        return proven
+    return recorded
+
+
+def check_binding(recorded: ModelBinding | None, wanted: ModelBinding, path: str) -> None:
+    """Raise ModelMismatchError when ``wanted`` cannot use an index bound to ``recorded``."""
+    if recorded is not None:
+        message = mismatch_message(recorded, wanted, path)
+        if message:
+            raise ModelMismatchError(message)
 
 
 def mismatch_message(recorded: ModelBinding, wanted: ModelBinding, path: str) -> str | None:

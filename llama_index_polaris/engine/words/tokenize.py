@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from typing import Sequence
+from typing import Any, Sequence
 
 from .bigrams import spaced
 from .blobs import readable
@@ -31,6 +31,17 @@ def _index_text(text: str) -> str:
     return spaced(readable(text))
 
 
+def private_fts(tokenizer: str, table: str, columns: str, **connect: Any) -> Any:
+    """A private in-memory SQLite connection holding one FTS5 table ``table(columns)`` with the
+    index's ``tokenizer`` (quoted here): where both backends run FTS5's own tokenizer."""
+    from ..sqlite_module import sqlite_module
+
+    conn = sqlite_module().connect(":memory:", **connect)
+    quoted = tokenizer.replace("'", "''")
+    conn.execute(f"CREATE VIRTUAL TABLE {table} USING fts5({columns}, tokenize='{quoted}')")
+    return conn
+
+
 class Tokenizer:
     """Terms as the index's FTS5 tokenizer makes them (stemmed, folded), in a private
     in-memory database: writing a temp table on the store's own connection would count as
@@ -38,14 +49,10 @@ class Tokenizer:
 
     def __init__(self, tokenizer: str, bigrams: bool = True) -> None:
         """``bigrams=False`` reads CJK runs as written, as indexes made before #36 did (their migrations)."""
-        from ..sqlite_module import sqlite_module
-
         self.tokenizer = tokenizer
         self._read = spaced if bigrams else _as_written
         self._read_text = _index_text if bigrams else _as_written
-        quoted = tokenizer.replace("'", "''")
-        self.conn = sqlite_module().connect(":memory:", check_same_thread=False)
-        self.conn.execute(f"CREATE VIRTUAL TABLE words USING fts5(text, heading_path, tokenize='{quoted}')")
+        self.conn = private_fts(tokenizer, "words", "text, heading_path", check_same_thread=False)
         self.conn.execute("CREATE VIRTUAL TABLE words_terms USING fts5vocab(words, instance)")
         self._stop: frozenset[str] | None = None
         self.sightings: Counter[str] = Counter()  # how often this process wrote each uncounted term
