@@ -205,6 +205,50 @@ async def test_the_page_marks_every_occurrence(project: dict, tmp_path: Path) ->
     assert pages[0] == pages[1]
 
 
+def test_the_vector_store_answers_a_keyword_query_as_the_engine_on_both(project: dict) -> None:
+    """PolarisVectorStore in TEXT_SEARCH and HYBRID modes finds the CJK word's sections as the
+    engine ranks them, on both backends, and more hits leave the first ones where they were."""
+    from llama_index.core.vector_stores.types import VectorStoreQuery, VectorStoreQueryMode
+
+    embed = PolarisEmbedding(model_id=MODEL)
+    vector = embed.get_query_embedding(WORD)
+    got: dict[str, Any] = {}
+    for backend in BACKENDS:
+        cfg = load_config(project["root"], use_user_config=False)
+        with PolarisIndex(project[backend], config=cfg) as index:
+            engine = {m: [h.node_id for h in index.search(WORD, top_k=3, mode=m)] for m in ("bm25", "hybrid")}
+        store = PolarisVectorStore(db_path=project[backend], embed_model=embed, config=cfg)
+        try:
+            door = {}
+            for name, mode in (("bm25", VectorStoreQueryMode.TEXT_SEARCH), ("hybrid", VectorStoreQueryMode.HYBRID)):
+                lists = [store.query(VectorStoreQuery(query_embedding=vector, query_str=WORD, similarity_top_k=k,
+                                                      mode=mode)).ids for k in (3, 6)]
+                assert lists[1][:3] == lists[0], (backend, name)
+                door[name] = lists[0]
+        finally:
+            store.close()
+        assert door == engine, backend
+        got[backend] = door
+    assert got["postgres"] == got["sqlite"]
+
+
+async def test_the_datasette_json_and_sql_function_answer_as_the_engine(project: dict) -> None:
+    """The explorer's JSON twin and ``polaris_search()`` find the CJK word as the engine does."""
+    from datasette.app import Datasette
+
+    db = project["sqlite"]
+    name = Path(db).stem
+    with PolarisIndex(db, config=load_config(project["root"], use_user_config=False)) as index:
+        engine = [h.heading_path for h in index.search(WORD, top_k=5, mode="bm25")]
+    ds = Datasette([db])
+    twin = (await ds.client.get(f"/{name}/-/polaris.json", params={"q": WORD, "mode": "bm25", "k": "5"})).json()
+    assert [h["heading_path"] for h in twin["hits"]] == engine
+    sql = "select json_extract(value, '$.heading_path') as heading from json_each(polaris_search(:q, 5, :opts))"
+    rows = (await ds.client.get(f"/{name}.json", params={"sql": sql, "q": WORD, "opts": json.dumps({"mode": "bm25"}),
+                                                          "_shape": "array"})).json()
+    assert [r["heading"] for r in rows] == engine and len(engine) == len(sections_holding(db, WORD))
+
+
 # -- index-time terms are query-time terms, on both backends ----------------------------------
 LATIN = "abcxyzABC019_-. ,:/()'é"
 CJK = "缓存生命周期组件插槽的をはコンポーネントー使う데이터가"
