@@ -98,7 +98,7 @@ def timed(fn: Any) -> tuple[float, float, Any]:
 
 def run(docs: Sequence[Path], rounds: int, profile: Path | None, groups_of: Sequence[int] = ()) -> dict[str, Any]:
     """``groups_of``: also index with these ``EMBED_BATCH_CHUNKS`` (side ``index@N``), same rounds."""
-    from llama_index_polaris.engine import indexer as indexer_module
+    from llama_index_polaris.engine.ingest import indexer as indexer_module
 
     engine_group = indexer_module.EMBED_BATCH_CHUNKS
     cfg = load_config(use_user_config=False, model_id=MODEL)
