@@ -18,12 +18,13 @@ question, and nDCG@10.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import re
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -48,10 +49,17 @@ def hashed_vectors(texts: list[str], dim: int) -> np.ndarray:
     return out
 
 
-def patch_embedder() -> None:
+@contextlib.contextmanager
+def hashed_embedder() -> Iterator[None]:
+    """The engine's Embedder answers with ``hashed_vectors`` inside, and with the model again after."""
     from llama_index_polaris.engine.embed.embedder import Embedder
 
+    real = Embedder.__dict__["_embed"]
     Embedder._embed = lambda self, texts, prefix: hashed_vectors(list(texts), self.dim)  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        Embedder._embed = real  # type: ignore[method-assign]
 
 
 def run_set(name: str, label: str) -> dict[str, Any]:
@@ -133,10 +141,10 @@ def main() -> int:
             print(f"{args.name} {args.label} {args.mode} {split}: nDCG@10 {m['all']['ndcg@10']:.4f} (n {m['all']['n']})"
                   + "".join(f", {kind} {m[kind]['ndcg@10']:.4f}" for kind in ("paraphrase", "identifier", "mixed") if kind in m))
         return 0
-    patch_embedder()
-    results = {name: run_set(name, args.label) for name in args.names}
-    if args.scifact:
-        results["scifact"] = run_scifact(args.scifact, args.label)
+    with hashed_embedder():
+        results = {name: run_set(name, args.label) for name in args.names}
+        if args.scifact:
+            results["scifact"] = run_scifact(args.scifact, args.label)
     path = out_dir() / "terms" / f"{args.label}.json"
     path.write_text(json.dumps(results, ensure_ascii=False))
     print(f"wrote {path}")

@@ -9,8 +9,10 @@ every script runs the code it measures). PostgreSQL scripts run against the sess
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
+import pkgutil
 import runpy
 import sys
 import time
@@ -110,6 +112,11 @@ def world(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureReque
     mp.chdir(REPO)
     mp.syspath_prepend(str(BENCH))
     before = set(sys.modules)
+    import llama_index_polaris  # all of it, once, for run_script's check (and outside any capfd:
+    # a module imported under capfd keeps its sys.stderr, closed after that test, e.g. mcp's errlog default)
+
+    for info in pkgutil.walk_packages(llama_index_polaris.__path__, "llama_index_polaris."):
+        importlib.import_module(info.name)
 
     def pg() -> str:
         return new_database(request.getfixturevalue("pg_server"), "bench")
@@ -123,12 +130,31 @@ def world(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureReque
     os.environ.update(environ)
 
 
+def engine_state() -> dict[tuple[str, str], int]:
+    """id() of every module- and class-level attribute of the engine's loaded modules (the world
+    imports them all); an attribute still None is left out (a lazily filled cache)."""
+    state = {}
+    for name, module in list(sys.modules.items()):
+        if not name.startswith("llama_index_polaris"):
+            continue
+        for attr, value in list(vars(module).items()):
+            if value is None:
+                continue
+            state[(name, attr)] = id(value)
+            if isinstance(value, type) and value.__module__ == name:
+                for member, inner in list(vars(value).items()):
+                    state[(f"{name}.{attr}", member)] = id(inner)
+    return state
+
+
 def run_script(name: str, argv: list[str]) -> None:
-    """``python benchmarks/<name> argv...`` in this process; fails on a non-zero exit."""
+    """``python benchmarks/<name> argv...`` in this process; fails on a non-zero exit, or if the script
+    leaves a function or constant of the engine replaced (every later test would run on it)."""
     script = BENCH / name
     old = sys.argv
     sys.argv = [str(script), *argv]
     levels = {n: lg.level for n, lg in logging.root.manager.loggerDict.items() if isinstance(lg, logging.Logger)}
+    before = engine_state()
     try:
         runpy.run_path(str(script), run_name="__main__")
     except SystemExit as stop:
@@ -138,6 +164,10 @@ def run_script(name: str, argv: list[str]) -> None:
         for n, lg in logging.root.manager.loggerDict.items():  # a script may quiet a logger (readme_speed.py)
             if isinstance(lg, logging.Logger):
                 lg.setLevel(levels.get(n, logging.NOTSET))
+    after = engine_state()
+    changed = sorted(f"{owner}.{attr}" for owner_attr, ident in before.items()
+                     if after.get(owner_attr, ident) != ident for owner, attr in [owner_attr])
+    assert not changed, f"{name} left these replaced: {changed}"
 
 
 @pytest.mark.parametrize("run", list(RUNS))
