@@ -130,7 +130,9 @@ def test_every_door_answers_the_same_with_the_stage_on(project: dict) -> None:
 
     root, target = project["root"], project["target"]
     with PolarisIndex(target, config=cfg(root), readonly=True) as index:
-        engine = [(h.node_id, round(h.score, 6)) for h in index.search(QUERY, top_k=8)]
+        found = index.search(QUERY, top_k=8)
+        engine = [(h.node_id, round(h.score, 6)) for h in found]
+        strengths = [(h.node_id, round(h.strength, 6)) for h in found]  # what a LlamaIndex node's score is
         heads = {k: [h.node_id for h in index.search(QUERY, top_k=k)] for k in (1, 3, 8, 25)}
     assert all(heads[k] == heads[25][:k] for k in heads)  # the head does not move with k
     run = polaris(root, "search", QUERY, "-k", "8", "--json", "--explain")
@@ -145,7 +147,9 @@ def test_every_door_answers_the_same_with_the_stage_on(project: dict) -> None:
         retriever = PolarisRetriever(vector_store=store, embed_model=embed, similarity_top_k=8)
         as_retriever = VectorStoreIndex.from_vector_store(store, embed_model=embed).as_retriever(similarity_top_k=8)
         for door in (retriever, as_retriever):
-            assert [(n.node_id, round(n.score, 6)) for n in door.retrieve(QUERY)] == engine
+            got = door.retrieve(QUERY)
+            assert [(n.node_id, round(n.score, 6)) for n in got] == strengths
+            assert [(n.node_id, round(n.node.metadata["relative_score"], 6)) for n in got] == engine
     finally:
         store.close()
     mcp = McpSession(stdio(root))

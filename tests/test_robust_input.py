@@ -186,8 +186,8 @@ def test_a_long_heading_adds_a_bounded_heading_path_to_each_chunk(tmp_path, db, 
         with index.store.read() as conn:
             stored = conn.execute("SELECT sum(length(heading_path)) FROM chunks").fetchone()[0]
             assert stored <= len(chunks) * HEADING_CHARS  # 360 KB before
-            if is_file(db):  # the file's full-text index keeps its own copy of the heading path
-                fts = conn.execute("SELECT max(length(heading_path)) FROM chunks_fts").fetchone()[0]
+            if is_file(db):  # what the file's full-text index reads of the heading path
+                fts = conn.execute("SELECT max(length(fts_heading_path)) FROM chunks_fts").fetchone()[0]
                 assert fts <= HEADING_CHARS
         assert all(len(c.metadata["heading_path"]) <= HEADING_CHARS for c in chunks)
         assert top_document(index, "w1999", mode="bm25") == "h.md"  # the heading line itself is whole in the text

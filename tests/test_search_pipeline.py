@@ -57,8 +57,9 @@ def test_hybrid_explanations_are_the_scores(store):
         ex = h.explain
         assert ex.score == h.score
         assert ex.vector_rank is not None or ex.bm25_rank is not None
-        rrf_v = 1 / (cfg.rrf_k + ex.vector_rank) if ex.vector_rank else None
-        rrf_b = 1 / (cfg.rrf_k + ex.bm25_rank) if ex.bm25_rank else None
+        w_v, w_b = ex.fusion["vector_weight"], ex.fusion["bm25_weight"]  # this question's weights (question.plan)
+        rrf_v = w_v / (cfg.rrf_k + ex.vector_rank) if ex.vector_rank else None
+        rrf_b = w_b / (cfg.rrf_k + ex.bm25_rank) if ex.bm25_rank else None
         assert ex.rrf_vector == pytest.approx(rrf_v) and ex.rrf_bm25 == pytest.approx(rrf_b)
         assert ex.rrf == pytest.approx((rrf_v or 0) + (rrf_b or 0))
         if ex.vector_distance is not None:  # the KNN's cosine distance to the stored vector
@@ -73,13 +74,16 @@ def test_hybrid_explanations_are_the_scores(store):
 
 
 def test_heading_boost_shows_in_the_explanation(store):
-    cfg = config(heading_boost=0.05)
+    cfg = config(heading_boost=0.05, fusion_by_question=False)  # the configured boost (the plan's aside)
     hits = {h.node_id: h for h in Searcher(store, embed, cfg).search("cookies monitoring", top_k=7)}
     assert hits["auth#1"].explain.boost == pytest.approx(0.05 * 0.5)  # terms 'cooky', 'monitor': one of two matches
     assert hits["ops#1"].explain.boost == pytest.approx(0.05 * 0.5)
     assert hits["cfg#0"].explain.boost == 0.0
-    off = {h.node_id: h for h in Searcher(store, embed, config(heading_boost=0.0)).search("cookies monitoring", top_k=7)}
+    off = {h.node_id: h for h in Searcher(store, embed, cfg.replace(heading_boost=0.0)).search("cookies monitoring", top_k=7)}
     assert all(h.explain.boost == 0.0 for h in off.values())
+    planned = {h.node_id: h for h in Searcher(store, embed, config()).search("cookies monitoring", top_k=7)}
+    boost = planned["auth#1"].explain.fusion["heading_boost"]  # by question: the plan's boost
+    assert planned["auth#1"].explain.boost == pytest.approx(boost * 0.5) and planned["cfg#0"].explain.boost == 0.0
 
 
 def test_lambda_one_ranks_by_fused_relevance(store):

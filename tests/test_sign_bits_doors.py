@@ -168,11 +168,12 @@ def test_every_llamaindex_door_answers_the_engine(project: Project, real) -> Non
             assert_prefixes(lists)
             if mode in (VectorStoreQueryMode.DEFAULT, VectorStoreQueryMode.HYBRID):
                 assert {k: [i for i, _ in v] for k, v in lists.items()} == {k: [n for n, _ in v] for k, v in expected.items()}
-        retriever = {k: [(n.node.node_id, round(n.score, 6)) for n in
+        # node.score is the match strength (docs/llamaindex.md); the engine's relative score is in the metadata
+        retriever = {k: [(n.node.node_id, round(n.node.metadata["relative_score"], 6)) for n in
                          PolarisRetriever(vector_store=store, similarity_top_k=k).retrieve(query)] for k in KS}
         assert_same(retriever, expected)
         index = VectorStoreIndex.from_vector_store(store, embed_model=embed)
-        as_retriever = {k: [(n.node.node_id, round(n.score, 6)) for n in
+        as_retriever = {k: [(n.node.node_id, round(n.node.metadata["relative_score"], 6)) for n in
                             index.as_retriever(similarity_top_k=k).retrieve(query)] for k in KS}
         assert_same(as_retriever, expected)
     store.close()

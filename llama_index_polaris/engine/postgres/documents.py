@@ -201,7 +201,7 @@ class Documents:
     def delete_nodes(self, node_ids: Iterable[str]) -> int:
         """Remove chunks by node id; returns how many were removed."""
         with self._write() as conn:
-            return self._drop_chunks(conn, "node_id = ANY(%s)", ([storable(n) for n in node_ids],))
+            return self._drop_nodes(conn, "node_id = ANY(%s)", ([storable(n) for n in node_ids],))
 
     def delete_chunks(self, *, node_ids: Sequence[str] | None = None, filters: Filter | None = None,
                       collection: str | None = None) -> int:
@@ -210,8 +210,15 @@ class Documents:
             raise InputError("delete_chunks needs node_ids or filters; use clear() to remove everything.")
         where, args = _chunk_where(node_ids, None, None, filters, collection)
         with self._write() as conn:
-            return self._drop_chunks(
+            return self._drop_nodes(
                 conn, f"id IN (SELECT c.id FROM chunks c JOIN documents d ON d.id = c.document_id {where})", args)
+
+    def _drop_nodes(self, conn: Any, where: str, args: tuple) -> int:
+        """``_drop_chunks`` for some of a document's chunks: its stored text then holds what was
+        removed, so it goes too (its sections are read from the chunks left)."""
+        conn.execute(f"DELETE FROM document_texts WHERE document_id IN (SELECT document_id FROM chunks WHERE {where})",
+                     args)
+        return self._drop_chunks(conn, where, args)
 
     def clear(self) -> None:
         """Remove every document and chunk; the model binding stays."""

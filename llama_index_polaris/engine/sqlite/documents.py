@@ -222,10 +222,7 @@ class Documents:
     def delete_nodes(self, node_ids: Iterable[str]) -> int:
         """Remove chunks by node id; returns how many were removed."""
         with self._write():
-            cur = self.conn.execute(
-                "DELETE FROM chunks WHERE node_id IN (SELECT value FROM json_each(?))", (_keys(node_ids),)
-            )
-            return cur.rowcount
+            return self._drop_nodes("node_id IN (SELECT value FROM json_each(?))", (_keys(node_ids),))
 
     def delete_chunks(
         self, *, node_ids: Sequence[str] | None = None, filters: Filter | None = None, collection: str | None = None
@@ -235,9 +232,14 @@ class Documents:
             raise InputError("delete_chunks needs node_ids or filters; use clear() to remove everything.")
         where, args = _chunk_where(node_ids, None, None, filters, collection)
         with self._write():
-            return self.conn.execute(
-                f"DELETE FROM chunks WHERE id IN (SELECT c.id FROM {CHUNKS_WITH_DOCUMENTS} {where})", args
-            ).rowcount
+            return self._drop_nodes(f"id IN (SELECT c.id FROM {CHUNKS_WITH_DOCUMENTS} {where})", args)
+
+    def _drop_nodes(self, where: str, args: tuple) -> int:
+        """Delete the chunks ``where`` says, and the stored text of their documents: it holds what
+        was removed (the documents' sections are read from the chunks left)."""
+        self.conn.execute(f"DELETE FROM document_texts WHERE document_id IN (SELECT document_id FROM chunks WHERE {where})",
+                          args)
+        return self.conn.execute(f"DELETE FROM chunks WHERE {where}", args).rowcount
 
     def clear(self) -> None:
         """Remove every document and chunk; the model binding stays."""

@@ -225,7 +225,7 @@ ALTER TABLE chunks ADD COLUMN cjk_text TEXT;
 ALTER TABLE chunks ADD COLUMN cjk_heading TEXT;
 ALTER TABLE chunks ADD COLUMN fts_text TEXT GENERATED ALWAYS AS (coalesce(cjk_text, text)) VIRTUAL;
 ALTER TABLE chunks ADD COLUMN fts_heading_path TEXT GENERATED ALWAYS AS (coalesce(cjk_heading, heading_path)) VIRTUAL;
-CREATE TRIGGER chunks_cjk_stale BEFORE UPDATE OF text, heading_path ON chunks
+CREATE TRIGGER IF NOT EXISTS chunks_cjk_stale BEFORE UPDATE OF text, heading_path ON chunks
 WHEN (old.cjk_text IS NOT NULL AND new.cjk_text IS old.cjk_text AND new.text IS NOT old.text)
   OR (old.cjk_heading IS NOT NULL AND new.cjk_heading IS old.cjk_heading AND new.heading_path IS NOT old.heading_path)
 BEGIN
@@ -256,8 +256,11 @@ def _migration_cjk_bigrams(conn: Any, fts_tokenizer: str) -> None:
     """Chinese, Japanese and Korean runs as character bigrams (#36), and blobs not words (#37):
     ``chunks.cjk_text`` and ``cjk_heading`` filled for the chunks that hold CJK letters or blobs, chunks_fts declared again over
     the generated ``fts_text``/``fts_heading_path`` and rebuilt from them in place (no re-index,
-    no embedding), the posting lists rebuilt from it, and ``fts_segmenter`` recorded."""
-    _script(conn, CJK_SQL)
+    no embedding), the posting lists rebuilt from it, and ``fts_segmenter`` recorded. A column
+    that is there already is kept (a file whose version was set back runs it again)."""
+    have = {row[1] for row in conn.execute("PRAGMA table_xinfo(chunks)")}
+    _script(conn, "\n".join(line for line in CJK_SQL.strip().splitlines()
+                            if not (line.startswith("ALTER TABLE chunks ADD COLUMN ") and line.split()[5] in have)))
     rows = conn.execute("SELECT id, text, heading_path FROM chunks").fetchall()
     filled = [(*columns, cid) for cid, text, heading in rows
               if (columns := cjk_columns(text, heading)) != (None, None)]
@@ -452,7 +455,7 @@ def _migration_4(conn: Any, fts_tokenizer: str) -> None:
 # document indexed before this migration simply has no row (its sections are rebuilt from its
 # chunks and say so, until the next `polaris index` stores its text: ``Indexer``).
 DOCUMENT_TEXTS_SQL = """
-CREATE TABLE document_texts (
+CREATE TABLE IF NOT EXISTS document_texts (
     document_id TEXT PRIMARY KEY REFERENCES documents (id) ON DELETE CASCADE ON UPDATE CASCADE,
     text        TEXT NOT NULL
 );
