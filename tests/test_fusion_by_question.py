@@ -25,6 +25,7 @@ from llama_index_polaris.engine.search.rank import Candidate, RankParams, rank
 MODEL = "all-minilm-l6-v2"
 IDENTIFIER = "no_args_is_help"
 SENTENCE = "why does my program keep running in the background after the script has ended"
+CHINESE = "后台任务为什么还在运行"  # the bundled model knows none of these characters
 
 
 def test_the_kind_is_read_from_the_text() -> None:
@@ -53,6 +54,33 @@ def test_the_plan_is_monotone_and_bounded(kind: str, words: int, agree: float, m
     b = plan(Question(kind, words + more), agree * less_agree)
     assert 0.0 < a.vector < 1.0 and 0.0 <= a.score_vector <= 1.0 and a.heading_boost >= 0
     assert b.vector >= a.vector - 1e-12
+
+
+@settings(max_examples=60, deadline=None)
+@given(kind=st.sampled_from(question.KINDS), words=st.integers(0, 40), agree=st.floats(0, 1),
+       known=st.floats(0, 1), less=st.floats(0, 1))
+def test_a_query_the_model_cannot_read_leans_on_bm25(kind: str, words: int, agree: float, known: float,
+                                                    less: float) -> None:
+    """The less of a query's tokens the model knows, the less its vector list weighs; a query it
+    reads whole keeps the weights it had, one it reads nothing of ranks every keyword hit first."""
+    whole, part, less_known = (plan(Question(kind, words, k), agree) for k in (1.0, known, known * less))
+    off = plan(Question(kind, words, known), agree, replace(question.RULE, known_floor=None))
+    assert (whole.vector, whole.score_vector, whole.why) == (off.vector, off.score_vector, off.why)
+    assert less_known.vector <= part.vector + 1e-12 <= whole.vector + 2e-12
+    assert less_known.score_vector <= part.score_vector + 1e-12
+    none = plan(Question(kind, words, 0.0), agree)
+    assert none.vector == question.RULE.known_min and none.score_vector == 0.0 and "knows 0%" in none.why
+    assert 0.0 <= part.vector < 1.0 and part.as_dict()["model_knows"] == round(known, 3)
+
+
+def test_the_bundled_model_knows_english_and_not_chinese() -> None:
+    from llama_index_polaris.engine.embed import load_embedder
+
+    model = load_embedder(MODEL)
+    assert model.known_share(SENTENCE) == 1.0 and model.known_share(IDENTIFIER) == 1.0
+    assert model.known_share(CHINESE) < question.RULE.known_floor  # one of its eleven characters
+    assert 0.0 < model.known_share("useEffect 的依赖数组") < 1.0  # the identifier is read, the Chinese is not
+    assert model.known_share("") == 1.0
 
 
 def test_agreement_counts_the_shared_head() -> None:
@@ -117,6 +145,10 @@ Install the package, write a script with a command and run it from the terminal.
 ## Help text
 
 Every command prints its help when it is called with --help.
+
+## 后台任务
+
+后台任务在脚本结束后仍然运行，直到完成或被停止。可以发送信号停止后台任务。
 """
 
 
@@ -142,7 +174,7 @@ async def test_every_door_gives_the_same_hits_and_the_same_weights(project: Docs
 
     cfg = load_config(project.root, use_user_config=False)
     plans = {}
-    for query in (IDENTIFIER, SENTENCE):
+    for query in (IDENTIFIER, SENTENCE, CHINESE):
         with PolarisIndex(project.db, config=cfg, readonly=True) as index:
             engine = _seen([h.to_dict() for h in index.search(query, top_k=3)])
         plans[query] = json.loads(engine[0][2])
@@ -187,6 +219,8 @@ async def test_every_door_gives_the_same_hits_and_the_same_weights(project: Docs
             assert _seen(json.loads(sql.json()[0]["v"])) == engine
     assert plans[IDENTIFIER]["kind"] == "identifier" and plans[SENTENCE]["kind"] == "words"
     assert plans[IDENTIFIER]["vector_weight"] < plans[SENTENCE]["vector_weight"]
+    assert plans[CHINESE]["model_knows"] < question.RULE.known_floor and plans[CHINESE]["vector_weight"] == question.RULE.known_min
+    assert plans[SENTENCE]["model_knows"] == 1.0
 
 
 def test_without_the_rule_every_question_gets_the_fixed_weights(project: DocsProject) -> None:

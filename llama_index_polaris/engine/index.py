@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from .config import PolarisConfig, load_config
-from .errors import DatabaseError, InputError
+from .errors import DatabaseError, InputError, ModelError
 from .backends import bm25_cache_type, open_store, schema_versions, vector_cache_type
 from .storage import is_server_uri, shown_target
 from .storage.records import UNKNOWN_MODEL, ModelBinding
@@ -186,7 +186,17 @@ class PolarisIndex:
         return Searcher(
             self.store, embed, self.config, self.vector_cache, self.bm25_cache,
             count_tokens=lambda t: self.embedder.count_tokens(t),
+            known_share=self.known_share,
         )
+
+    def known_share(self, query: str) -> float:
+        """Share of ``query``'s tokens this index's model knows (``Embedder.known_share``), read
+        from its tokenizer alone; 1.0 (unmeasured) when the model's files are not on this
+        machine (a door that brings its own query vectors still ranks)."""
+        try:
+            return self.embedder.known_share(query)
+        except ModelError:
+            return 1.0
 
     @property
     def vector_cache(self) -> Any:

@@ -87,6 +87,11 @@ class Embedder:
         """Tokens in ``text`` by the model's tokenizer: no special tokens, no prefix, no truncation."""
         return self.token_counter(text)
 
+    def known_share(self, text: str) -> float:
+        """Share of ``text``'s tokens the model knows (``Tokenizers.known_share``): how much of a
+        query its vector can carry (the bundled MiniLM knows 244 Chinese characters)."""
+        return self._tokenizers_loaded().known_share(nfc(text))
+
     @functools.cached_property
     def token_counter(self) -> "TokenCounter":
         """The model's tokenizer as a chunk budget (batched, with a per-word cache)."""

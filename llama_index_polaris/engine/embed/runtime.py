@@ -38,6 +38,25 @@ class Tokenizers:
         counter.no_truncation()
         return counter
 
+    @functools.cached_property
+    def unknown_id(self) -> int | None:
+        """The id of the model's unknown token (``[UNK]``), None when its vocabulary has none."""
+        import json
+
+        model = json.loads(self.source).get("model") or {}
+        if isinstance(model.get("unk_id"), int):  # Unigram (SentencePiece) models
+            return model["unk_id"]
+        token = model.get("unk_token")
+        return self.counter.token_to_id(token) if isinstance(token, str) else None
+
+    def known_share(self, text: str) -> float:
+        """Share of ``text``'s tokens that the model's vocabulary holds (1.0 for no tokens): the
+        rest reach the model as its unknown token, so they carry no meaning into the vector."""
+        ids = self.counter.encode(text, add_special_tokens=False).ids
+        if not ids or self.unknown_id is None:
+            return 1.0
+        return 1.0 - ids.count(self.unknown_id) / len(ids)
+
 
 @dataclass(frozen=True)
 class Session:

@@ -161,11 +161,13 @@ class Searcher:
         vector_cache: Any = None,
         bm25_cache: Any = None,
         count_tokens: Callable[[str], int] | None = None,
+        known_share: Callable[[str], float] | None = None,
     ) -> None:
         self.store = store
         self.embed_query = embed_query
         self.config = config
         self.count_tokens = count_tokens  # the model's tokens, for a section's budget (None: len / 4)
+        self.known_share = known_share  # share of a query's tokens the model knows (None: all, unmeasured)
         self.vector_cache = vector_cache  # a backend's KNN from RAM for long-lived processes (SQLite's sign bits)
         self.bm25_cache = bm25_cache  # a backend's BM25 with common words scored from RAM, likewise
 
@@ -245,6 +247,7 @@ class Searcher:
             fusion_weights=c.fusion_weights, lookup=bool(c.fusion_weights and lookup),
             exact_heading=heading_key(lookup[0]) if len(lookup) == 1 else "",
             query=query, fusion_rule=question.RULE if c.fusion_by_question else None,
+            known=self.known_share(query) if self.known_share is not None and mode == "hybrid" and query else 1.0,
         )
 
     def _run(self, query: str, p: RankParams, scope: Scope, qvec: np.ndarray | None,

@@ -102,6 +102,7 @@ class RankParams:
     exact_heading: str = ""  # a lookup of one identifier, as ``boost.heading_key``: a section of that own heading comes first
     query: str = ""  # the query's text: what ``fusion_rule`` reads the kind of question from
     fusion_rule: question.Rule | None = None  # weights and boost by kind of question (``question.plan``); None: fixed
+    known: float = 1.0  # share of the query's tokens the embedding model knows (``Embedder.known_share``)
 
 
 @dataclass
@@ -206,7 +207,7 @@ def _planned(lists: Mapping[str, list[_Section]], p: RankParams) -> tuple[RankPa
     if p.fusion_rule is None or p.weights is not None:
         return p, None
     agree = question.agreement([s.key for s in lists["vector"]], [s.key for s in lists["bm25"]])
-    plan = question.plan(question.read(p.query), agree, p.fusion_rule)
+    plan = question.plan(question.read(p.query, p.known), agree, p.fusion_rule)
     return replace(p, weights=plan.weights(), score_fusion_vector=plan.score_vector,
                    heading_boost=plan.heading_boost), plan
 
