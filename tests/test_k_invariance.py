@@ -105,11 +105,12 @@ def key(hit) -> tuple:
 
 def assert_same_hits(pg: list, file: list) -> None:
     """Postgres's hits are the file's: the same chunks, documents, headings, order and explanations,
-    figures to 1e-5 as in test_backend_doors.py (sqlite-vec and numpy sum float32 products in different
-    orders; a list's rescaled scores divide such differences by its spread); chunk ids are each backend's own."""
+    figures to 1e-4 (sqlite-vec and numpy sum float32 products in different orders, ~1e-7 apart; a list's
+    rescaled scores divide such differences by its spread, and a pool of 3 can have a spread of 0.01: page_share
+    once differed by 1.3e-5); chunk ids are each backend's own."""
     def same(a, b, where: str) -> None:
         if isinstance(a, float) or isinstance(b, float):
-            assert a == pytest.approx(b, rel=1e-5, abs=1e-5), where
+            assert a == pytest.approx(b, rel=1e-4, abs=1e-4), where
         elif isinstance(a, dict) and isinstance(b, dict):
             assert a.keys() == b.keys(), where
             for name in a:

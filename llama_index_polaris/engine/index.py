@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from .config import PolarisConfig, load_config
-from .errors import DatabaseError, InputError, ModelError
+from .errors import DatabaseError, InputError, PolarisError
 from .backends import bm25_cache_type, open_store, schema_versions, vector_cache_type
 from .storage import is_server_uri, shown_target
 from .storage.records import UNKNOWN_MODEL, ModelBinding
@@ -191,11 +191,12 @@ class PolarisIndex:
 
     def known_share(self, query: str) -> float:
         """Share of ``query``'s tokens this index's model knows (``Embedder.known_share``), read
-        from its tokenizer alone; 1.0 (unmeasured) when the model's files are not on this
-        machine (a door that brings its own query vectors still ranks)."""
+        from its tokenizer alone; 1.0 (unmeasured) when this index has no model to ask: its
+        files are not on this machine, nothing is indexed yet, or the file's vectors are not the
+        configured model's (a door that brings its own query vectors still ranks)."""
         try:
             return self.embedder.known_share(query)
-        except ModelError:
+        except PolarisError:
             return 1.0
 
     @property

@@ -47,15 +47,18 @@ class Tokenizers:
         if isinstance(model.get("unk_id"), int):  # Unigram (SentencePiece) models
             return model["unk_id"]
         token = model.get("unk_token")
-        return self.counter.token_to_id(token) if isinstance(token, str) else None
+        return self.encoder.token_to_id(token) if isinstance(token, str) else None
 
     def known_share(self, text: str) -> float:
         """Share of ``text``'s tokens that the model's vocabulary holds (1.0 for no tokens): the
-        rest reach the model as its unknown token, so they carry no meaning into the vector."""
-        ids = self.counter.encode(text, add_special_tokens=False).ids
-        if not ids or self.unknown_id is None:
+        rest reach the model as its unknown token, so they carry no meaning into the vector.
+        Read by the embedding tokenizer (what the model is given), so a search parses no counter."""
+        enc = self.encoder.encode(text, add_special_tokens=False)
+        ids = [i for i, m in zip(enc.ids, enc.attention_mask) if m]
+        unknown = self.unknown_id
+        if not ids or unknown is None:
             return 1.0
-        return 1.0 - ids.count(self.unknown_id) / len(ids)
+        return 1.0 - ids.count(unknown) / len(ids)
 
 
 @dataclass(frozen=True)
