@@ -7,7 +7,7 @@ from typing import Any
 
 from ..errors import ModelMismatchError
 from ..storage.records import (UNKNOWN_MODEL, ChunkRecord, ModelBinding, check_binding, recorded_binding,
-                               unknown_model_message)
+                               spread_sample, unknown_model_message)
 from . import schema
 from .rows import _chunk, CHUNK_COLUMNS, _retried
 
@@ -81,15 +81,9 @@ class Binding:
         """Up to ``n`` chunks that have a vector, spread evenly over the index (by id), each with
         its own metadata and its vector."""
         with self._lock:
-            low, high = self.conn.execute("SELECT min(id), max(id) FROM chunks WHERE embedding IS NOT NULL").fetchone()
-            if low is None:
+            ids = spread_sample(self.conn, n, "%s")
+            if not ids:
                 return []
-            ids: list[int] = []
-            for i in range(n):
-                row = self.conn.execute("SELECT id FROM chunks WHERE embedding IS NOT NULL AND id >= %s ORDER BY id"
-                                        " LIMIT 1", (low + (high - low) * i // max(n - 1, 1),)).fetchone()
-                if row[0] not in ids:
-                    ids.append(row[0])
             rows = self.conn.execute(f"SELECT {CHUNK_COLUMNS}, c.embedding FROM chunks c JOIN documents d"
                                      " ON d.id = c.document_id WHERE c.id = ANY(%s) ORDER BY c.id", (ids,)).fetchall()
         return [_chunk(r, True, own=True) for r in rows]

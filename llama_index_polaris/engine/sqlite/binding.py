@@ -8,7 +8,7 @@ from typing import Any
 from .. import sqlite as db
 from .schema import get_meta, set_meta, transaction
 from ..storage.records import (UNKNOWN_MODEL, ChunkRecord, ModelBinding, check_binding, recorded_binding,
-                               unknown_model_message)
+                               spread_sample, unknown_model_message)
 from ..errors import DatabaseError, ModelMismatchError
 from .rows import _chunk_from_row, OWN_CHUNK_COLUMNS
 
@@ -91,17 +91,9 @@ class Binding:
         """Up to ``n`` chunks that have a vector, spread evenly over the file (by rowid), each
         with its own metadata (not merged with its document's) and its vector."""
         with self._lock:
-            low, high = self.conn.execute("SELECT min(id), max(id) FROM chunks WHERE embedding IS NOT NULL").fetchone()
-            if low is None:
+            ids = spread_sample(self.conn, n, "?")
+            if not ids:
                 return []
-            ids: list[int] = []
-            for i in range(n):
-                row = self.conn.execute(
-                    "SELECT id FROM chunks WHERE embedding IS NOT NULL AND id >= ? ORDER BY id LIMIT 1",
-                    (low + (high - low) * i // max(n - 1, 1),),
-                ).fetchone()
-                if row[0] not in ids:
-                    ids.append(row[0])
             rows = self.conn.execute(
                 f"SELECT {OWN_CHUNK_COLUMNS}, c.embedding FROM chunks c"
                 " WHERE c.id IN (SELECT value FROM json_each(?)) ORDER BY c.id",

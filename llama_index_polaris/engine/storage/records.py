@@ -149,6 +149,21 @@ def mismatch_message(recorded: ModelBinding, wanted: ModelBinding, path: str) ->
     )
 
 
+def spread_sample(conn: Any, n: int, placeholder: str) -> list[int]:
+    """Up to ``n`` ids of chunks that have a vector, spread evenly from the lowest to the highest
+    (the model proof's sample; ``placeholder`` is the driver's, ``?`` or ``%s``)."""
+    low, high = conn.execute("SELECT min(id), max(id) FROM chunks WHERE embedding IS NOT NULL").fetchone()
+    if low is None:
+        return []
+    ids: list[int] = []
+    for i in range(n):
+        row = conn.execute(f"SELECT id FROM chunks WHERE embedding IS NOT NULL AND id >= {placeholder} ORDER BY id"
+                           " LIMIT 1", (low + (high - low) * i // max(n - 1, 1),)).fetchone()
+        if row[0] not in ids:
+            ids.append(row[0])
+    return ids
+
+
 def unknown_model_message(recorded: ModelBinding, wanted: ModelBinding, path: str) -> str:
     """Why ``wanted`` cannot simply be trusted with a file that does not name its model."""
     if wanted.dim != recorded.dim:
