@@ -381,6 +381,75 @@ def long_lived(db: Path, uri: str, cfg: Any, queries: list[str], qvecs: np.ndarr
     return out
 
 
+def steady_writes(uri: str, cfg: Any, queries: list[str], qvecs: np.ndarray, seconds: float,
+                  per_doc: int = 10) -> dict[str, Any]:
+    """A long-lived reader while another process commits one document a second (``per_doc``
+    chunks, new vectors): what each commit costs the reader (the catch-up in the next query's
+    snapshot: ms and bytes read), whether every query stayed on the held bits, and hybrid p50/p95
+    meanwhile; beside it, what loading the bits whole costs (what every commit cost before #38)."""
+    import threading
+
+    from llama_index_polaris.engine.postgres.store import PgStore
+    from llama_index_polaris.engine.storage.records import ChunkRecord, DocumentRecord
+
+    ix = PolarisIndex(uri, config=cfg, readonly=True)
+    cache = ix.vector_cache
+    t = time.perf_counter()
+    with ix.store.read():
+        cache.refresh()
+    active = cache.wait(600)  # inactive below signbits.EXACT_BELOW (the smoke test's size): exact on the server
+    load_s = time.perf_counter() - t
+    dim = qvecs.shape[1]
+    stop = threading.Event()
+    commits = []
+
+    def write() -> None:
+        writer = PgStore(uri)
+        d = 0
+        while not stop.is_set():
+            chunks = [ChunkRecord(f"w{d}-{i}", f"steady write {d} part {i} " + queries[(d + i) % len(queries)], ordinal=i)
+                      for i in range(per_doc)]
+            writer.upsert_document(DocumentRecord(f"w{d}", path=f"w{d}.md"), chunks, speed.sample(per_doc, dim, seed=10**6 + d))
+            commits.append(time.perf_counter())
+            d += 1
+            stop.wait(1.0)
+        writer.close()
+
+    thread = threading.Thread(target=write, daemon=True)
+    searcher = ix.searcher(embed_query=lambda q: None)
+    catch, on_cache, times, read = [], [], [], []
+    thread.start()
+    end = time.perf_counter() + seconds
+    i = 0
+    while time.perf_counter() < end:
+        q, v = queries[i % len(queries)], qvecs[i % len(qvecs)]
+        before, bytes_before = cache.caught_up, cache.caught_bytes
+        with ix.store.read():
+            t0 = time.perf_counter()
+            held = cache.refresh()
+            dt = 1000 * (time.perf_counter() - t0)
+        if cache.caught_up > before:
+            catch.append(dt)
+            read.append(cache.caught_bytes - bytes_before)
+        on_cache.append(held)
+        t0 = time.perf_counter()
+        searcher.search(q, top_k=10, mode="hybrid", query_vector=v)
+        times.append(1000 * (time.perf_counter() - t0))
+        i += 1
+        time.sleep(0.1)
+    stop.set()
+    thread.join(30)
+    out = {"cache_active": active, "seconds": seconds, "commits": len(commits), "queries": len(times), "catch_ups": len(catch),
+           "catch_up_p50_ms": pct(catch, 50) if catch else None, "catch_up_max_ms": round(max(catch), 2) if catch else None,
+           "catch_up_max_kb": round(max(read) / 1e3, 1) if read else None,
+           "on_cache_share": statistics.fmean(on_cache), "whole_loads_after_the_first": cache.loads - 1,
+           "hybrid_p50_ms": pct(times, 50), "hybrid_p95_ms": pct(times, 95),
+           "whole_load_s": round(load_s, 2), "bits_mb": round(cache.nbytes / 1e6, 1)}
+    print("steady_writes", json.dumps(out), flush=True)
+    ix.close()
+    return out
+
+
 def cmd_speed(args: argparse.Namespace) -> int:
     rng = np.random.default_rng(0)
     beir = load_beir(SCIFACT, "test")
@@ -401,6 +470,8 @@ def cmd_speed(args: argparse.Namespace) -> int:
                   "postgres": PolarisIndex(uri, config=cfg, readonly=not args.hnsw, fast_start=True)}
         if args.long_lived:
             result["long_lived"] = long_lived(db, uri, cfg, queries, qvecs)
+        if args.writes:
+            result["steady_writes"] = steady_writes(uri, cfg, queries, qvecs, args.writes)
         for label, ix in opened.items():
             if args.long_lived_only or (label == "postgres" and args.hnsw_only):
                 continue
@@ -445,6 +516,8 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--uri")
     s.add_argument("--long-lived", action="store_true", help="also time both backends as a long-lived process (sign bits in RAM)")
     s.add_argument("--long-lived-only", action="store_true", help="with --long-lived: skip the one-shot SQLite / server-KNN rows")
+    s.add_argument("--writes", type=float, default=0, metavar="SECONDS",
+                   help="also time a long-lived Postgres reader while a writer commits a document a second")
     s.add_argument("--sqlite", help="an existing SQLite index to time (with --pg: nothing is built)")
     s.add_argument("--pg", help="the URI of its copy on Postgres")
     s.set_defaults(func=cmd_speed)

@@ -43,6 +43,7 @@ from llama_index_polaris.engine.sqlite.connect import sqlite_module  # noqa: E40
 from llama_index_polaris.engine.sqlite import bm25 as bm25_mod  # noqa: E402
 from llama_index_polaris.engine.search import pipeline  # noqa: E402
 from llama_index_polaris.engine.search.context import stitch  # noqa: E402
+from llama_index_polaris.engine.words.bigrams import spaced  # noqa: E402  (CJK runs as the index reads them)
 from llama_index_polaris.engine.sqlite.postings import fts_tokenizer  # noqa: E402
 from llama_index_polaris.engine.search.rank import Candidate, rank  # noqa: E402
 from llama_index_polaris.engine.storage.scope import resolve_scope  # noqa: E402
@@ -75,7 +76,7 @@ def section_table(index: Any, cap: int | None) -> tuple[Any, dict[int, int]]:
         for part in parts:
             n += 1
             mem.execute("INSERT INTO s(rowid, text, heading_path) VALUES (?, ?, ?)",
-                        (n, stitch([(c[3], c[4], c[5]) for c in part]), heading))
+                        (n, spaced(stitch([(c[3], c[4], c[5]) for c in part])), spaced(heading)))
             first[n] = part[0][0]
     return mem, first
 

@@ -77,7 +77,7 @@ RUNS: dict[str, Args] = {
     "mcp_latency.py": lambda w: [SET, "--fresh", "1", "--calls", "2"],
     "mcp_tokens.py": lambda w: [SET],
     "passage_vectors.py": lambda w: [SET, "--split", "train"],
-    "postgres.py speed": lambda w: ["speed", "--n", str(N), "--queries", "3", "--uri", w.pg()],
+    "postgres.py speed": lambda w: ["speed", "--n", str(N), "--queries", "3", "--writes", "1.5", "--uri", w.pg()],
     "postgres.py quality": lambda w: ["quality", "--docsets", SET, "--limit", "3", "--no-baseline", "--uri", w.pg()],
     "quality.py": lambda w: [str(w.eval), "--quick"],
     "readme_speed.py": lambda w: ["--docs", str(w.docs), "--queries", "2", "--repeat", "1", "--cold-runs", "1"],

@@ -160,8 +160,9 @@ def test_a_one_shot_reader_on_the_server_chooses_the_same_candidates(tmp_path: P
 
 
 def test_a_write_is_seen_by_the_next_query_and_the_bits_reload(tmp_path: Path, real, targets) -> None:  # noqa: F811
-    """Another process adds the nearest chunk: the reader's next snapshot sees a new version, so
-    the server's own KNN answers (it holds the new chunk) until the bits have loaded again."""
+    """Another process adds the nearest chunk: the reader's next snapshot sees a new version and
+    catches up with that one chunk in the query's own snapshot (no load, the cache answers). A
+    TRUNCATE logs nothing: the server's own KNN answers until the bits have loaded again."""
     sentences, vectors, queries = real
     store_of(tmp_path / "p.db", sentences[:400], vectors[:400]).close()
     uri = targets.copy_of(tmp_path / "p.db")
@@ -176,16 +177,133 @@ def test_a_write_is_seen_by_the_next_query_and_the_bits_reload(tmp_path: Path, r
     writer = PgStore(uri)
     writer.upsert_document(DocumentRecord("new", path="new.md"), [ChunkRecord("new0", "the nearest", ordinal=0)],
                            queries[0][None, :])
-    writer.close()
     with reader.read():
-        assert not cache.refresh()
-        fallback = reader.knn(queries[0], 5, Scope())
-    assert fallback[0][1] == pytest.approx(0.0, abs=1e-6) and fallback[1:] == before[:4]
+        assert cache.refresh() and cache.caught_up == 1 and cache._loader.is_alive() is False
+        got = cache.knn(queries[0], 5, Scope())
+        server = reader.knn(queries[0], 5, Scope())
+    assert got == server and got[0][1] == pytest.approx(0.0, abs=1e-6) and got[1:] == before[:4]
+    with psycopg.connect(uri, autocommit=True) as conn:
+        conn.execute("TRUNCATE chunks CASCADE")
+    with reader.read():
+        assert not cache.refresh()  # nothing logged to catch up from: a load, the server meanwhile
+        assert reader.knn(queries[0], 5, Scope()) == []
     assert cache.wait()
     with reader.read():
-        assert cache.refresh()
-        assert cache.knn(queries[0], 5, Scope()) == fallback
+        assert cache.refresh() and cache.knn(queries[0], 5, Scope()) == []
+    writer.close()
     reader.close()
+
+
+def held_rows(cache: PgVectorCache) -> dict[int, tuple[bytes, str]]:
+    """What a cache holds, row by row: chunk id -> (its bits, its document)."""
+    held = cache._held
+    names = {code: name for name, code in held.codes.items()}
+    live = np.ones(len(held.bits.ids), dtype=bool) if held.bits.live is None else held.bits.live
+    return {int(i): (b.tobytes(), names[int(d)]) for i, b, d, alive
+            in zip(held.bits.ids, held.bits.bits, held.docs, live) if alive}
+
+
+def test_a_reader_catches_up_with_every_kind_of_write_as_a_fresh_load(tmp_path: Path, real, targets) -> None:  # noqa: F811
+    """Inserts, deletes, a vector replaced in place, a chunk moved to another document, a vector
+    set to NULL, a document deleted by its cascade, from the Store and from raw SQL, several
+    versions at once: after each, the caught-up cache holds what a fresh load holds, and answers
+    every scope as the server does; the views of an older state never change."""
+    sentences, vectors, queries = real
+    store_of(tmp_path / "p.db", sentences[:300], vectors[:300]).close()
+    uri = targets.copy_of(tmp_path / "p.db")
+    reader, writer = PgStore(uri, readonly=True), PgStore(uri)
+    cache = PgVectorCache(reader, min_chunks=0)
+    with reader.read():
+        assert cache.refresh()
+    rng = np.random.default_rng(5)
+
+    def add(name: str, n: int) -> None:
+        writer.upsert_document(DocumentRecord(name, path=f"{name}.md", collection="a"),
+                               [ChunkRecord(f"{name}:{i}", f"text {i}", ordinal=i) for i in range(n)],
+                               vectors[rng.integers(0, 300, n)] + rng.normal(0, 0.01, (n, vectors.shape[1])))
+
+    def raw(statement: str, *args: object) -> None:
+        with psycopg.connect(uri, autocommit=True) as conn:
+            conn.execute(statement, args)
+
+    some = lambda: str(rng.standard_normal(vectors.shape[1]).tolist())  # noqa: E731
+    writes = [
+        lambda: add("n1", 7),
+        lambda: add("n1", 3),  # the document written again: its old chunks go, new ones come
+        lambda: raw("UPDATE chunks SET embedding = %s::vector WHERE node_id = 'd2:3'", some()),  # an id held, in place
+        lambda: raw("UPDATE chunks SET document_id = 'doc1' WHERE node_id = 'd4:0'"),
+        lambda: raw("UPDATE chunks SET embedding = NULL WHERE node_id = 'd5:1'"),
+        lambda: raw("DELETE FROM documents WHERE id = 'doc6'"),
+        lambda: (add("n2", 4), add("n3", 2), writer.delete_document("n2")),  # three versions and more at once
+        lambda: raw("UPDATE chunks SET embedding = %s::vector WHERE node_id = 'd5:1'", some()),  # back, same id
+    ]
+    caught = 0
+    for step, write in enumerate(writes):
+        old = cache._held
+        old_rows = held_rows(cache)
+        write()
+        fresh = PgVectorCache(reader, min_chunks=0)
+        with reader.read():
+            assert cache.refresh(), step
+            caught += 1
+            assert cache.caught_up == caught and fresh.refresh()
+            for scope in (Scope(), reader.resolve_scope(collections=["a"]),
+                          reader.resolve_scope(documents=["doc1", "doc2", "n1"])):
+                for q in queries[:5]:
+                    assert cache.knn(q, 10, scope, fetch=40) == fresh.knn(q, 10, scope, fetch=40), step
+        assert held_rows(cache) == held_rows(fresh), step
+        cache._held, now = old, cache._held
+        assert held_rows(cache) == old_rows, step  # an older state's views saw nothing of the new rows
+        cache._held = now
+    writer.close()
+    reader.close()
+
+
+def test_catching_up_equals_making_the_arrays_again() -> None:
+    """``catch_up`` (the pure part): any mix of new ids, gone ids and ids written again, applied
+    in turn, holds the rows a load of the result would, and packs itself when a quarter is dead."""
+    from hypothesis import given, settings, strategies as st
+
+    from llama_index_polaris.engine.postgres.bits import catch_up, held_arrays
+
+    def arrays(rows: dict[int, tuple[int, str]]) -> tuple[np.ndarray, np.ndarray, list[str]]:
+        ids = np.array(sorted(rows), dtype=np.int64)
+        return ids, np.array([[rows[i][0]] for i in ids], dtype=np.uint64).reshape(-1, 1), [rows[i][1] for i in ids]
+
+    def as_rows(held) -> dict[int, tuple[int, str]]:
+        names = {c: n for n, c in held.codes.items()}
+        live = np.ones(len(held.bits.ids), bool) if held.bits.live is None else held.bits.live
+        return {int(i): (int(b[0]), names[int(d)]) for i, b, d, a in zip(held.bits.ids, held.bits.bits, held.docs, live) if a}
+
+    step = st.tuples(st.lists(st.integers(0, 60), max_size=12), st.lists(st.integers(0, 90), max_size=12),
+                     st.integers(0, 2**63 - 1), st.sampled_from(["a", "b", "c"]))
+
+    @settings(max_examples=150, deadline=None)
+    @given(st.dictionaries(st.integers(0, 60), st.tuples(st.integers(0, 2**63 - 1), st.sampled_from(["a", "b"])),
+                           max_size=40), st.lists(step, max_size=6))
+    def check(start: dict, steps: list) -> None:
+        ids, bits, docs = arrays(start)
+        codes: dict[str, int] = {}
+        held = held_arrays((0, 0), ids, bits, np.array([codes.setdefault(d, len(codes)) for d in docs], np.int32), codes)
+        rows = dict(start)
+        for version, (gone, written, word, doc) in enumerate(steps, 1):
+            top = max(rows, default=0)
+            for i in gone:
+                rows.pop(i, None)
+            for i in written:
+                rows[i if i <= 60 else top + i] = (word, doc)  # a new id above all, or one written again
+            changed = np.array(sorted(set(gone) | {i if i <= 60 else top + i for i in written}), dtype=np.int64)
+            now = {i: rows[i] for i in changed.tolist() if i in rows}
+            before = as_rows(held)
+            new = catch_up(held, (0, version), changed, *arrays(now))
+            assert as_rows(held) == before  # the older state is untouched
+            held = new
+            assert as_rows(held) == rows
+            assert np.all(np.diff(held.bits.ids) > 0) or held.bits.live is not None
+            live = len(rows)
+            assert (len(held.bits.ids) - live) * 4 <= len(held.bits.ids) + 12  # never much more than a quarter dead
+
+    check()
 
 
 def test_the_index_uses_the_bits_only_for_long_lived_processes(tmp_path: Path, real, targets, monkeypatch) -> None:  # noqa: F811

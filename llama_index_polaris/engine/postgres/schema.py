@@ -204,6 +204,71 @@ UPDATE chunks_version SET vectors = (SELECT count(*) FROM chunks_bits);
 BITS_TRIGGERS = ("chunks_bits_write", "chunks_version_insert", "chunks_version_delete", "chunks_version_update",
                  "chunks_version_truncate")
 
+# Which chunks each version changed (#38), so that a long-lived reader holding the bits of version V
+# reads only the rows changed since (``bits.PgVectorCache``): the statement trigger that counts a
+# version writes the ids it changed under it, in the writing transaction. ``logged_from`` is the
+# oldest version a reader can catch up from: a statement changing more than ``CHANGES_LOGGED``
+# chunks (a bulk copy, a TRUNCATE) logs nothing and moves it up, and every 256th version the log
+# drops what is older than its newest ``CHANGES_KEPT`` versions (the Store writes a chunk a statement:
+# some thousand documents' changes). A reader further behind loads the bits whole, as before.
+CHANGES_LOGGED, CHANGES_KEPT = 10_000, 20_000
+CHANGES_SQL = f"""
+CREATE TABLE IF NOT EXISTS chunks_changes (
+    version bigint NOT NULL,
+    id      bigint NOT NULL,
+    PRIMARY KEY (version, id)
+);
+ALTER TABLE chunks_version ADD COLUMN IF NOT EXISTS logged_from bigint NOT NULL DEFAULT 0;
+UPDATE chunks_version SET logged_from = version;
+CREATE OR REPLACE FUNCTION polaris_chunks_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    delta bigint := 0;
+    changed bigint;
+    now_at bigint;
+    cutoff bigint;
+BEGIN
+    IF TG_OP = 'TRUNCATE' THEN
+        UPDATE chunks_version SET version = version + 1, vectors = 0, logged_from = version + 1 WHERE id = 1;
+        DELETE FROM chunks_changes;
+        RETURN NULL;
+    ELSIF TG_OP = 'INSERT' THEN
+        changed := (SELECT count(*) FROM new_rows);
+        IF changed = 0 THEN RETURN NULL; END IF;  -- no chunk changed: the version stands
+        delta := (SELECT count(*) FROM new_rows WHERE embedding IS NOT NULL);
+    ELSIF TG_OP = 'DELETE' THEN
+        changed := (SELECT count(*) FROM old_rows);
+        IF changed = 0 THEN RETURN NULL; END IF;
+        delta := -(SELECT count(*) FROM old_rows WHERE embedding IS NOT NULL);
+    ELSE  -- an UPDATE counts only when a vector or a chunk's document changed
+        changed := (SELECT count(*) FROM old_rows o JOIN new_rows n ON n.id = o.id WHERE o.embedding IS DISTINCT FROM
+                    n.embedding OR o.document_id IS DISTINCT FROM n.document_id);
+        IF changed = 0 THEN RETURN NULL; END IF;
+        delta := (SELECT count(*) FROM new_rows WHERE embedding IS NOT NULL)
+                 - (SELECT count(*) FROM old_rows WHERE embedding IS NOT NULL);
+    END IF;
+    UPDATE chunks_version SET version = version + 1, vectors = vectors + delta WHERE id = 1 RETURNING version INTO now_at;
+    IF changed > {CHANGES_LOGGED} THEN  -- too many to be worth a reader's catching up: they load whole
+        UPDATE chunks_version SET logged_from = now_at WHERE id = 1;
+        DELETE FROM chunks_changes WHERE version < now_at;
+        RETURN NULL;
+    END IF;
+    IF TG_OP = 'INSERT' THEN
+        INSERT INTO chunks_changes SELECT now_at, id FROM new_rows;
+    ELSIF TG_OP = 'DELETE' THEN
+        INSERT INTO chunks_changes SELECT now_at, id FROM old_rows;
+    ELSE
+        INSERT INTO chunks_changes SELECT now_at, o.id FROM old_rows o JOIN new_rows n ON n.id = o.id
+            WHERE o.embedding IS DISTINCT FROM n.embedding OR o.document_id IS DISTINCT FROM n.document_id;
+    END IF;
+    IF now_at % 256 = 0 AND now_at > {CHANGES_KEPT} THEN
+        cutoff := now_at - {CHANGES_KEPT};
+        DELETE FROM chunks_changes WHERE version <= cutoff;
+        UPDATE chunks_version SET logged_from = greatest(logged_from, cutoff) WHERE id = 1;
+    END IF;
+    RETURN NULL;
+END $$;
+"""
+
 # Each document's indexed text, which its sections are sliced from (the file's ``DOCUMENT_TEXTS_SQL``).
 DOCUMENT_TEXTS_SQL = """
 CREATE TABLE IF NOT EXISTS document_texts (
@@ -229,6 +294,8 @@ MIGRATIONS: tuple[tuple[int, str, Callable[[Any], None]], ...] = (
     (7, "CJK runs as character bigrams, blobs not terms: the postings of the chunks holding CJK letters or"
         " blobs written again", lambda conn: _cjk_bigrams(conn)),
     (8, "documents' own text, which sections are read from", lambda conn: _script(conn, DOCUMENT_TEXTS_SQL)),
+    (9, "the chunks each version of the vectors changed (a long-lived reader reads only those)",
+     lambda conn: _script(conn, CHANGES_SQL)),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 SCHEMA_LOCK, WRITE_LOCK, RUN_LOCK = 1, 2, 3  # what an advisory lock is for (``lock_key``)
@@ -469,7 +536,7 @@ def make_schema(conn: Any) -> None:
         conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(polaris_schema(conn))))
 
 
-INDEX_TABLES = ("document_texts", "chunks_bits", "chunks_vectors", "chunks_version", "chunks_bm25", "chunks_bm25_terms",
+INDEX_TABLES = ("document_texts", "chunks_changes", "chunks_bits", "chunks_vectors", "chunks_version", "chunks_bm25", "chunks_bm25_terms",
                 "chunks_bm25_stats", "chunks", "documents", "collections", "polaris_meta")
 
 
