@@ -13,6 +13,12 @@ sections of every question as a peer run for ``sections.py score --peer``. ``--c
 dictionary segmenter from PyPI in the bigrams' place (jieba's search mode for Chinese, janome
 for Japanese; neither is a dependency of Polaris): the same BM25 with its words as terms,
 written to ``<cut>-bm25.jsonl``.
+
+``--ablate`` (train questions) moves the baseline toward Polaris's BM25 one difference at a time,
+to say where the gap on natural-language questions comes from: CJK runs cut by script
+(``bigrams.spaced``, as the engine), FTS5's idf ``ln((N - n + 0.5) / (n + 0.5))`` (floored
+near 0: a term in over half the units weighs nothing), and chunks as the units (a section at its
+best chunk), then all three, which is Polaris's BM25 list.
 """
 
 from __future__ import annotations
@@ -85,6 +91,62 @@ def rank(docs: dict[tuple[str, str], str], queries: dict[str, str]) -> dict[str,
     return out
 
 
+def units(docs: Path, chunked: bool) -> dict[tuple, str]:
+    """The BM25 units: sections (as ``sections``) or each chunk alone, keyed (relpath, heading path[, n])."""
+    files = dict(engine_files(docs))
+    out: dict[tuple, list[str]] = {}
+    for rel, chunks in engine_sections(docs).items():
+        text = files[rel].read_bytes().decode("utf-8-sig")
+        for n, (heading, start, end) in enumerate(chunks):
+            out.setdefault((rel, heading, n) if chunked else (rel, heading), [heading]).append(text[start:end])
+    return {key: "\n".join(parts) for key, parts in out.items()}
+
+
+def ablate(names: list[str]) -> None:
+    """nDCG@10 on train, by kind of question, of the baseline with each of Polaris's differences."""
+    from docsets import section_id
+    from sections import questions, score_query
+
+    from llama_index_polaris.engine.words.bigrams import spaced
+
+    def by_script(text: str) -> list[str]:
+        return re.findall(r"\w+", spaced(text.lower()))
+
+    variants = {"baseline": (terms, False, False), "cut by script": (by_script, False, False),
+                "FTS5 idf": (terms, True, False), "chunks as units": (terms, False, True),
+                "all three (Polaris's list)": (by_script, True, True)}
+    print("| set | variant | all | paraphrase | identifier | mixed |\n|---|---|---|---|---|---|")
+    for name in names:
+        ds = load_set(name)
+        _, qids = questions(ds, "train")
+        rels = ds.split("train")
+        for label, (cut_terms, fts_idf, chunked) in variants.items():
+            docs = units(ds.docs, chunked)
+            keys = list(docs)
+            counts = [Counter(cut_terms(docs[k])) for k in keys]
+            lengths = [sum(c.values()) for c in counts]
+            avg, n = sum(lengths) / len(lengths), len(keys)
+            df = Counter(t for c in counts for t in c)
+            by_kind: dict[str, list[float]] = {}
+            for q in qids:
+                asked = {t for t in cut_terms(ds.queries[q]["text"]) if df[t]}
+                idf = {t: max(1e-6, math.log((n - df[t] + 0.5) / (df[t] + 0.5))) if fts_idf
+                       else math.log(1 + (n - df[t] + 0.5) / (df[t] + 0.5)) for t in asked}
+                scores = [sum(idf[t] * c[t] * (K1 + 1) / (c[t] + K1 * (1 - B + B * dl / avg)) for t in idf if t in c)
+                          for c, dl in zip(counts, lengths)]
+                shown: list[str] = []
+                for i in sorted(range(n), key=lambda i: (-scores[i], i)):
+                    if scores[i] <= 0 or len(shown) == K:
+                        break
+                    sid = section_id(keys[i][0], keys[i][1])
+                    shown += [] if sid in shown else [sid]
+                by_kind.setdefault(ds.queries[q]["kind"], []).append(score_query(shown, rels[q])["ndcg@10"])
+            every = [v for vs in by_kind.values() for v in vs]
+            cells = " | ".join(f"{sum(by_kind[k]) / len(by_kind[k]):.3f}" if k in by_kind else "-"
+                               for k in ("paraphrase", "identifier", "mixed"))
+            print(f"| {name} | {label} | {sum(every) / len(every):.3f} | {cells} |", flush=True)
+
+
 def main(names: list[str]) -> None:
     path = out_dir() / f"{CUT or 'bigram'}-bm25.jsonl"
     with open(path, "w", encoding="utf-8") as fh:
@@ -99,6 +161,10 @@ def main(names: list[str]) -> None:
 
 if __name__ == "__main__":
     args = sys.argv[1:]
+    if "--ablate" in args:
+        args.remove("--ablate")
+        ablate(args or ["react-zh", "vue-ja"])
+        sys.exit(0)
     if "--cut" in args:
         at = args.index("--cut")
         CUT, args = args[at + 1], args[:at] + args[at + 2:]

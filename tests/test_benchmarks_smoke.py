@@ -88,6 +88,7 @@ RUNS: dict[str, Args] = {
     "section_text.py": lambda w: [SET, "--stitched"],
     "junk_chunks.py": lambda w: [SET],
     "bigram_bm25.py": lambda w: [SET],
+    "bigram_bm25.py ablate": lambda w: ["--ablate", SET],
     "terms_unchanged.py run": lambda w: ["run", "smoke", SET],
     "fusion_kinds.py collect": lambda w: ["collect", SET],
     "fusion_kinds.py report": lambda w: ["report", SET],
