@@ -3,6 +3,8 @@ and finding what exact search finds on real vectors, in every scope and after a 
 
 from __future__ import annotations
 
+import os
+
 import shutil
 from pathlib import Path
 
@@ -36,16 +38,29 @@ def real_sentences(limit: int = 2000) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def real() -> tuple[list[str], np.ndarray, np.ndarray]:
-    """(sentences, their vectors, 40 query vectors): the bundled MiniLM on real text (read-only)."""
+def real(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """(sentences, their vectors, 40 query vectors): the bundled MiniLM on real text (read-only).
+    Embedded once per test run: the first module to ask writes them beside the run's temporary
+    folders (shared by pytest-xdist's workers, under a lock), the others read them."""
+    import fcntl
+
     from llama_index_polaris.engine.embed import load_embedder
 
     sentences = real_sentences()
     assert len(sentences) >= 1500, len(sentences)
-    embedder = load_embedder(MODEL, batch_size=32)
-    vectors = embedder.embed_documents(sentences)
-    queries = np.stack([embedder.embed_query(s[: len(s) // 2]) for s in sentences[7::50][:40]])
-    return sentences, vectors, queries
+    base = tmp_path_factory.getbasetemp()  # under pytest-xdist, a worker's; its parent is the run's
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    saved = shared / "real-vectors.npz"
+    with open(shared / "real-vectors.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not saved.exists():
+            embedder = load_embedder(MODEL, batch_size=32)
+            vectors = embedder.embed_documents(sentences)
+            queries = np.stack([embedder.embed_query(s[: len(s) // 2]) for s in sentences[7::50][:40]])
+            np.savez(shared / "real-vectors.tmp.npz", vectors=vectors, queries=queries)
+            (shared / "real-vectors.tmp.npz").replace(saved)
+        with np.load(saved) as held:
+            return sentences, held["vectors"], held["queries"]
 
 
 def store_of(path: Path, sentences: list[str], vectors: np.ndarray, binding: ModelBinding | None = None) -> Store:

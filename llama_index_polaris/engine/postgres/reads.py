@@ -195,6 +195,26 @@ class SearchReads:
             " AND c.heading_path = k.heading ORDER BY c.document_id, c.ordinal",
             ([k[0] for k in keys], [k[1] for k in keys])).fetchall()
 
+    def section_stats(self, terms: Sequence[str]) -> tuple[int, int, int, dict[str, int]]:
+        """(chunks, their total length in tokens, sections, each of ``terms``' chunk count), as
+        the file's (``Store.section_stats``): the posting tables' statistics."""
+        n_rows, total = self.conn.execute("SELECT n_rows, total_length FROM chunks_bm25_stats WHERE id = 1").fetchone()
+        sections = self.conn.execute("SELECT count(*) FROM (SELECT DISTINCT document_id, heading_path FROM chunks) s").fetchone()[0]
+        held = dict(self.conn.execute("SELECT term, df FROM chunks_bm25_terms WHERE term = ANY(%s)", (list(terms),)).fetchall()) \
+            if terms else {}
+        return int(n_rows), int(total), int(sections), {t: int(held.get(t, 0)) for t in terms}
+
+    def chunk_terms(self, ids: Sequence[int], terms: Sequence[str]) -> tuple[dict[int, dict[str, int]], dict[int, int]]:
+        """Each of chunks ``ids``' counts of ``terms`` and its length in tokens, from the posting
+        table (the file's ``Store.chunk_terms``)."""
+        lengths = dict(self.conn.execute("SELECT id, bm25_length FROM chunks WHERE id = ANY(%s)", (list(ids),)).fetchall())
+        counts: dict[int, dict[str, int]] = {int(i): {} for i in lengths}
+        if terms:
+            for chunk, term, tf in self.conn.execute("SELECT chunk_id, term, tf FROM chunks_bm25 WHERE term = ANY(%s)"
+                                                     " AND chunk_id = ANY(%s)", (list(terms), list(ids))):
+                counts[int(chunk)][term] = int(tf)
+        return counts, {int(i): int(n) for i, n in lengths.items()}
+
     def text_slices(self, spans: Sequence[tuple[str, int, int]]) -> list[str | None]:
         """The stored text of each ``(document id, start, end)``, None where not stored (``Store.text_slices``)."""
         if not spans:

@@ -24,6 +24,8 @@ from .boost import boost_terms, heading_key
 from .context import bounded, excerpt, runs, section_text
 from .display import Hits, hit_html
 from . import legend, literal, question, strength
+from .terms import query_words
+from ..words.bigrams import has_cjk
 from ..storage.filters import Filter
 from .rank import UNITS, Candidate, Explanation, RankParams, Ranked, rank
 from ..storage.scope import Scope
@@ -32,6 +34,7 @@ MODES = ("hybrid", "vector", "bm25")
 MAX_QUERY_CHARS = 10_000
 IDENTIFIER_LOOKUP = True  # a query of identifiers only: BM25 hits that name them as written come first
 LOOKUP_POOL = 200  # BM25 hits a lookup is lifted from (cut back to the pool after)
+WHOLE_SECTIONS = True  # a CJK question's keyword list, in section unit, scored as whole sections (section_words.py)
 POOL_GROWTH = 4  # each deeper pool holds this many times the chunks of the one before (see ``pool_depths``)
 ANN_SIZED_FOR = 30  # the approximate KNN sizes its candidates for this many results (or the pool, if deeper)
 __all__ = ["Explanation", "Hit", "Searcher", "MODES", "MAX_QUERY_CHARS", "check_query", "check_top_k", "clamp_top_k"]
@@ -305,6 +308,8 @@ class Searcher:
             vec_hits = self._knn(qvec, depth, scope, fetch_k=min(depth, ANN_SIZED_FOR))
         if _uses(p.mode, p.weights, "bm25") and query:
             bm_hits = self._bm25(query, depth, scope)
+            if p.unit == "section" and bm_hits and WHOLE_SECTIONS and has_cjk(query):
+                bm_hits = self._whole_sections(query, bm_hits)
         with_vectors = p.mmr_lambda is not None and p.mmr_lambda < 1.0
         candidates = self._candidates([h[0] for h in [*vec_hits, *bm_hits]], with_vectors)
         ranked = rank(vec_hits, bm_hits, candidates, p)
@@ -387,6 +392,26 @@ class Searcher:
         if lookup and hits:
             hits = literal.lift(hits, self._texts([h[0] for h in hits]), lookup)[:k]
         return hits
+
+    def _whole_sections(self, query: str, hits: list[tuple[int, float]]) -> list[tuple[int, float]]:
+        """The keyword list's sections scored again as whole sections (``section_words.py``)."""
+        from collections import Counter
+
+        from . import section_words
+
+        section_of = {cid: c.section for cid, c in self._candidates([h[0] for h in hits], False).items()}
+        rows = self.store.section_rows(list(dict.fromkeys(section_of.values())), False)
+        tokenizer = self.store.tokenizer()
+        terms = list(dict.fromkeys(t for word in tokenizer.terms(query_words(query)) for t in word))
+        counts, lengths = self.store.chunk_terms([r[6] for r in rows], terms)
+        sections: dict[Hashable, tuple[Counter, int]] = {}
+        for r in rows:
+            held, length = sections.get((r[0], r[1]), (Counter(), 0))
+            held.update(counts.get(r[6], {}))
+            sections[(r[0], r[1])] = (held, length + lengths.get(r[6], 0))
+        n_rows, total, n_sections, df = self.store.section_stats(terms)
+        scores = section_words.section_scores(terms, sections, n_rows, df, total / max(n_sections, 1))
+        return section_words.reorder(hits, section_of, scores)
 
     def _texts(self, ids: list[int]) -> dict[int, str]:
         """Each chunk's own heading and text, where an identifier is looked for as written."""

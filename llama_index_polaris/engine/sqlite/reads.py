@@ -66,6 +66,36 @@ class SearchReads:
             (json.dumps([list(k) for k in keys]),),
         ).fetchall()
 
+    def section_stats(self, terms: Sequence[str]) -> tuple[int, int, int, dict[str, int]]:
+        """(chunks in the full-text index, their total length in tokens, sections, and each of
+        ``terms``' chunk count), FTS5's own numbers (its averages record and vocabulary)."""
+        from .postings import averages, vocab
+
+        n_rows, average = averages(self.conn)
+        sections = self.conn.execute("SELECT count(*) FROM (SELECT DISTINCT document_id, heading_path FROM chunks)").fetchone()[0]
+        held: dict[str, int] = {}
+        if terms:
+            table = vocab(self.conn, "row")  # a temp table: no change to the file, nothing reloads
+            held = dict(self.conn.execute(f"SELECT term, doc FROM {table} WHERE term IN ({', '.join('?' * len(terms))})",
+                                          tuple(terms)).fetchall())
+        return n_rows, round(n_rows * average), sections, {t: int(held.get(t, 0)) for t in terms}
+
+    def chunk_terms(self, ids: Sequence[int], terms: Sequence[str]) -> tuple[dict[int, dict[str, int]], dict[int, int]]:
+        """Each of chunks ``ids``' counts of ``terms`` and its length in tokens, from the full-text
+        index itself (its vocabulary and its docsize records: what FTS5 scores with)."""
+        from .postings import varints, vocab
+
+        wanted = json.dumps(list(ids))
+        lengths = {int(i): sum(varints(sz)) for i, sz in self.conn.execute(
+            "SELECT id, sz FROM chunks_fts_docsize WHERE id IN (SELECT value FROM json_each(?))", (wanted,))}
+        counts: dict[int, dict[str, int]] = {i: {} for i in lengths}
+        table = vocab(self.conn, "instance")
+        for term in terms:
+            for doc, n in self.conn.execute(f"SELECT doc, count(*) FROM {table} WHERE term = ? GROUP BY doc", (term,)):
+                if doc in counts:
+                    counts[doc][term] = n
+        return counts, lengths
+
     def text_slices(self, spans: Sequence[tuple[str, int, int]]) -> list[str | None]:
         """The stored text of document ``id`` from ``start`` to ``end`` (characters), for each
         ``(id, start, end)`` of ``spans``; None where the document's text is not stored."""

@@ -26,7 +26,10 @@ The contract, by what it keeps:
   documents, filters, node ids), ``knn`` (cosine KNN candidates in scope), ``bm25``
   (FTS5's BM25 candidates in scope, same scores on both backends), ``chunk_texts``,
   ``candidates`` (what ranking needs: section, heading path, vector), ``hit_rows`` (what
-  a hit shows), ``section_rows`` (every chunk of some sections), ``text_slices`` (a section's
+  a hit shows), ``section_rows`` (every chunk of some sections), ``section_stats`` (chunks,
+  their length in tokens, sections, and the chunks holding each of some terms) and
+  ``chunk_terms`` (some chunks' counts of some terms, and their lengths): whole-section BM25
+  for CJK questions, ``text_slices`` (a section's
   text: slices of its document's stored text);
 - copying: ``export_rows`` and ``import_rows`` (``copy.py``: vectors move, nothing is
   re-embedded).
@@ -110,6 +113,8 @@ class Storage(Protocol):
     def candidates(self, ids: Sequence[int], with_vectors: bool) -> dict[int, tuple[str, str, Any]]: ...
     def hit_rows(self, ids: Sequence[int]) -> dict[int, tuple]: ...
     def section_rows(self, keys: Sequence[tuple[str, str]], with_text: bool) -> list[tuple]: ...
+    def section_stats(self, terms: Sequence[str]) -> tuple[int, int, int, dict[str, int]]: ...
+    def chunk_terms(self, ids: Sequence[int], terms: Sequence[str]) -> tuple[dict[int, dict[str, int]], dict[int, int]]: ...
     def text_slices(self, spans: Sequence[tuple[str, int, int]]) -> list[str | None]: ...
     def tokenizer(self) -> Any: ...  # the index's FTS5 tokenizer (``tokenize.Tokenizer``; its name marks hits)
 
