@@ -108,6 +108,10 @@ def test_a_cjk_question_ranks_whole_sections_on_both(store: Any) -> None:
     assert [h.heading_path for h in hits][:1] == ["长文 > 第一节"]
     assert chunks[0].heading_path == "短文 > 第二节"  # at its best chunk, the long section loses
     assert len(got) == len(hits)  # each section once
+    assert all(h.explain.bm25_unit == "section" for h in hits) and all(h.explain.bm25_unit is None for h in chunks)
+    from llama_index_polaris.engine.search.explain import explain_line
+
+    assert "(whole section)" in explain_line(hits[0].explain) and "(whole section)" not in explain_line(chunks[0].explain)
 
 
 def test_a_question_without_cjk_keeps_the_chunk_list(store: Any) -> None:
@@ -117,6 +121,7 @@ def test_a_question_without_cjk_keeps_the_chunk_list(store: Any) -> None:
         chunk_list = store.bm25("cache rendered values", 60, searcher.store.resolve_scope())
     hits = searcher.search("cache rendered values", top_k=10, mode="bm25", unit="section")
     assert [h.explain.bm25_score for h in hits] == pytest.approx([s for _, s in chunk_list[:len(hits)]], rel=1e-12)
+    assert all(h.explain.bm25_unit is None for h in hits)
 
 
 def test_both_backends_count_the_same(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> None:

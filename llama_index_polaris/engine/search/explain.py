@@ -38,7 +38,8 @@ def explain_line(e: Explanation) -> str:
 def _bm25_part(e: Explanation) -> str:
     if e.keyword_match is False:
         return "bm25 no keyword match"
-    return f"bm25 #{_fmt(e.bm25_rank, 'd')} score {_fmt(e.bm25_score, '.3f')}"
+    whole = " (whole section)" if e.bm25_unit == "section" and e.bm25_rank is not None else ""
+    return f"bm25 #{_fmt(e.bm25_rank, 'd')} score {_fmt(e.bm25_score, '.3f')}{whole}"
 
 
 def fusion_line(fusion: dict[str, Any]) -> str:

@@ -308,7 +308,8 @@ class Searcher:
             vec_hits = self._knn(qvec, depth, scope, fetch_k=min(depth, ANN_SIZED_FOR))
         if _uses(p.mode, p.weights, "bm25") and query:
             bm_hits = self._bm25(query, depth, scope)
-            if p.unit == "section" and bm_hits and WHOLE_SECTIONS and has_cjk(query):
+            whole = p.unit == "section" and bool(bm_hits) and WHOLE_SECTIONS and has_cjk(query)
+            if whole:
                 bm_hits = self._whole_sections(query, bm_hits)
         with_vectors = p.mmr_lambda is not None and p.mmr_lambda < 1.0
         candidates = self._candidates([h[0] for h in [*vec_hits, *bm_hits]], with_vectors)
@@ -316,6 +317,7 @@ class Searcher:
         if _uses(p.mode, p.weights, "bm25") and query:  # say so when the keyword side found nothing (#36)
             for r in ranked:
                 r.explain.keyword_match = bool(bm_hits)
+                r.explain.bm25_unit = "section" if whole else None
         keyed = [(candidates[r.chunk_id].section if p.unit == "section" else r.chunk_id, r) for r in ranked]
         return keyed, len(vec_hits) < depth and len(bm_hits) < depth
 

@@ -78,6 +78,7 @@ class Explanation:
     pool: int | None = None  # chunks per list in the candidate pool that ranked this hit (``pipeline.pool_depths``)
     rerank: float | None = None  # the cross-encoder's logit (``rerank_model``); the score is its logistic
     keyword_match: bool | None = None  # False: the query's keywords matched no chunk in scope (#36); None: no BM25 side
+    bm25_unit: str | None = None  # "section": the BM25 score is the whole section's (a CJK question: section_words.py)
     fusion: dict[str, object] | None = None  # the question's kind and the weights and boost it got (``question.plan``)
 
 
