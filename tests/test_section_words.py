@@ -143,3 +143,18 @@ def test_both_backends_count_the_same(tmp_path_factory: pytest.TempPathFactory, 
     assert seen["sqlite"] == seen["postgres"]
     chunks, tokens, sections, df = seen["sqlite"]
     assert (chunks, sections) == (6, 5) and tokens > chunks and df["缓存"] == 1 and df["nowhere"] == 0
+
+
+def test_a_common_terms_counts_are_the_full_text_indexs(store: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The file counts a term in few chunks from FTS5's vocabulary and a common one by tokenizing
+    the chunks asked for: both give what FTS5 holds (and PostgreSQL's posting table gives it too)."""
+    from llama_index_polaris.engine.sqlite import reads
+
+    terms = list(dict.fromkeys(t for w in store.tokenizer().terms(pipeline.query_words(QUESTION + " cache")) for t in w))
+    with store.read() as conn:
+        ids = [r[0] for r in conn.execute("SELECT id FROM chunks ORDER BY id").fetchall()]
+        found = store.chunk_terms(ids, terms)
+        monkeypatch.setattr(reads, "RARE_TERM_CHUNKS", 0)  # every term "common" (the file; no effect on a server)
+        assert store.chunk_terms(ids, terms) == found
+    counts, lengths = found
+    assert sum(n for c in counts.values() for n in c.values()) > 5 and set(lengths) == set(ids)

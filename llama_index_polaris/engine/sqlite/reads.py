@@ -12,6 +12,9 @@ from .schema import CHUNKS_WITH_DOCUMENTS, MERGED_METADATA
 from . import bm25 as fts, bm25_postings as search_postings, vector as vector_search
 from ..storage.scope import Scope, resolve_scope
 
+RARE_TERM_CHUNKS = 20_000  # a term in at most this many chunks is counted from FTS5's vocabulary (chunk_terms;
+# about as fast as tokenizing the few hundred chunks asked for, which does not grow with the index)
+
 
 class SearchReads:
     """What a search reads, inside ``Store.read()``: scope, KNN and BM25 candidates, rows."""
@@ -81,19 +84,32 @@ class SearchReads:
         return n_rows, round(n_rows * average), sections, {t: int(held.get(t, 0)) for t in terms}
 
     def chunk_terms(self, ids: Sequence[int], terms: Sequence[str]) -> tuple[dict[int, dict[str, int]], dict[int, int]]:
-        """Each of chunks ``ids``' counts of ``terms`` and its length in tokens, from the full-text
-        index itself (its vocabulary and its docsize records: what FTS5 scores with)."""
+        """Each of chunks ``ids``' counts of ``terms`` and its length in tokens, as FTS5 holds
+        them: lengths from its docsize records; a term in few chunks from its vocabulary (every
+        place it occurs), a common one by tokenizing just these chunks (what FTS5 did to them),
+        so that the cost does not grow with the index."""
         from .postings import varints, vocab
 
         wanted = json.dumps(list(ids))
         lengths = {int(i): sum(varints(sz)) for i, sz in self.conn.execute(
             "SELECT id, sz FROM chunks_fts_docsize WHERE id IN (SELECT value FROM json_each(?))", (wanted,))}
         counts: dict[int, dict[str, int]] = {i: {} for i in lengths}
-        table = vocab(self.conn, "instance")
-        for term in terms:
-            for doc, n in self.conn.execute(f"SELECT doc, count(*) FROM {table} WHERE term = ? GROUP BY doc", (term,)):
+        if not terms:
+            return counts, lengths
+        rows, instances = vocab(self.conn, "row"), vocab(self.conn, "instance")
+        held = dict(self.conn.execute(f"SELECT term, doc FROM {rows} WHERE term IN ({', '.join('?' * len(terms))})",
+                                      tuple(terms)).fetchall())
+        common = [t for t in terms if held.get(t, 0) > RARE_TERM_CHUNKS]
+        for term in (t for t in terms if 0 < held.get(t, 0) <= RARE_TERM_CHUNKS):
+            for doc, n in self.conn.execute(f"SELECT doc, count(*) FROM {instances} WHERE term = ? GROUP BY doc", (term,)):
                 if doc in counts:
                     counts[doc][term] = n
+        if common:
+            texts = self.conn.execute("SELECT id, text, heading_path FROM chunks WHERE id IN (SELECT value FROM json_each(?))",
+                                      (wanted,)).fetchall()
+            for cid, found in self.tokenizer().positions([(int(i), t or "", h or "") for i, t, h in texts], common).items():
+                for term, _, _ in found:
+                    counts.setdefault(cid, {})[term] = counts.get(cid, {}).get(term, 0) + 1
         return counts, lengths
 
     def text_slices(self, spans: Sequence[tuple[str, int, int]]) -> list[str | None]:
