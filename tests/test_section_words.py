@@ -153,8 +153,9 @@ def test_a_common_terms_counts_are_the_full_text_indexs(store: Any, monkeypatch:
     terms = list(dict.fromkeys(t for w in store.tokenizer().terms(pipeline.query_words(QUESTION + " cache")) for t in w))
     with store.read() as conn:
         ids = [r[0] for r in conn.execute("SELECT id FROM chunks ORDER BY id").fetchall()]
-        found = store.chunk_terms(ids, terms)
+        df = store.section_stats(terms)[3]
+        found = store.chunk_terms(ids, terms, df)
         monkeypatch.setattr(reads, "RARE_TERM_CHUNKS", 0)  # every term "common" (the file; no effect on a server)
-        assert store.chunk_terms(ids, terms) == found
+        assert store.chunk_terms(ids, terms, df) == found
     counts, lengths = found
     assert sum(n for c in counts.values() for n in c.values()) > 5 and set(lengths) == set(ids)

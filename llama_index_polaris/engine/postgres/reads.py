@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import threading
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -204,9 +204,10 @@ class SearchReads:
             if terms else {}
         return int(n_rows), int(total), int(sections), {t: int(held.get(t, 0)) for t in terms}
 
-    def chunk_terms(self, ids: Sequence[int], terms: Sequence[str]) -> tuple[dict[int, dict[str, int]], dict[int, int]]:
+    def chunk_terms(self, ids: Sequence[int], terms: Sequence[str], df: Mapping[str, int]
+                    ) -> tuple[dict[int, dict[str, int]], dict[int, int]]:
         """Each of chunks ``ids``' counts of ``terms`` and its length in tokens, from the posting
-        table (the file's ``Store.chunk_terms``)."""
+        table (the file's ``Store.chunk_terms``; ``df`` is not needed here)."""
         lengths = dict(self.conn.execute("SELECT id, bm25_length FROM chunks WHERE id = ANY(%s)", (list(ids),)).fetchall())
         counts: dict[int, dict[str, int]] = {int(i): {} for i in lengths}
         if terms:

@@ -10,6 +10,7 @@ computed in the same pass that scored it, so the figures shown by ``polaris sear
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Hashable, Mapping, Sequence
 
@@ -397,21 +398,19 @@ class Searcher:
 
     def _whole_sections(self, query: str, hits: list[tuple[int, float]]) -> list[tuple[int, float]]:
         """The keyword list's sections scored again as whole sections (``section_words.py``)."""
-        from collections import Counter
-
         from . import section_words
 
         section_of = {cid: c.section for cid, c in self._candidates([h[0] for h in hits], False).items()}
         rows = self.store.section_rows(list(dict.fromkeys(section_of.values())), False)
         tokenizer = self.store.tokenizer()
         terms = list(dict.fromkeys(t for word in tokenizer.terms(query_words(query)) for t in word))
-        counts, lengths = self.store.chunk_terms([r[6] for r in rows], terms)
+        n_rows, total, n_sections, df = self.store.section_stats(terms)
+        counts, lengths = self.store.chunk_terms([r[6] for r in rows], terms, df)
         sections: dict[Hashable, tuple[Counter, int]] = {}
         for r in rows:
             held, length = sections.get((r[0], r[1]), (Counter(), 0))
             held.update(counts.get(r[6], {}))
             sections[(r[0], r[1])] = (held, length + lengths.get(r[6], 0))
-        n_rows, total, n_sections, df = self.store.section_stats(terms)
         scores = section_words.section_scores(terms, sections, n_rows, df, total / max(n_sections, 1))
         return section_words.reorder(hits, section_of, scores)
 

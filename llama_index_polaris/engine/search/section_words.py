@@ -9,10 +9,10 @@ bigram BM25 gains over the chunk list on natural-language questions, and Lucene'
 hold at nothing, and CJK sets have many).
 
 So, for a query with a CJK letter in section unit, the keyword list's sections are scored
-again: each section's term counts and length are its chunks' summed (as FTS5 counts them,
-``Tokenizer.counts``), ``n`` is the chunks holding the term and ``N`` all chunks (the index's
-own statistics, equal on both backends), the average length is the index's tokens over its
-sections. Each section keeps its best chunk as its representative; the list is the sections
+again: each section's term counts and length are its chunks' summed, as the index holds them
+(``Storage.chunk_terms``), ``n`` is the chunks holding the term and ``N`` all chunks
+(``Storage.section_stats``: the index's own statistics, equal on both backends), the average
+length is the index's tokens over its sections. Each section keeps its best chunk as its representative; the list is the sections
 in their new order. A query without a CJK letter never comes here, so English rankings do
 not move. The maths is pure; the Searcher reads the rows.
 """
@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from typing import Hashable, Mapping, Sequence
 
-K1, B = 1.2, 0.75  # FTS5's, and the baseline's
+from ..storage.scoring import B, K1  # FTS5's constants (the baseline's too)
 
 
 def lucene_idf(n_rows: int, n_hit: int) -> float:

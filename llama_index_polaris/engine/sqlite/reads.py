@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -83,11 +83,13 @@ class SearchReads:
                                           tuple(terms)).fetchall())
         return n_rows, round(n_rows * average), sections, {t: int(held.get(t, 0)) for t in terms}
 
-    def chunk_terms(self, ids: Sequence[int], terms: Sequence[str]) -> tuple[dict[int, dict[str, int]], dict[int, int]]:
+    def chunk_terms(self, ids: Sequence[int], terms: Sequence[str], df: Mapping[str, int]
+                    ) -> tuple[dict[int, dict[str, int]], dict[int, int]]:
         """Each of chunks ``ids``' counts of ``terms`` and its length in tokens, as FTS5 holds
-        them: lengths from its docsize records; a term in few chunks from its vocabulary (every
-        place it occurs), a common one by tokenizing just these chunks (what FTS5 did to them),
-        so that the cost does not grow with the index."""
+        them: lengths from its docsize records; a term in few chunks (``df``, as
+        ``section_stats`` gives it) from its vocabulary (every place it occurs), a common one by
+        tokenizing just these chunks (what FTS5 did to them), so that the cost does not grow
+        with the index."""
         from .postings import varints, vocab
 
         wanted = json.dumps(list(ids))
@@ -96,11 +98,9 @@ class SearchReads:
         counts: dict[int, dict[str, int]] = {i: {} for i in lengths}
         if not terms:
             return counts, lengths
-        rows, instances = vocab(self.conn, "row"), vocab(self.conn, "instance")
-        held = dict(self.conn.execute(f"SELECT term, doc FROM {rows} WHERE term IN ({', '.join('?' * len(terms))})",
-                                      tuple(terms)).fetchall())
-        common = [t for t in terms if held.get(t, 0) > RARE_TERM_CHUNKS]
-        for term in (t for t in terms if 0 < held.get(t, 0) <= RARE_TERM_CHUNKS):
+        instances = vocab(self.conn, "instance")
+        common = [t for t in terms if df.get(t, 0) > RARE_TERM_CHUNKS]
+        for term in (t for t in terms if 0 < df.get(t, 0) <= RARE_TERM_CHUNKS):
             for doc, n in self.conn.execute(f"SELECT doc, count(*) FROM {instances} WHERE term = ? GROUP BY doc", (term,)):
                 if doc in counts:
                     counts[doc][term] = n

@@ -28,7 +28,7 @@ The contract, by what it keeps:
   ``candidates`` (what ranking needs: section, heading path, vector), ``hit_rows`` (what
   a hit shows), ``section_rows`` (every chunk of some sections), ``section_stats`` (chunks,
   their length in tokens, sections, and the chunks holding each of some terms) and
-  ``chunk_terms`` (some chunks' counts of some terms, and their lengths): whole-section BM25
+  ``chunk_terms`` (some chunks' counts of some terms, given the terms' chunk counts, and their lengths): whole-section BM25
   for CJK questions, ``text_slices`` (a section's
   text: slices of its document's stored text);
 - copying: ``export_rows`` and ``import_rows`` (``copy.py``: vectors move, nothing is
@@ -43,7 +43,7 @@ twice), and the next call reconnects. A file has no connection to lose and never
 from __future__ import annotations
 
 import os
-from typing import Any, Iterator, Protocol, Sequence, runtime_checkable
+from typing import Any, Iterator, Mapping, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
@@ -114,7 +114,8 @@ class Storage(Protocol):
     def hit_rows(self, ids: Sequence[int]) -> dict[int, tuple]: ...
     def section_rows(self, keys: Sequence[tuple[str, str]], with_text: bool) -> list[tuple]: ...
     def section_stats(self, terms: Sequence[str]) -> tuple[int, int, int, dict[str, int]]: ...
-    def chunk_terms(self, ids: Sequence[int], terms: Sequence[str]) -> tuple[dict[int, dict[str, int]], dict[int, int]]: ...
+    def chunk_terms(self, ids: Sequence[int], terms: Sequence[str], df: Mapping[str, int]
+                    ) -> tuple[dict[int, dict[str, int]], dict[int, int]]: ...
     def text_slices(self, spans: Sequence[tuple[str, int, int]]) -> list[str | None]: ...
     def tokenizer(self) -> Any: ...  # the index's FTS5 tokenizer (``tokenize.Tokenizer``; its name marks hits)
 
