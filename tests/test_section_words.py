@@ -159,3 +159,15 @@ def test_a_common_terms_counts_are_the_full_text_indexs(store: Any, monkeypatch:
         assert store.chunk_terms(ids, terms, df) == found
     counts, lengths = found
     assert sum(n for c in counts.values() for n in c.values()) > 5 and set(lengths) == set(ids)
+
+
+def test_asking_for_more_hits_leaves_the_first_where_they_were(store: Any) -> None:
+    """A CJK question's whole-section list, at every k: each shorter list is the head of a longer one."""
+    cfg = load_config(None, use_user_config=False)
+    searcher = Searcher(store, None, cfg)
+    lists = [[(h.node_id, round(h.score, 9)) for h in searcher.search(QUESTION, top_k=k, mode="bm25", unit="section")]
+             for k in (1, 2, 3, 10)]
+    assert len(lists[-1]) >= 3 and all(hits[0].explain.bm25_unit == "section"
+                                       for hits in [searcher.search(QUESTION, top_k=1, mode="bm25")])
+    for short, long in zip(lists, lists[1:]):
+        assert long[:len(short)] == short
