@@ -465,6 +465,9 @@ MCP_MISSING = "`polaris mcp` needs the MCP Python SDK, an optional extra: in the
 
 def cmd_mcp(args: argparse.Namespace) -> int:
     """polaris mcp : serve the index to agents over MCP (stdio, or streamable HTTP)."""
+    from .mcp_binding import http_binding
+
+    http_binding(args.http, args.allow_host or ())  # a refused bind is said before the SDK's imports
     try:
         from .mcp_server import serve
     except ModuleNotFoundError as exc:

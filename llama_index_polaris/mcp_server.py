@@ -26,7 +26,6 @@ at registration, from closures.)
 """
 
 import functools
-import ipaddress
 import json
 import re
 import socket
@@ -48,9 +47,9 @@ from .engine.storage.documents import NOT_EXACT
 from .engine.errors import PolarisError, ScopeError
 from .engine.search.explain import brief_line
 from .engine.search.pipeline import MAX_QUERY_CHARS, MODES, check_top_k
+from .mcp_binding import Binding, binding, http_binding, in_url
 
 SCHEME = "polaris"
-LOOPBACK = ("127.0.0.1", "localhost", "[::1]")  # the names a server on this machine always answers for
 # Every answer is bounded. Tokens are the index's model's (what the engine's budgets count).
 LIMITS = {
     "k_default": 5, "k_max": 20,  # search hits
@@ -791,15 +790,6 @@ def _version() -> str:
 
 
 # -- running ------------------------------------------------------------------------------------
-def parse_address(value: str) -> tuple[str, int]:
-    """``PORT``, ``HOST:PORT`` or ``[IPv6]:PORT`` as (host, port); a port alone binds loopback."""
-    host, _, port = value.rpartition(":")
-    host = host.strip("[]") or "127.0.0.1"
-    if not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise PolarisError(f"--http takes PORT or HOST:PORT (e.g. 127.0.0.1:8765), got {value!r}.")
-    return host, int(port)
-
-
 def serve(config: PolarisConfig, *, collection: str | None = None, allow_writes: bool = False,
           http: str | None = None, allow_hosts: Sequence[str] = (),
           announce: Callable[[str], None] | None = None) -> None:
@@ -808,82 +798,33 @@ def serve(config: PolarisConfig, *, collection: str | None = None, allow_writes:
     import anyio
 
     say = announce or stderr_line
-    if http is None and allow_hosts:
-        raise PolarisError("--allow-host names the hosts an HTTP server answers for: use it with --http HOST:PORT.")
-    address = parse_address(http) if http is not None else None
-    security = http_security(address[0], allow_hosts, port=address[1]) if address is not None else None
+    bind = http_binding(http, allow_hosts)
+    security = None if bind is None else (_settings(bind), bind.notice)
     door = Door(config, collection=collection, allow_writes=allow_writes,
-                transport="stdio" if address is None else "streamable-http")
+                transport="stdio" if bind is None else "streamable-http")
     app = build_server(door)
     app.say = say
     door.warm()
     try:
-        if address is None:
+        if bind is None:
             anyio.run(app.run_stdio_async)
         else:
-            anyio.run(_serve_http, app, *address, security, say)
+            anyio.run(_serve_http, app, bind.host, bind.port, security, say)
     finally:
         door.close()
 
 
-def is_loopback(host: str) -> bool:
-    """Whether a server bound to ``host`` is reachable from this machine only (127.0.0.0/8, ::1, localhost)."""
-    try:
-        return host == "localhost" or ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def _in_url(host: str) -> str:
-    """``host`` as a URL (and a Host header) writes it: an IPv6 address in brackets."""
-    return f"[{host}]" if ":" in host and not host.startswith("[") else host
-
-
-HOST_NAME = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+)(:[0-9]{1,5})?")
-
-
-def host_name(value: str) -> str:
-    """An ``--allow-host`` value as a Host header writes it: ``docs.example``, ``192.0.2.1``, ``[::1]``
-    (a bare IPv6 address is bracketed), with a port when one is named (``docs.example:8443``)."""
-    try:
-        value = _in_url(str(ipaddress.IPv6Address(value)))
-    except ValueError:
-        pass
-    if not HOST_NAME.fullmatch(value):
-        raise PolarisError("--allow-host takes a host name or address as clients write it in the URL (docs.example,"
-                           f" 192.0.2.1, [::1], docs.example:8443), got {value!r}.")
-    return value
-
-
-def _patterns(name: str) -> tuple[list[str], list[str]]:
-    """The Host and Origin values the SDK's check accepts for one host (any port unless it names one)."""
-    hosts = [name] if re.search(r":[0-9]+$", name) else [name, f"{name}:*"]
-    return hosts, [f"{scheme}://{h}" for h in hosts for scheme in ("http", "https")]
+def _settings(bind: Binding) -> TransportSecuritySettings:
+    return TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=bind.allowed_hosts,
+                                     allowed_origins=bind.allowed_origins)
 
 
 def http_security(host: str, allow_hosts: Sequence[str], *, port: int | None = None
                   ) -> tuple[TransportSecuritySettings, str | None]:
-    """The SDK's DNS-rebinding protection for a server bound to ``host``, and the notice it prints (None
-    on loopback). Requests must name, in Host (and Origin, when sent), a loopback name, a loopback
-    ``host`` itself, or one of ``allow_hosts``; beyond loopback those must be named (``--allow-host``)."""
-    named = [host_name(h) for h in allow_hosts]
-    local = is_loopback(host)
-    shown = _in_url(host)
-    if not local and not named:
-        example = socket.gethostname() if host in ("0.0.0.0", "::") else shown
-        where = f"{shown}:{port}" if port is not None else shown
-        raise PolarisError(
-            f"--http {where} is reachable from other machines: name the hosts its clients will use with"
-            f" --allow-host HOST (e.g. --allow-host docs.example --allow-host {example}); requests naming any"
-            " other Host or Origin are refused (DNS-rebinding protection). To keep it on this machine, bind 127.0.0.1.")
-    names = list(dict.fromkeys([*LOOPBACK, *([shown] if local else []), *named]))
-    hosts, origins = ([p for n in names for p in _patterns(n)[i]] for i in (0, 1))
-    settings = TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=hosts,
-                                         allowed_origins=origins)
-    notice = None if local else (
-        f"listening on {shown}, reachable from other machines, without authentication; only requests for"
-        f" {', '.join(names)} (Host, and Origin when sent) are served. Use 127.0.0.1 to keep it on this machine.")
-    return settings, notice
+    """The SDK's DNS-rebinding protection for a server bound to ``host`` (``mcp_binding.binding``), and
+    the notice it prints (None on loopback)."""
+    bind = binding(host, allow_hosts, port=port)
+    return _settings(bind), bind.notice
 
 
 async def _serve_http(app: PolarisMCP, host: str, port: int, security: tuple[TransportSecuritySettings, str | None],
@@ -903,7 +844,7 @@ async def _serve_http(app: PolarisMCP, host: str, port: int, security: tuple[Tra
     settings, notice = security
     if notice is not None:
         say(notice)
-    say(f"MCP server at http://{_in_url(host)}:{bound}/mcp ({app.door.db_path}, "
+    say(f"MCP server at http://{in_url(host)}:{bound}/mcp ({app.door.db_path}, "
         f"{'writes allowed' if app.door.allow_writes else 'read-only'})")
     starlette_app = app.streamable_http_app(host=host, transport_security=settings)
     server = uvicorn.Server(uvicorn.Config(starlette_app, log_level="warning", lifespan="on"))

@@ -267,3 +267,21 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         import json
 
         Path(os.environ["POLARIS_TEST_CPU"]).write_text(json.dumps(_CPU, indent=1))
+
+
+# -- byte-compiled code for the suite's new processes ------------------------------------------
+# The project is installed editable, so pip never byte-compiles it, and where
+# PYTHONDONTWRITEBYTECODE is set (CI's image, this machine) no interpreter writes a .pyc
+# either: every `polaris` or MCP subprocess the suite starts compiled Polaris's 21,000 lines
+# again, about 0.35 s each (test_robust_db.py alone: 85.7 s -> 68.9 s with them compiled).
+# py_compile writes whatever that variable says; the files are .gitignored and checked
+# against the source's mtime, so an edit is never run stale. Once, before any worker starts.
+def pytest_configure(config: pytest.Config) -> None:
+    if hasattr(config, "workerinput"):  # an xdist worker: the controller has done it
+        return
+    import compileall
+
+    for package in ("llama_index_polaris", "datasette_polaris", "llama_index", "benchmarks"):
+        compileall.compile_dir(REPO / package, quiet=2, workers=1)
+    for helper in Path(__file__).parent.glob("*testing.py"):
+        compileall.compile_file(helper, quiet=2)

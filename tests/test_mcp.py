@@ -25,7 +25,8 @@ from llama_index_polaris.engine.config import load_config
 from llama_index_polaris.engine.errors import PolarisError
 from llama_index_polaris.engine.index import PolarisIndex
 from llama_index_polaris.engine.search.pipeline import MAX_QUERY_CHARS
-from llama_index_polaris.mcp_server import BRIEF, LIMITS, document_uri, parse_address
+from llama_index_polaris.mcp_binding import parse_address
+from llama_index_polaris.mcp_server import BRIEF, LIMITS, document_uri
 from mcp_testing import POLARIS, McpSession, environment, http_server, stdio, text_of
 from polaris_testing import BACKENDS, module_target, project_toml
 from test_documents import FILES, MODEL, ROTATION, SESSIONS, target_of
