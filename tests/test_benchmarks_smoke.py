@@ -10,6 +10,7 @@ every script runs the code it measures). PostgreSQL scripts run against the sess
 from __future__ import annotations
 
 import importlib
+import json
 import logging
 import os
 import pkgutil
@@ -53,6 +54,10 @@ RUNS: dict[str, Args] = {
     "speed.py": lambda w: [str(w.eval), "--sizes", str(N), "--dims", "384", "--hybrid-sizes", str(N), "--queries", "3",
                            "--overfetch", "4", "--index-docs", "3", "--structures-sizes", str(N), "--cold-sizes", "", "--write-chunks", "60",
                            "--skip-real"],
+    "speed_guard.py record": lambda w: [str(w.eval), "--n", str(N), "--queries", "3", "--rounds", "2", "--record",
+                                        "--recorded", str(w.out / "speed_guard.json")],
+    "speed_guard.py check": lambda w: [str(w.eval), "--n", str(N), "--queries", "3", "--rounds", "2",
+                                       "--recorded", str(w.out / "speed_guard.json"), "--tolerance", "100"],
     "bm25_oneshot.py": lambda w: [str(w.eval), "--size", str(N), "--queries", "3"],
     "by_id_speed.py": lambda w: ["--size", str(N), "--reps", "2"],
     "explorer_speed.py": lambda w: [w.hybrid, "--queries", "2", "--reps", "1", "--query", WORDS[0], "--query",
@@ -188,3 +193,19 @@ def test_every_benchmark_is_covered() -> None:
     covered = {r.split()[0] for r in RUNS} | set(SKIPPED)
     assert scripts - covered == set(), "benchmarks without a smoke run"
     assert covered - scripts == set(), "smoke runs of scripts that are gone"
+
+
+def test_the_speed_guard_fails_a_run_slower_than_recorded(world: World, tmp_path: Path) -> None:
+    """A recorded ratio far below what this run measures is a failure (exit 1), saying both; the
+    same figure recorded by the run itself passes; a figure for another size is refused."""
+    guard = importlib.import_module("speed_guard")
+    args = [str(world.eval), "--n", str(N), "--queries", "3", "--rounds", "1"]
+    recorded = tmp_path / "guard.json"
+    assert guard.main([*args, "--record", "--recorded", str(recorded)]) == 0
+    figure = json.loads(recorded.read_text())
+    assert figure["n"] == N and figure["ratio"] > 0 and len(figure["rounds"]) == 1
+    assert guard.main([*args, "--recorded", str(recorded), "--tolerance", "100"]) == 0
+    recorded.write_text(json.dumps({**figure, "ratio": figure["ratio"] / 1000}))
+    assert guard.main([*args, "--recorded", str(recorded)]) == 1
+    recorded.write_text(json.dumps({**figure, "n": N * 10}))
+    assert guard.main([*args, "--recorded", str(recorded)]) == 2
