@@ -65,7 +65,7 @@ def term_share(query_terms: list[str], heading_path: str, text: str) -> float | 
     heading path and the readable text (blobs out); None when there are no query terms."""
     if not query_terms:
         return None
-    found = {stem(w) for w in words(heading_path + "\n" + readable(text))}
+    found = {stem(w) for w in set(words(heading_path + "\n" + readable(text)))}
     return sum(t in found for t in query_terms) / len(query_terms)
 
 

@@ -68,7 +68,7 @@ def _join(rows: list[tuple[int, bytes, bytes]]) -> tuple[np.ndarray, np.ndarray]
         tf = np.frombuffer(b"".join(r[2] for r in rows), dtype="u1")
     else:
         tf = np.concatenate([lists._decode(r[1], r[2])[1].astype(np.int64) for r in rows]) if rows else np.zeros(0, np.int64)
-    return ids, tf.astype(np.int64)
+    return ids, tf
 
 
 def bm25(conn: Any, tokenizer: Tokenizer, query: str, limit: int, scope: Scope = Scope()) -> list[tuple[int, float]] | None:
@@ -112,8 +112,9 @@ def _bm25(conn: Any, tokenizer: Tokenizer, words: list[str], limit: int, scope: 
     times = {term: sum(1 for t in terms if t == (term,)) for term in postings}
     for term, parts in postings.items():
         ids, tf = _join(parts)
-        tf = tf * fts.TEXT_WEIGHT
-        scores[ids] += times[term] * phrase_scores(tf, lengths[ids], avg_length, idf(n_rows, len(ids)))
+        tf = tf * fts.TEXT_WEIGHT  # float64, the counts exact
+        part = phrase_scores(tf, lengths[ids], avg_length, idf(n_rows, len(ids)))
+        scores[ids] += part if times[term] == 1 else times[term] * part
     rare = [w for w, t in zip(words, terms) if not (len(t) == 1 and t[0] in postings)]
     if rare:
         scores = _add_fts(conn, scores, phrases_query(rare))

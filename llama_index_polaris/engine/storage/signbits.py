@@ -60,16 +60,36 @@ def as_words(packed: np.ndarray) -> np.ndarray:
     return packed.view(np.uint64) if packed.shape[-1] % 8 == 0 else packed
 
 
+HAMMING_ROWS = 32_768  # rows counted per pass: the temporaries stay in cache and are reused
+
+
 def hamming(bits: np.ndarray, query: np.ndarray) -> np.ndarray:
-    """Differing bits between every row of ``bits`` and the one row ``query`` (same packing)."""
-    diff = np.bitwise_xor(bits, query.reshape(1, -1))
-    if hasattr(np, "bitwise_count"):  # numpy >= 2.0: the CPU's popcount
-        counts = np.bitwise_count(diff)
-    else:
-        counts = _POP8[diff.view(np.uint8)]
-    out = counts[:, 0].astype(np.uint16)
-    for j in range(1, counts.shape[1]):  # column by column: 2x faster than sum(axis=1) here
-        out += counts[:, j]
+    """Differing bits between every row of ``bits`` and the one row ``query`` (same packing).
+
+    Counted ``HAMMING_ROWS`` rows at a time into reused buffers: one pass over 1M rows made
+    48 MB of fresh temporaries, and their page faults cost more than the counting (12.5
+    against 8.8 ms at 1M x 384 here)."""
+    n, width = bits.shape
+    out = np.empty(n, dtype=np.uint16)
+    step = min(HAMMING_ROWS, max(n, 1))
+    diff = np.empty((step, width), dtype=bits.dtype)
+    counts = np.empty((step, width), dtype=np.uint8)
+    q = query.reshape(1, -1)
+    for start in range(0, n, step):
+        part = bits[start:start + step]
+        m = len(part)
+        x = np.bitwise_xor(part, q, out=diff[:m])
+        if hasattr(np, "bitwise_count"):  # numpy >= 2.0: the CPU's popcount
+            c = np.bitwise_count(x, out=counts[:m])
+        else:
+            c = _POP8[x.view(np.uint8)].reshape(m, -1)
+        o = out[start:start + m]
+        if c.shape[1] == 1:
+            o[:] = c[:, 0]
+            continue
+        np.add(c[:, 0], c[:, 1], out=o, dtype=np.uint16)
+        for j in range(2, c.shape[1]):  # column by column: 2x faster than sum(axis=1) here
+            np.add(o, c[:, j], out=o)
     return out
 
 
@@ -89,13 +109,23 @@ def nearest_rows(distances: np.ndarray, fetch: int, ids: np.ndarray | None = Non
     bits choose the same candidates whatever order a backend holds them in."""
     if fetch >= len(distances):
         return np.arange(len(distances))
-    cut = distances[np.argpartition(distances, fetch - 1)[fetch - 1]]
+    if fetch <= 0:
+        return np.zeros(0, dtype=np.int64)
+    cut = _kth_smallest(distances, fetch)
     below = np.flatnonzero(distances < cut)
     ties = np.flatnonzero(distances == cut)
     need = fetch - len(below)
     if ids is not None and need < len(ties):
         ties = ties[np.argpartition(ids[ties], need - 1)[:need]] if need > 0 else ties[:0]
     return np.concatenate([below, ties[:need]])
+
+
+def _kth_smallest(distances: np.ndarray, k: int) -> int:
+    """The ``k``-th smallest of ``distances`` (1-based): counted for small unsigned integers (a
+    Hamming distance is at most the bits per row; 1.2 ms at 1M against 6.6 for argpartition)."""
+    if distances.dtype.kind == "u" and distances.dtype.itemsize <= 2:
+        return int(np.searchsorted(np.cumsum(np.bincount(distances)), k))
+    return distances[np.argpartition(distances, k - 1)[k - 1]]
 
 
 def search_bits(

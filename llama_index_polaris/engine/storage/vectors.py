@@ -59,7 +59,9 @@ def valid_rows(matrix: np.ndarray) -> np.ndarray:
     if m.ndim != 2 or m.shape[1] == 0:
         return np.zeros(len(m), dtype=bool)
     finite = np.isfinite(m).all(axis=1)
-    norms = np.linalg.norm(np.where(finite[:, None], m, 0).astype(np.float64), axis=1)
+    if not finite.all():
+        m = np.where(finite[:, None], m, 0)
+    norms = np.sqrt(np.einsum("ij,ij->i", m, m, dtype=np.float64))  # no float64 copy of the matrix
     return finite & (norms >= MIN_NORM) & (norms <= MAX_NORM)
 
 
