@@ -370,3 +370,79 @@ def test_the_llamaindex_door_keeps_the_index(tmp_path: Path, real) -> None:
         assert len(read_bits(store.conn)) == 0
     finally:
         vs.close()
+
+
+# -- the one-shot path: counted as the blocks stream, and beside the BM25 list -----------------
+def test_the_streamed_count_is_every_blocks_count_and_chooses_the_same_candidates(tmp_path: Path, real) -> None:
+    sentences, vectors, queries = real
+    store = store_of(tmp_path / "p.db", sentences, vectors)
+    store.delete_document("doc3")  # free slots in a block: the live mask must hold them out
+    bits = read_bits(store.conn)
+    assert bits.live is not None
+    for q in queries[:8]:
+        ids, distances, live = ann.stream_distances(store.conn, q)
+        assert ids.tolist() == bits.ids.tolist() and (live == bits.live).all()
+        assert distances.tolist() == hamming(bits.bits, pack_signs(q)[0]).tolist()
+        for fetch in (50, 300):
+            pool = []  # what the whole-array path re-scores
+            signbits.search_bits(lambda found, dim: (pool.extend(found.tolist()), ann.stored_vectors(store.conn, found, dim))[1],
+                                 bits, q, 10, fetch=fetch)
+            assert ann.choose(ids[live], distances[live], 10, fetch=fetch).tolist() == sorted(pool)
+            far = distances.copy()
+            far[~live] = np.iinfo(far.dtype).max  # the one-shot path's way of holding free slots out
+            assert ann.choose(ids, far, 10, fetch=fetch).tolist() == sorted(pool)
+            assert ann_knn(store.conn, q, 10, exact_below=0, fetch=fetch) == ann.rescore(
+                *ann.stored_vectors(store.conn, np.array(sorted(pool)), len(q)), q, 10)
+    store.close()
+
+
+def _searcher(store: Store):
+    from llama_index_polaris.engine.config import load_config
+    from llama_index_polaris.engine.search.pipeline import Searcher
+
+    return Searcher(store, None, load_config(use_user_config=False, model_id=MODEL))
+
+
+def test_the_knn_beside_the_bm25_list_gives_the_one_connection_answer(tmp_path: Path, real, monkeypatch) -> None:
+    from llama_index_polaris.engine.sqlite import reads
+
+    sentences, vectors, queries = real
+    monkeypatch.setattr(signbits, "EXACT_BELOW", 0)
+    store_of(tmp_path / "p.db", sentences, vectors).close()
+    store = Store(tmp_path / "p.db", readonly=True)
+    searcher = _searcher(store)
+    texts = [s[: len(s) // 2] for s in sentences[7::50][:12]]
+    answers = {}
+    for parallel in (False, True):
+        monkeypatch.setattr(reads, "PARALLEL_FROM", 0 if parallel else 10**12)
+        answers[parallel] = [[(h.chunk_id, h.score) for h in searcher.search(t, top_k=10, query_vector=q)]
+                             for t, q in zip(texts, queries)]
+        assert (store.__dict__.get("_twin") is not None) == parallel  # the second connection was used
+    assert answers[True] == answers[False]
+    assert not store._twin.in_transaction  # each query's snapshot on it ended
+    store.close()
+    assert store._twin is None
+
+
+def test_a_commit_between_the_two_snapshots_keeps_the_knn_on_the_readers_own(tmp_path: Path, real, monkeypatch) -> None:
+    from llama_index_polaris.engine.sqlite import reads
+
+    sentences, vectors, queries = real
+    monkeypatch.setattr(signbits, "EXACT_BELOW", 0)
+    monkeypatch.setattr(reads, "PARALLEL_FROM", 0)
+    writer = store_of(tmp_path / "p.db", sentences, vectors)
+    reader = Store(tmp_path / "p.db", readonly=True)
+    q = queries[0]
+    with reader.read():
+        before = reader.conn.execute("SELECT count(*) FROM chunks").fetchone()[0]  # the snapshot begins
+        # a chunk whose vector is the query itself, committed after the reader's snapshot began
+        writer.upsert_document(DocumentRecord("late"), [ChunkRecord("late:0", "late", ordinal=0)], q.reshape(1, -1))
+        hits = reader.start_knn(q, 10, Scope(), fetch_k=10)()
+        late = reader.conn.execute("SELECT id FROM chunks WHERE node_id = 'late:0'").fetchone()
+        assert late is None and reader.conn.execute("SELECT count(*) FROM chunks").fetchone()[0] == before
+    late_id = writer.conn.execute("SELECT id FROM chunks WHERE node_id = 'late:0'").fetchone()[0]
+    assert hits and late_id not in {cid for cid, _ in hits}  # the reader's snapshot has no such chunk
+    with reader.read():  # the next snapshot sees it, on the second connection again
+        assert reader.start_knn(q, 10, Scope(), fetch_k=10)()[0][0] == late_id
+    reader.close()
+    writer.close()

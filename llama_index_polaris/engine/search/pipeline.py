@@ -303,15 +303,19 @@ class Searcher:
         pool would add nothing)."""
         vec_hits: list[tuple[int, float]] = []
         bm_hits: list[tuple[int, float]] = []
+        pending = None
         if _uses(p.mode, p.weights, "vector") and qvec is not None:
             # qvec None: no vectors in this index yet. The approximate path sizes its
             # candidates for ANN_SIZED_FOR results (recall measured there), deeper pools for theirs
-            vec_hits = self._knn(qvec, depth, scope, fetch_k=min(depth, ANN_SIZED_FOR))
+            pending = self._start_knn(qvec, depth, scope, fetch_k=min(depth, ANN_SIZED_FOR),
+                                      beside=_uses(p.mode, p.weights, "bm25") and bool(query))
         if _uses(p.mode, p.weights, "bm25") and query:
             bm_hits = self._bm25(query, depth, scope)
             whole = p.unit == "section" and bool(bm_hits) and WHOLE_SECTIONS and has_cjk(query)
             if whole:
                 bm_hits = self._whole_sections(query, bm_hits)
+        if pending is not None:
+            vec_hits = pending()
         with_vectors = p.mmr_lambda is not None and p.mmr_lambda < 1.0
         candidates = self._candidates([h[0] for h in [*vec_hits, *bm_hits]], with_vectors)
         ranked = rank(vec_hits, bm_hits, candidates, p)
@@ -377,6 +381,17 @@ class Searcher:
             slices = None if found is None else [next(sliced) for _ in found]
             out[key] = section_text(slices, [(c[3], c[1], c[2]) for c in chunks])
         return out
+
+    def _start_knn(self, qvec: np.ndarray, k: int, scope: Scope, fetch_k: int | None = None,
+                   beside: bool = False) -> Callable[[], list[tuple[int, float]]]:
+        """``_knn``, begun now; the callable gives its hits. ``beside``: the BM25 list is read
+        meanwhile, so a backend that can (``start_knn``: the SQLite file's one-shot path at
+        scale) runs the KNN on another core in the same snapshot."""
+        start = getattr(self.store, "start_knn", None)
+        if beside and start is not None and not (self.vector_cache is not None and self.vector_cache.refresh()):
+            return start(qvec, k, scope, fetch_k=fetch_k)
+        hits = self._knn(qvec, k, scope, fetch_k=fetch_k)
+        return lambda: hits
 
     def _knn(self, qvec: np.ndarray, k: int, scope: Scope, fetch_k: int | None = None) -> list[tuple[int, float]]:
         if self.vector_cache is not None and self.vector_cache.refresh():

@@ -3,17 +3,28 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping, Sequence
+from concurrent.futures import wait
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
 from ..storage import vectors as vectors_module
-from .schema import CHUNKS_WITH_DOCUMENTS, MERGED_METADATA
+from .schema import BITS_TABLE, CHUNKS_WITH_DOCUMENTS, MERGED_METADATA
 from . import bm25 as fts, bm25_postings as search_postings, vector as vector_search
 from ..storage.scope import Scope, resolve_scope
 
+PARALLEL_FROM = 200_000  # sign-bit slots from which a one-shot KNN runs beside the BM25 list (at 100k it
+# saved nothing: 11.8 ms p50 either way; at 1M 59.4 -> 47.7 ms, docs/benchmarks.md)
 RARE_TERM_CHUNKS = 20_000  # a term in at most this many chunks is counted from FTS5's vocabulary (chunk_terms;
 # about as fast as tokenizing the few hundred chunks asked for, which does not grow with the index)
+
+
+def _knn_in(conn: Any, query: np.ndarray, k: int, scope: Scope, fetch_k: int | None) -> list[tuple[int, float]]:
+    """``vector.knn`` on ``conn`` inside the read transaction begun for it, ended after."""
+    try:
+        return vector_search.knn(conn, query, k, scope, fetch_k=fetch_k)
+    finally:
+        conn.execute("ROLLBACK")
 
 
 class SearchReads:
@@ -28,6 +39,67 @@ class SearchReads:
     def knn(self, query: np.ndarray, k: int, scope: Scope, fetch_k: int | None = None) -> list[tuple[int, float]]:
         """The ``k`` nearest chunks in ``scope``: exact vec0 below ``signbits.EXACT_BELOW``, sign bits above."""
         return vector_search.knn(self.conn, query, k, scope, fetch_k=fetch_k)
+
+    def start_knn(self, query: np.ndarray, k: int, scope: Scope, fetch_k: int | None = None) -> Callable[[], list]:
+        """``knn``, started now; the callable returned gives its hits. Call inside ``read()``.
+
+        On a large index (``PARALLEL_FROM`` sign-bit slots) it runs on a second connection in a
+        worker thread, so that the caller reads the BM25 list on the other core meanwhile, in
+        the same snapshot: the second connection read ``PRAGMA data_version`` before this
+        one's snapshot began (``note_twin_version``) and reads it again once its own has; it
+        runs only when the two agree, nothing having been committed in between (else the KNN
+        runs here, after). Elsewhere it runs at once, here."""
+        twin, before = getattr(self, "_twin", None), getattr(self, "_twin_version", None)
+        if twin is not None and before is not None:
+            twin.execute("BEGIN")
+            if twin.execute("PRAGMA data_version").fetchone()[0] == before:
+                self._knn_future = future = self._knn_worker.submit(_knn_in, twin, query, k, scope, fetch_k)
+
+                def result() -> list[tuple[int, float]]:
+                    self._knn_future = None
+                    return future.result()
+                return result
+            twin.execute("ROLLBACK")
+        hits = self.knn(query, k, scope, fetch_k=fetch_k)
+        return lambda: hits
+
+    def note_twin_version(self) -> None:
+        """Before a ``read()`` begins: on a large index, open the second connection if need be and
+        note its ``PRAGMA data_version`` (what ``start_knn`` compares); else note nothing."""
+        self._twin_version = None
+        if getattr(self, "_knn_future", None) is not None:
+            wait([self._knn_future])  # one a caller left unread (it raised before reading it)
+            self._knn_future = None
+        if str(self.path) == ":memory:":
+            return
+        try:
+            slots = self.conn.execute(f"SELECT max(rowid) FROM {BITS_TABLE}_rowids").fetchone()[0] or 0
+        except self._sqlite_error():
+            return  # no sign-bit index
+        if slots < PARALLEL_FROM:
+            return
+        if getattr(self, "_twin", None) is None:
+            from concurrent.futures import ThreadPoolExecutor
+            from .connect import connect
+
+            try:
+                self._twin = connect(self.path, readonly=True)
+            except Exception:  # noqa: BLE001  (no second connection: the KNN runs on this one)
+                return
+            self._knn_worker = ThreadPoolExecutor(1, thread_name_prefix="polaris-knn")
+        self._twin_version = self._twin.execute("PRAGMA data_version").fetchone()[0]
+
+    def _sqlite_error(self) -> type:
+        from .connect import sqlite_module
+
+        return sqlite_module().Error
+
+    def close_twin(self) -> None:
+        """Close the second connection and its worker, if they were opened."""
+        if getattr(self, "_twin", None) is not None:
+            self._knn_worker.shutdown(wait=True)
+            self._twin.close()
+            self._twin = None
 
     def bm25(self, query: str, k: int, scope: Scope) -> list[tuple[int, float]]:
         """FTS5's BM25 candidates in ``scope``, common words scored from the posting lists."""

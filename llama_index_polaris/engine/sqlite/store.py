@@ -108,6 +108,7 @@ class Store(Documents, Collections, Binding, SearchReads, Copying):
             if not self.readonly and not self._folded:
                 with contextlib.suppress(Exception):  # closing must not fail; the WAL stays valid
                     self._checkpoint()
+            self.close_twin()
             self.conn.close()
 
     def __enter__(self) -> "Store":
@@ -255,7 +256,7 @@ class Store(Documents, Collections, Binding, SearchReads, Copying):
 
     def read(self) -> Any:
         """``with store.read() as conn:`` one consistent snapshot, the store's lock held."""
-        return _LockedTransaction(self._lock, self.conn, transaction(self.conn, "BEGIN"))
+        return _LockedTransaction(self._lock, self.conn, transaction(self.conn, "BEGIN"), before=self.note_twin_version)
 
     def writer_lock(self, on_wait: Any = None) -> Any:
         """``with store.writer_lock():`` one `polaris index` run at a time (a lock file beside the index)."""
@@ -318,12 +319,14 @@ def _check_copy(path: Path, counts: dict[str, Any] | None) -> None:
 class _LockedTransaction:
     """The store's lock held around one transaction (a write, or a read snapshot)."""
 
-    def __init__(self, lock: threading.RLock, conn: Any, tx: Any) -> None:
-        self.lock, self.tx = lock, tx
+    def __init__(self, lock: threading.RLock, conn: Any, tx: Any, before: Any = None) -> None:
+        self.lock, self.tx, self.before = lock, tx, before
 
     def __enter__(self) -> Any:
         self.lock.acquire()
         try:
+            if self.before is not None:
+                self.before()  # the lock held, the transaction not begun
             return self.tx.__enter__()
         except BaseException:
             self.lock.release()
