@@ -54,6 +54,7 @@ RUNS: dict[str, Args] = {
     "speed.py": lambda w: [str(w.eval), "--sizes", str(N), "--dims", "384", "--hybrid-sizes", str(N), "--queries", "3",
                            "--overfetch", "4", "--index-docs", "3", "--structures-sizes", str(N), "--cold-sizes", "", "--write-chunks", "60",
                            "--skip-real"],
+    "oneshot_parts.py": lambda w: [str(w.eval), "--n", str(N), "--queries", "3", "--rounds", "2", "--first", "1"],
     "speed_guard.py record": lambda w: [str(w.eval), "--n", str(N), "--queries", "3", "--rounds", "2", "--record",
                                         "--recorded", str(w.out / "speed_guard.json")],
     "speed_guard.py check": lambda w: [str(w.eval), "--n", str(N), "--queries", "3", "--rounds", "2",

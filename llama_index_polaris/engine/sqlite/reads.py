@@ -51,15 +51,20 @@ class SearchReads:
         runs here, after). Elsewhere it runs at once, here."""
         twin, before = getattr(self, "_twin", None), getattr(self, "_twin_version", None)
         if twin is not None and before is not None:
-            twin.execute("BEGIN")
-            if twin.execute("PRAGMA data_version").fetchone()[0] == before:
+            try:
+                twin.execute("BEGIN")
+                same = twin.execute("PRAGMA data_version").fetchone()[0] == before
+            except self._sqlite_error():
+                same = False
+            if same:
                 self._knn_future = future = self._knn_worker.submit(_knn_in, twin, query, k, scope, fetch_k)
 
                 def result() -> list[tuple[int, float]]:
                     self._knn_future = None
                     return future.result()
                 return result
-            twin.execute("ROLLBACK")
+            if twin.in_transaction:
+                twin.execute("ROLLBACK")
         hits = self.knn(query, k, scope, fetch_k=fetch_k)
         return lambda: hits
 
@@ -87,7 +92,10 @@ class SearchReads:
             except Exception:  # noqa: BLE001  (no second connection: the KNN runs on this one)
                 return
             self._knn_worker = ThreadPoolExecutor(1, thread_name_prefix="polaris-knn")
-        self._twin_version = self._twin.execute("PRAGMA data_version").fetchone()[0]
+        try:
+            self._twin_version = self._twin.execute("PRAGMA data_version").fetchone()[0]
+        except self._sqlite_error():
+            self._twin_version = None  # the KNN runs on this connection
 
     def _sqlite_error(self) -> type:
         from .connect import sqlite_module

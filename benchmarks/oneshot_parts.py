@@ -1,0 +1,139 @@
+"""One-shot hybrid on the file, and its parts, in one run (#38 item 3).
+
+    python benchmarks/oneshot_parts.py [EVAL_DIR] [--n 1000000] [--queries 40] [--rounds 3] [--first 8]
+
+On ``speed.py``'s ``hybrid-N-384.db`` (recombined SciFact sentences, synthetic vectors; built
+on first use), query vectors given (embedding excluded), top 10, section unit:
+
+- **hybrid, one-shot**: a ``Searcher`` without the long-lived caches (what `polaris search`
+  and ``speed.py``'s ``hybrid_ms`` time), the KNN beside the BM25 list on a second connection
+  where the file is large enough (``sqlite.reads.PARALLEL_FROM``);
+- **hybrid, one connection**: the same with the KNN run after the BM25 list, on one connection;
+- **KNN alone** and **BM25 alone**: ``Store.knn`` and ``Store.bm25`` inside one snapshot;
+- **long-lived, first query**: a new ``Searcher`` with both caches loading in the background (as
+  a ``PolarisIndex`` has), timed on its first query, ``--first`` times.
+
+Each round times every query once on each path; a query's time on a path is its fastest over
+the rounds, and the table gives p50 / p95 over the queries. The two hybrid paths must return the
+same hits (the run fails otherwise).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Sequence
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import DEFAULT_EVAL, machine, machine_line, save_json  # noqa: E402
+from speed import hybrid_db, queries, scifact_pieces  # noqa: E402
+
+
+def pcts(values: list[float]) -> dict[str, float]:
+    ordered = sorted(values)
+    return {"p50": 1000 * statistics.median(ordered), "p95": 1000 * ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))]}
+
+
+def measure(n: int, eval_dir: Path, nq: int, rounds: int, first: int) -> dict:
+    from llama_index_polaris.engine.config import load_config
+    from llama_index_polaris.engine.search.pipeline import Searcher
+    from llama_index_polaris.engine.sqlite import reads
+    from llama_index_polaris.engine.sqlite.bits import VectorCache
+    from llama_index_polaris.engine.sqlite.bm25_cache import Bm25Cache
+    from llama_index_polaris.engine.sqlite.store import Store
+    from llama_index_polaris.engine.storage.scope import Scope
+
+    path, _ = hybrid_db(n, 384, eval_dir)
+    Store(path).close()  # any migration done before timing
+    texts = scifact_pieces(eval_dir)[2][:nq]
+    qvecs = queries(len(texts), 384)
+    cfg = load_config(use_user_config=False, model_id="all-minilm-l6-v2")
+    parallel_from = reads.PARALLEL_FROM
+    store = Store(path, readonly=True)
+    searcher = Searcher(store, None, cfg)
+    answers: dict[str, list] = {"hybrid, one-shot": [None] * len(texts), "hybrid, one connection": [None] * len(texts)}
+
+    def hybrid(i: int, one_connection: bool) -> None:
+        reads.PARALLEL_FROM = 2**62 if one_connection else parallel_from
+        try:
+            hits = searcher.search(texts[i], top_k=10, query_vector=qvecs[i])
+        finally:
+            reads.PARALLEL_FROM = parallel_from
+        answers["hybrid, one connection" if one_connection else "hybrid, one-shot"][i] = [
+            (h.chunk_id, round(h.score, 12)) for h in hits]
+
+    def alone(i: int, side: str) -> None:
+        with store.read():
+            if side == "knn":
+                store.knn(qvecs[i], 30, Scope(), fetch_k=10)
+            else:
+                store.bm25(texts[i], 30, Scope())
+
+    paths = {"hybrid, one-shot": lambda i: hybrid(i, False), "hybrid, one connection": lambda i: hybrid(i, True),
+             "KNN alone": lambda i: alone(i, "knn"), "BM25 alone": lambda i: alone(i, "bm25")}
+    try:
+        for fn in paths.values():  # warm: the file's pages in the OS cache, the modules loaded
+            for i in range(len(texts)):
+                fn(i)
+        best = {name: [float("inf")] * len(texts) for name in paths}
+        names = list(paths)
+        for r in range(rounds):
+            for i in range(len(texts)):
+                for name in names[r % len(names):] + names[:r % len(names)]:  # each path first in turn
+                    t = time.perf_counter()
+                    paths[name](i)
+                    best[name][i] = min(best[name][i], time.perf_counter() - t)
+            print(f"round {r + 1}: " + ", ".join(f"{k} {1000 * statistics.median(v):.1f}" for k, v in best.items()),
+                  file=sys.stderr, flush=True)
+        differ = sum(a != b for a, b in zip(answers["hybrid, one-shot"], answers["hybrid, one connection"]))
+    finally:
+        store.close()
+    firsts = []
+    for i in range(first):
+        s = Store(path, readonly=True)
+        try:
+            fresh = Searcher(s, None, cfg, vector_cache=VectorCache(s, background=True),
+                             bm25_cache=Bm25Cache(s, background=True))
+            t = time.perf_counter()
+            fresh.search(texts[i % len(texts)], top_k=10, query_vector=qvecs[i % len(texts)])
+            firsts.append(time.perf_counter() - t)
+        finally:
+            for cache in (fresh.vector_cache, fresh.bm25_cache):
+                getattr(cache, "wait", lambda: None)()
+            s.close()
+    out = {"n": n, "queries": len(texts), "rounds": rounds, "parallel_from": parallel_from,
+           "hybrid answers that differ between the two paths": differ,
+           **{name: pcts(v) for name, v in best.items()},
+           "machine": machine_line(machine()), "loadavg": os.getloadavg()}
+    if firsts:
+        out["long-lived, first query"] = pcts(firsts)
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("eval_dir", nargs="?", default=str(DEFAULT_EVAL))
+    ap.add_argument("--n", type=int, default=1_000_000)
+    ap.add_argument("--queries", type=int, default=40)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--first", type=int, default=8, help="new long-lived searchers timed on their first query")
+    args = ap.parse_args(argv)
+    got = measure(args.n, Path(args.eval_dir), args.queries, args.rounds, args.first)
+    save_json(f"oneshot_parts-{args.n}.json", got)
+    print(f"{args.n:,} chunks, {got['queries']} queries, per-query best of {args.rounds} rounds (ms p50 / p95):")
+    for name in ("hybrid, one-shot", "hybrid, one connection", "KNN alone", "BM25 alone", "long-lived, first query"):
+        if name in got:
+            print(f"  {name}: {got[name]['p50']:.1f} / {got[name]['p95']:.1f}")
+    print(f"  hybrid answers that differ between the two paths: {got['hybrid answers that differ between the two paths']}")
+    return 1 if got["hybrid answers that differ between the two paths"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
