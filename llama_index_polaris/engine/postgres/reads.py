@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import threading
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -52,6 +52,11 @@ class SearchReads:
         """The scope of a query, by the same rules and messages as the SQLite backend (``search.scope``)."""
         return scope_module.resolve_scope(self.conn, documents=documents, collections=collections, filters=filters,
                                           node_ids=node_ids, within_collection=within_collection)
+
+    def start_knn(self, query: np.ndarray, k: int, scope: Scope, fetch_k: int | None = None) -> Callable[[], list]:
+        """``knn``, run now (the server's candidates come from one statement); the callable gives its hits."""
+        hits = self.knn(query, k, scope, fetch_k=fetch_k)
+        return lambda: hits
 
     def knn(self, query: np.ndarray, k: int, scope: Scope, fetch_k: int | None = None) -> list[tuple[int, float]]:
         """The ``k`` nearest chunks in ``scope``: (chunk id, float32 cosine distance), nearest first,

@@ -384,19 +384,20 @@ class Searcher:
 
     def _start_knn(self, qvec: np.ndarray, k: int, scope: Scope, fetch_k: int | None = None,
                    beside: bool = False) -> Callable[[], list[tuple[int, float]]]:
-        """``_knn``, begun now; the callable gives its hits. ``beside``: the BM25 list is read
-        meanwhile, so a backend that can (``start_knn``: the SQLite file's one-shot path at
-        scale) runs the KNN on another core in the same snapshot."""
-        start = getattr(self.store, "start_knn", None)
-        if beside and start is not None and not (self.vector_cache is not None and self.vector_cache.refresh()):
-            return start(qvec, k, scope, fetch_k=fetch_k)
-        hits = self._knn(qvec, k, scope, fetch_k=fetch_k)
+        """The KNN list, begun now; the callable gives its hits. From the long-lived cache when it
+        answers; else the store's, which (``beside``: the BM25 list is read meanwhile) may run it
+        on another core in the same snapshot (``start_knn``: the SQLite file's, at scale)."""
+        if self.vector_cache is not None and self.vector_cache.refresh():
+            hits = self.vector_cache.knn(qvec, k, scope, fetch_k=fetch_k)
+        elif beside:
+            return self.store.start_knn(qvec, k, scope, fetch_k=fetch_k)
+        else:
+            hits = self.store.knn(qvec, k, scope, fetch_k=fetch_k)
         return lambda: hits
 
     def _knn(self, qvec: np.ndarray, k: int, scope: Scope, fetch_k: int | None = None) -> list[tuple[int, float]]:
-        if self.vector_cache is not None and self.vector_cache.refresh():
-            return self.vector_cache.knn(qvec, k, scope, fetch_k=fetch_k)
-        return self.store.knn(qvec, k, scope, fetch_k=fetch_k)
+        """The KNN list, here and now (benchmarks time it alone)."""
+        return self._start_knn(qvec, k, scope, fetch_k)()
 
     def _bm25(self, query: str, k: int, scope: Scope) -> list[tuple[int, float]]:
         """The BM25 list; a lookup's is lifted from a deeper one (``LOOKUP_POOL``), so that

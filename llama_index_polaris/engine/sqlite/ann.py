@@ -35,7 +35,7 @@ from ..storage import signbits
 from ..storage.cosine import rescore
 from ..storage.scope import Scope
 from ..storage.scoring import sorted_unique
-from ..storage.signbits import SignBits, as_words, fetch_size, hamming, nearest_rows, pack_signs  # noqa: F401  (this module's names before)
+from ..storage.signbits import SignBits, as_words, choose, fetch_size, hamming, nearest_rows, pack_signs  # noqa: F401  (this module's names before)
 
 
 class LayoutError(Exception):
@@ -60,27 +60,13 @@ def has_index(conn: Any) -> bool:
 
 
 def blocks_to_bits(rows: list[tuple]) -> SignBits:
-    """SignBits from vec0 block rows (chunk_id, size, validity, rowids, vectors), every slot
-    copied once into place; ``live`` from the blocks' validity bitmaps."""
+    """SignBits from vec0 block rows (chunk_id, size, validity, rowids, vectors), each column
+    joined in one copy (``_joined``); ``live`` from the blocks' validity bitmaps."""
     if not rows:
         return SignBits(np.zeros(0, dtype=np.int64), np.zeros((0, 1), dtype=np.uint64))
-    sizes = {r[1] for r in rows}
-    size = sizes.pop()
-    per_row = len(rows[0][4]) // size if size else 0
-    if sizes or size % 8 or per_row == 0 or any(
-        len(r[2]) != size // 8 or len(r[3]) != size * 8 or len(r[4]) != size * per_row for r in rows
-    ):
-        raise LayoutError(f"{BITS_TABLE}: unexpected block layout (sizes {sorted({r[1] for r in rows})}).")
-    n = len(rows) * size
-    valid = np.empty(n // 8, dtype=np.uint8)
-    ids = np.empty(n, dtype=np.int64)
-    packed = np.empty((n, per_row), dtype=np.uint8)
-    for i, r in enumerate(rows):
-        valid[i * size // 8:(i + 1) * size // 8] = np.frombuffer(r[2], dtype=np.uint8)
-        ids[i * size:(i + 1) * size] = np.frombuffer(r[3], dtype="<i8")
-        packed[i * size:(i + 1) * size] = np.frombuffer(r[4], dtype=np.uint8).reshape(size, per_row)
+    ids, valid, bits = _joined(rows)
     live = np.unpackbits(valid, bitorder="little").astype(bool)
-    return SignBits(ids, as_words(packed), None if live.all() else live)
+    return SignBits(ids, bits, None if live.all() else live)
 
 
 def read_bits(conn: Any) -> SignBits:
@@ -122,8 +108,8 @@ def stream_distances(conn: Any, query: np.ndarray) -> tuple[np.ndarray, np.ndarr
 
 
 def _joined(rows: list[tuple]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(ids, validity bytes, bits as words) of vec0 block rows, each column joined in one copy
-    (``blocks_to_bits`` checks the same layout)."""
+    """(ids, validity bytes, bits as words) of vec0 block rows, each column joined in one copy;
+    ``LayoutError`` unless every block has the layout this module reads."""
     size = rows[0][1]
     per_row = len(rows[0][4]) // size if size else 0
     if size % 8 or per_row == 0 or any(
@@ -219,13 +205,3 @@ def ann_knn(
     elif live is not None:
         ids, distances = ids[live], distances[live]
     return rescore(*stored_vectors(conn, choose(ids, distances, k, fetch, fetch_k), len(query)), query, k)
-
-
-def choose(ids: np.ndarray, distances: np.ndarray, k: int, fetch: int | None = None,
-           fetch_k: int | None = None) -> np.ndarray:
-    """The candidates ``signbits.search_bits`` would re-score, from distances already counted:
-    the ``fetch`` nearest (default ``fetch_size``), sorted by id (file order)."""
-    fetch = fetch_size(fetch_k or k, len(ids)) if fetch is None else min(fetch, len(ids))
-    if fetch >= len(ids):
-        return np.sort(ids)
-    return np.sort(ids[nearest_rows(distances, fetch, ids)])

@@ -43,7 +43,7 @@ twice), and the next call reconnects. A file has no connection to lose and never
 from __future__ import annotations
 
 import os
-from typing import Any, Iterator, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
@@ -108,6 +108,8 @@ class Storage(Protocol):
     # search reads, inside ``read()``
     def resolve_scope(self, **kwargs: Any) -> Any: ...
     def knn(self, query: np.ndarray, k: int, scope: Any, fetch_k: int | None = None) -> list[tuple[int, float]]: ...
+    def start_knn(self, query: np.ndarray, k: int, scope: Any, fetch_k: int | None = None
+                  ) -> Callable[[], list[tuple[int, float]]]: ...  # ``knn`` begun now; the callable gives its hits
     def bm25(self, query: str, k: int, scope: Any) -> list[tuple[int, float]]: ...
     def chunk_texts(self, ids: Sequence[int]) -> dict[int, tuple[str, str]]: ...
     def candidates(self, ids: Sequence[int], with_vectors: bool) -> dict[int, tuple[str, str, Any]]: ...

@@ -147,9 +147,19 @@ def search_bits(
             distances = hamming(bits.bits if rows is None else bits.bits[rows], pack_signs(query)[0])
         else:  # most rows: count them all (no copy of the bits) and keep the scope's
             distances = hamming(bits.bits, pack_signs(query)[0])[rows]
-        pool = np.sort(ids[nearest_rows(distances, fetch, ids)])  # read in file order
+        pool = choose(ids, distances, k, fetch)
     found, matrix = read(pool, len(query))
     return rescore(found, matrix, query, k)
+
+
+def choose(ids: np.ndarray, distances: np.ndarray, k: int, fetch: int | None = None,
+           fetch_k: int | None = None) -> np.ndarray:
+    """The candidates to re-score from distances already counted: the ``fetch`` nearest (default
+    ``fetch_size`` for ``fetch_k``, else ``k``), sorted by id (read in file order)."""
+    fetch = fetch_size(fetch_k or k, len(ids)) if fetch is None else min(fetch, len(ids))
+    if fetch >= len(ids):
+        return np.sort(ids)
+    return np.sort(ids[nearest_rows(distances, fetch, ids)])
 
 
 def scope_rows(ids: np.ndarray, docs: np.ndarray, doc_codes: dict[str, int], scope: Scope) -> np.ndarray | None:
