@@ -446,3 +446,32 @@ def test_a_commit_between_the_two_snapshots_keeps_the_knn_on_the_readers_own(tmp
         assert reader.start_knn(q, 10, Scope(), fetch_k=10)()[0][0] == late_id
     reader.close()
     writer.close()
+
+
+def test_a_read_only_connection_reads_its_first_search_and_maps_the_file_after(tmp_path: Path, real, monkeypatch) -> None:
+    """A fresh mapping costs a page fault per few pages first touched, so a read-only connection
+    reads its first search's pages (a scope and a search: two snapshots) and maps the file from
+    its third snapshot on; the second connection of a large index maps after its first KNN.
+    Writers map from the start. The answers are the same either way."""
+    import importlib
+
+    from llama_index_polaris.engine.sqlite import reads
+
+    connect_module = importlib.import_module("llama_index_polaris.engine.sqlite.connect")  # (the package names its function)
+
+    sentences, vectors, queries = real
+    monkeypatch.setattr(signbits, "EXACT_BELOW", 0)
+    monkeypatch.setattr(reads, "PARALLEL_FROM", 0)
+    writer = store_of(tmp_path / "p.db", sentences, vectors)
+    assert writer.conn.execute("PRAGMA mmap_size").fetchone()[0] == connect_module.MMAP_BYTES
+    store = Store(tmp_path / "p.db", readonly=True)
+    searcher = _searcher(store)
+    mapped = lambda conn: conn.execute("PRAGMA mmap_size").fetchone()[0] > 0  # noqa: E731
+    text = sentences[7][:60]
+    first = [(h.chunk_id, h.score) for h in searcher.search(text, top_k=10, query_vector=queries[0])]
+    assert not mapped(store.conn) and mapped(store._twin)  # two snapshots read; the twin maps after its first
+    assert [(h.chunk_id, h.score) for h in searcher.search(text, top_k=10, query_vector=queries[0])] == first
+    assert mapped(store.conn)
+    assert [(h.chunk_id, h.score) for h in searcher.search(text, top_k=10, query_vector=queries[0])] == first
+    store.close()
+    writer.close()

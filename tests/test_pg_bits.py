@@ -159,6 +159,88 @@ def test_a_one_shot_reader_on_the_server_chooses_the_same_candidates(tmp_path: P
     server.close()
 
 
+def test_the_knn_beside_the_bm25_list_gives_the_one_connection_answer(tmp_path: Path, real, targets,  # noqa: F811
+                                                                      monkeypatch) -> None:
+    """From ``PARALLEL_FROM`` vectors a one-shot search counts the sign bits on a second
+    connection while the BM25 list is read on the first: every query, every scope, the same
+    hits and scores as on one connection; a KNN that would be exact runs on the first."""
+    from llama_index_polaris.engine.postgres import reads
+    from test_ann import _searcher
+
+    sentences, vectors, queries = real
+    store_of(tmp_path / "p.db", sentences, vectors).close()
+    uri = targets.copy_of(tmp_path / "p.db")
+    server = PgStore(uri, readonly=True)
+    searcher = _searcher(server)
+    texts = [s[: len(s) // 2] for s in sentences[7::50][:12]]
+    scopes = ({}, {"collections": ["a"]}, {"documents": ["doc4", "doc9"]})
+    for exact_below in (0, 10**9):
+        monkeypatch.setattr(signbits, "EXACT_BELOW", exact_below)
+        answers = {}
+        for parallel in (False, True):
+            monkeypatch.setattr(reads, "PARALLEL_FROM", 0 if parallel else 10**12)
+            answers[parallel] = [[(h.chunk_id, h.score) for h in searcher.search(t, top_k=10, query_vector=q, **scope)]
+                                 for scope in scopes for t, q in zip(texts, queries)]
+        assert answers[True] == answers[False], exact_below
+        assert all(answers[True])
+    assert server._twin is not None and not server._twin.closed  # the second connection was used
+    assert server._twin.info.transaction_status.name == "IDLE"  # each query's snapshot on it ended
+    server.close()
+    assert server._twin is None and server._beside is None
+
+
+def test_the_knn_beside_sees_the_readers_snapshot_not_a_later_commit(tmp_path: Path, real, targets,  # noqa: F811
+                                                                     monkeypatch) -> None:
+    """The second connection imports the reader's snapshot: a chunk committed after the reader's
+    snapshot began is not among its neighbours (it would be the first: its vector is the query),
+    and the next snapshot finds it, on the second connection again."""
+    from llama_index_polaris.engine.postgres import reads
+
+    sentences, vectors, queries = real
+    monkeypatch.setattr(signbits, "EXACT_BELOW", 0)
+    monkeypatch.setattr(reads, "PARALLEL_FROM", 0)
+    store_of(tmp_path / "p.db", sentences, vectors).close()
+    uri = targets.copy_of(tmp_path / "p.db")
+    reader, writer = PgStore(uri, readonly=True), PgStore(uri)
+    q = queries[0]
+    used = []
+    real_beside = reader._knn_beside
+    monkeypatch.setattr(reader, "_knn_beside", lambda *a: used.append(1) or real_beside(*a))
+    with reader.read():
+        before = reader.conn.execute("SELECT count(*) FROM chunks").fetchone()[0]  # the snapshot begins
+        writer.upsert_document(DocumentRecord("late"), [ChunkRecord("late:0", "late", ordinal=0)], q.reshape(1, -1))
+        hits = reader.start_knn(q, 10, Scope(), fetch_k=10)()
+        assert reader.conn.execute("SELECT count(*) FROM chunks").fetchone()[0] == before
+    late_id = writer.conn.execute("SELECT id FROM chunks WHERE node_id = 'late:0'").fetchone()[0]
+    assert used == [1] and hits and late_id not in {cid for cid, _ in hits}
+    with reader.read():
+        assert reader.start_knn(q, 10, Scope(), fetch_k=10)()[0][0] == late_id
+    assert used == [1, 1]
+    reader.close()
+    writer.close()
+
+
+def test_a_second_connection_that_fails_leaves_the_knn_to_the_first(tmp_path: Path, real, targets,  # noqa: F811
+                                                                    monkeypatch) -> None:
+    """A second connection that cannot be made (or is refused) costs nothing but the overlap: the
+    KNN runs on the reader's own connection and answers the same."""
+    from llama_index_polaris.engine.postgres import reads
+
+    sentences, vectors, queries = real
+    monkeypatch.setattr(signbits, "EXACT_BELOW", 0)
+    store_of(tmp_path / "p.db", sentences, vectors).close()
+    uri = targets.copy_of(tmp_path / "p.db")
+    server = PgStore(uri, readonly=True)
+    with server.read():
+        expected = server.knn(queries[1], 10, Scope(), fetch_k=10)
+    monkeypatch.setattr(reads, "PARALLEL_FROM", 0)
+    monkeypatch.setattr(reads, "connect", lambda uri: (_ for _ in ()).throw(OSError("no more connections")))
+    with server.read():
+        assert server.start_knn(queries[1], 10, Scope(), fetch_k=10)() == expected
+    assert server._twin is None
+    server.close()
+
+
 def test_a_write_is_seen_by_the_next_query_and_the_bits_reload(tmp_path: Path, real, targets) -> None:  # noqa: F811
     """Another process adds the nearest chunk: the reader's next snapshot sees a new version and
     catches up with that one chunk in the query's own snapshot (no load, the cache answers). A

@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import re
 import threading
-from typing import Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -17,6 +19,11 @@ from . import bm25 as bm25_module, schema
 from .connect import connect
 from .json_patch import merged
 from .rows import log, rescore, _vector
+
+
+PARALLEL_FROM = 200_000  # vectors from which a one-shot KNN runs on a second connection beside the BM25 list
+# (the file's threshold; at 1M, docs/benchmarks.md "PostgreSQL")
+SNAPSHOT_ID = re.compile(r"[0-9A-F]+-[0-9A-F]+(-[0-9A-F]+)?")  # what pg_export_snapshot() returns
 
 
 COMMON_DF = 1_000  # a long-lived reader reads ahead the lists of terms in at least this many chunks (the file's threshold)
@@ -54,9 +61,66 @@ class SearchReads:
                                           node_ids=node_ids, within_collection=within_collection)
 
     def start_knn(self, query: np.ndarray, k: int, scope: Scope, fetch_k: int | None = None) -> Callable[[], list]:
-        """``knn``, run now (the server's candidates come from one statement); the callable gives its hits."""
+        """``knn``, started now; the callable returned gives its hits. Call inside ``read()``.
+
+        On a large index (``PARALLEL_FROM`` vectors, sign bits, no HNSW) the server counts the
+        sign bits on a second connection, in a worker thread, while the caller reads the BM25 list
+        on this one: the second connection's transaction imports this snapshot
+        (``pg_export_snapshot``, ``SET TRANSACTION SNAPSHOT``), so both see the same database. If
+        that connection cannot answer, the KNN runs here, after. Elsewhere it runs at once, here."""
+        if self._snapshot_read and not scope.empty and k > 0 and self.model is not None \
+                and not self.has_ann_index() and self.uses_sign_bits():
+            n = self.conn.execute("SELECT vectors FROM chunks_version").fetchone()[0]
+            if n >= PARALLEL_FROM:
+                snapshot = self.conn.execute("SELECT pg_export_snapshot()").fetchone()[0]
+                q = np.asarray(query, dtype=np.float32)
+                future = self._knn_worker().submit(self._knn_beside, snapshot, q, min(k, MAX_K), scope, fetch_k)
+
+                def result() -> list[tuple[int, float]]:
+                    hits = future.result()
+                    return self.knn(query, k, scope, fetch_k=fetch_k) if hits is None else hits
+                return result
         hits = self.knn(query, k, scope, fetch_k=fetch_k)
         return lambda: hits
+
+    def _knn_worker(self) -> Any:
+        """The one thread that runs the KNN on the second connection (made on first use)."""
+        if self._beside is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._beside = ThreadPoolExecutor(1, thread_name_prefix="polaris-pg-knn")
+        return self._beside
+
+    def _knn_beside(self, snapshot: str, q: np.ndarray, k: int, scope: Scope,
+                    fetch_k: int | None) -> list[tuple[int, float]] | None:
+        """The sign-bit KNN on the second connection in snapshot ``snapshot``; None when it
+        cannot answer there (the exact path's size, or any error: the caller's runs it)."""
+        if not SNAPSHOT_ID.fullmatch(snapshot):
+            return None
+        try:
+            if self._twin is None or self._twin.closed:
+                self._twin = connect(self.uri)
+            twin = self._twin
+            twin.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            try:
+                twin.execute(f"SET TRANSACTION SNAPSHOT '{snapshot}'")  # checked above: hex digits and dashes
+                return self._sign_bits_knn(q, k, scope, fetch_k, conn=twin)
+            finally:
+                twin.execute("COMMIT")
+        except Exception as exc:  # noqa: BLE001  (a lost or refused second connection: the first answers)
+            log.debug("the KNN beside the BM25 list fell back to the reader's connection: %s", exc)
+            self.close_twin(wait=False)
+            return None
+
+    def close_twin(self, wait: bool = True) -> None:
+        """Close the second connection and, with ``wait``, its worker thread."""
+        twin, self._twin = self._twin, None
+        if twin is not None:
+            with contextlib.suppress(Exception):
+                twin.close()
+        if wait and self._beside is not None:
+            self._beside.shutdown(wait=True)
+            self._beside = None
 
     def knn(self, query: np.ndarray, k: int, scope: Scope, fetch_k: int | None = None) -> list[tuple[int, float]]:
         """The ``k`` nearest chunks in ``scope``: (chunk id, float32 cosine distance), nearest first,
@@ -93,10 +157,10 @@ class SearchReads:
         model's dimension packs into whole bytes (else exact search, as the file)."""
         return self.model is not None and self.model.dim % 8 == 0 and self.has_sign_bits()
 
-    def stored_vectors(self, ids: np.ndarray | Sequence[int], dim: int) -> tuple[np.ndarray, np.ndarray]:
+    def stored_vectors(self, ids: np.ndarray | Sequence[int], dim: int, conn: Any = None) -> tuple[np.ndarray, np.ndarray]:
         """The float32 vectors of chunks ``ids``: (ids found, matrix), read packed in one value; a
         stored vector that is not valid for ``dim`` is skipped (``vectors.valid_rows``, as the file)."""
-        n, packed_ids, packed = self.conn.execute(
+        n, packed_ids, packed = (self.conn if conn is None else conn).execute(
             "SELECT count(*), string_agg(int8send(id), ''::bytea), string_agg(vector_send(embedding), ''::bytea)"
             " FROM chunks_vectors WHERE id = ANY(%s) AND vector_dims(embedding) = %s",  # (sorted here: 4 ms less at 1,000)
             ([int(i) for i in ids], int(dim)), binary=True).fetchone()
@@ -111,7 +175,8 @@ class SearchReads:
         ok = vectors_module.valid_rows(matrix)
         return (found, matrix) if ok.all() else (found[ok], matrix[ok])
 
-    def _sign_bits_knn(self, q: np.ndarray, k: int, scope: Scope, fetch_k: int | None) -> list[tuple[int, float]] | None:
+    def _sign_bits_knn(self, q: np.ndarray, k: int, scope: Scope, fetch_k: int | None,
+                       conn: Any = None) -> list[tuple[int, float]] | None:
         """The file's approximate KNN (``search/signbits.py``) on the server: the candidates with the fewest
         differing sign bits (ties by id, as the file breaks them), counted over ``chunks_bits`` in
         ``scope`` by the server, re-scored exactly. None where the file searches exactly too:
@@ -121,19 +186,20 @@ class SearchReads:
         from ..storage import signbits
         from ..storage.cosine import rescore as exact
 
+        conn = self.conn if conn is None else conn  # (``_knn_beside``: the second connection)
         sized_for = fetch_k or k
-        n = self.conn.execute("SELECT vectors FROM chunks_version").fetchone()[0]
+        n = conn.execute("SELECT vectors FROM chunks_version").fetchone()[0]
         if n < signbits.EXACT_BELOW:
             return None
         where, args = bm25_module.scope_sql(scope, "id")
         if where:
-            n = self.conn.execute(f"SELECT count(*) FROM chunks_bits WHERE TRUE{where}", args).fetchone()[0]
+            n = conn.execute(f"SELECT count(*) FROM chunks_bits WHERE TRUE{where}", args).fetchone()[0]
             if n <= signbits.exact_up_to(sized_for):
                 return None
-        rows = self.conn.execute(
+        rows = conn.execute(
             f"SELECT id FROM chunks_bits WHERE TRUE{where} ORDER BY bits <~> binary_quantize(%s::vector), id LIMIT %s",
             (*args, Vector(q), signbits.fetch_size(sized_for, n))).fetchall()
-        return exact(*self.stored_vectors([r[0] for r in rows], len(q)), q, k)
+        return exact(*self.stored_vectors([r[0] for r in rows], len(q), conn=conn), q, k)
 
     def warm_postings(self, min_df: int = COMMON_DF) -> threading.Thread | None:
         """Read ahead the posting lists of the terms in at least ``min_df`` chunks (stop words

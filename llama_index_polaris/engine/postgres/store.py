@@ -132,6 +132,9 @@ class PgStore(Documents, Collections, Binding, SearchReads, Copying):
         self._ann_checked = (False, 0.0)
         self._sign_bits: bool | None = None
         self._warming: threading.Thread | None = None
+        self._twin: Any = None  # the second connection of a KNN beside the BM25 list (``reads.start_knn``)
+        self._beside: Any = None  # and its worker thread
+        self._snapshot_read = False  # inside ``read()``'s own snapshot (one ``start_knn`` may export)
         self.generation = 0  # connections made after the first (a cache loaded before a reconnect is stale)
         self._depth = 0  # transactions of this store open on its connection (the lock's holder's)
         self._closed = False
@@ -159,6 +162,7 @@ class PgStore(Documents, Collections, Binding, SearchReads, Copying):
         """Close the connection (a closed store does not reconnect)."""
         with self._lock:
             self._closed = True
+            self.close_twin()
             self.conn.close()
 
     def after_interrupt(self) -> None:
@@ -334,7 +338,11 @@ class PgStore(Documents, Collections, Binding, SearchReads, Copying):
                 yield self.conn
                 return
             with self._transaction("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY") as conn:
-                yield conn
+                self._snapshot_read = True
+                try:
+                    yield conn
+                finally:
+                    self._snapshot_read = False
 
     @contextlib.contextmanager
     def writer_lock(self, on_wait: Any = None) -> Iterator[None]:

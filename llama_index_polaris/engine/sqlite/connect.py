@@ -24,6 +24,7 @@ from .schema import SECURE_FTS_SQLITE, refuse_foreign_tables, schema_version
 
 BUSY_TIMEOUT_MS = 10_000
 MMAP_BYTES = 1 << 36  # memory-mapped reads up to 64 GiB of file (#17: 1,000 random chunk rows 4.5x faster)
+MAP_FROM_READ = 3  # a read-only connection maps the file from this snapshot on (``map_file``; a search takes two)
 def load_extensions(conn: Any) -> None:
     """Load sqlite-vec into ``conn`` and check that vec0 and FTS5 answer."""
     import sqlite_vec
@@ -261,10 +262,13 @@ def configure(conn: Any, *, readonly: bool = False) -> None:
     Without mmap every page a query touches is a read() into SQLite's small page cache:
     re-scoring 1,000 approximate candidates from chunks.embedding at 100k chunks took
     111 ms that way and 24 ms mapped (same process, load ~8). SQLite clamps the size to
-    what its build allows and reads normally where it cannot map.
+    what its build allows and reads normally where it cannot map. A read-only connection
+    starts without the map (``map_file`` turns it on): a fresh mapping costs a page fault
+    per few pages first touched, so a connection that answers one search (``polaris
+    search``) is faster reading (docs/benchmarks.md, "A fresh connection reads").
     """
     conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-    conn.execute(f"PRAGMA mmap_size = {MMAP_BYTES}")
+    conn.execute(f"PRAGMA mmap_size = {0 if readonly else MMAP_BYTES}")
     conn.execute("PRAGMA foreign_keys = ON")
     if not readonly:
         # A deleted row, freed page or FTS5 segment is overwritten with zeros, not left readable (#24).
@@ -273,6 +277,11 @@ def configure(conn: Any, *, readonly: bool = False) -> None:
         if mode.lower() != "wal":
             raise DatabaseError(f"cannot switch to WAL mode (got {mode}); is the file on a network share?")
         conn.execute("PRAGMA synchronous = NORMAL")
+
+
+def map_file(conn: Any) -> None:
+    """Memory-map the file for ``conn``'s reads from its next snapshot on (``configure``)."""
+    conn.execute(f"PRAGMA mmap_size = {MMAP_BYTES}")
 
 
 def _switch_to_wal(conn: Any) -> str:

@@ -19,12 +19,18 @@ RARE_TERM_CHUNKS = 20_000  # a term in at most this many chunks is counted from 
 # about as fast as tokenizing the few hundred chunks asked for, which does not grow with the index)
 
 
-def _knn_in(conn: Any, query: np.ndarray, k: int, scope: Scope, fetch_k: int | None) -> list[tuple[int, float]]:
-    """``vector.knn`` on ``conn`` inside the read transaction begun for it, ended after."""
+def _knn_in(conn: Any, query: np.ndarray, k: int, scope: Scope, fetch_k: int | None,
+            map_after: bool = False) -> list[tuple[int, float]]:
+    """``vector.knn`` on ``conn`` inside the read transaction begun for it, ended after; with
+    ``map_after`` the file is mapped for the next one (``connect.map_file``)."""
     try:
         return vector_search.knn(conn, query, k, scope, fetch_k=fetch_k)
     finally:
         conn.execute("ROLLBACK")
+        if map_after:
+            from .connect import map_file
+
+            map_file(conn)
 
 
 class SearchReads:
@@ -57,7 +63,9 @@ class SearchReads:
             except self._sqlite_error():
                 same = False
             if same:
-                self._knn_future = future = self._knn_worker.submit(_knn_in, twin, query, k, scope, fetch_k)
+                self._twin_knns = getattr(self, "_twin_knns", 0) + 1  # its first reads, the next map (``configure``)
+                self._knn_future = future = self._knn_worker.submit(_knn_in, twin, query, k, scope, fetch_k,
+                                                                    self._twin_knns == 1)
 
                 def result() -> list[tuple[int, float]]:
                     self._knn_future = None

@@ -79,6 +79,7 @@ class Store(Documents, Collections, Binding, SearchReads, Copying):
         self._runs = 0
         self._erased = False  # this run removed or replaced chunk text
         self._folded = True  # the last checkpoint emptied the WAL
+        self._reads = 0  # snapshots begun by read()
         if fts_tokenizer is not None:
             problem = SETTINGS_BY_NAME["fts_tokenizer"].check(fts_tokenizer)
             if problem:
@@ -256,7 +257,15 @@ class Store(Documents, Collections, Binding, SearchReads, Copying):
 
     def read(self) -> Any:
         """``with store.read() as conn:`` one consistent snapshot, the store's lock held."""
-        return _LockedTransaction(self._lock, self.conn, transaction(self.conn, "BEGIN"), before=self.note_twin_version)
+        return _LockedTransaction(self._lock, self.conn, transaction(self.conn, "BEGIN"), before=self._before_read)
+
+    def _before_read(self) -> None:
+        """Before a snapshot begins (the lock held): the second connection's version noted; from a
+        read-only connection's ``MAP_FROM_READ``-th snapshot on, the file mapped (``db.configure``)."""
+        self._reads += 1
+        if self._reads == db.MAP_FROM_READ and self.readonly:
+            db.map_file(self.conn)
+        self.note_twin_version()
 
     def writer_lock(self, on_wait: Any = None) -> Any:
         """``with store.writer_lock():`` one `polaris index` run at a time (a lock file beside the index)."""
