@@ -264,6 +264,47 @@ def timed(searcher: Any, queries: list[str], qvecs: np.ndarray) -> list[float]:
     return times
 
 
+def beside_or_not(ix: Any, queries: list[str], qvecs: np.ndarray, rounds: int = 2,
+                  fresh: tuple[str, Any] | None = None) -> dict[str, Any]:
+    """One-shot hybrid with the KNN on a second connection beside the BM25 list (the default from
+    ``reads.PARALLEL_FROM`` vectors) against both on one connection: the two alternate query by
+    query, each query's best of ``rounds``; the answers compared. ``fresh`` (uri, config): each
+    query on an index opened for it and closed after, as ``polaris search`` runs (the open
+    timed too; nothing read by an earlier query is kept), one round; keys ``fresh_...``."""
+    from llama_index_polaris.engine.postgres import reads
+
+    default = reads.PARALLEL_FROM
+
+    class Fresh:
+        def search(self, *a: Any, **kw: Any) -> Any:
+            opened = PolarisIndex(fresh[0], config=fresh[1], readonly=True, fast_start=True)
+            try:
+                return opened.searcher(embed_query=lambda q: None).search(*a, **kw)
+            finally:
+                opened.close()
+
+    searcher = Fresh() if fresh else ix.searcher(embed_query=lambda q: None)
+    rounds = 1 if fresh else rounds
+    best = {"beside": [float("inf")] * len(queries), "one connection": [float("inf")] * len(queries)}
+    answers: dict[str, list] = {name: [None] * len(queries) for name in best}
+    try:
+        for r in range(rounds):
+            for i, (q, v) in enumerate(zip(queries, qvecs)):
+                for name in (("beside", "one connection") if (i + r) % 2 else ("one connection", "beside")):
+                    reads.PARALLEL_FROM = default if name == "beside" else 2**62
+                    start = time.perf_counter()
+                    hits = searcher.search(q, top_k=10, mode="hybrid", query_vector=v)
+                    best[name][i] = min(best[name][i], 1000 * (time.perf_counter() - start))
+                    answers[name][i] = [(h.chunk_id, round(h.score, 12)) for h in hits]
+    finally:
+        reads.PARALLEL_FROM = default
+    pre = "fresh_" if fresh else ""
+    return {f"{pre}beside_p50_ms": pct(best["beside"], 50), f"{pre}beside_p95_ms": pct(best["beside"], 95),
+            f"{pre}one_connection_p50_ms": pct(best["one connection"], 50),
+            f"{pre}one_connection_p95_ms": pct(best["one connection"], 95),
+            "parallel_from": default, f"{pre}answers_that_differ": sum(a != b for a, b in zip(*answers.values()))}
+
+
 def parts(store: Any, queries: list[str], qvecs: np.ndarray, pool: int = 60) -> dict[str, float]:
     """p50 of one KNN and one BM25 candidate list (the pool the engine asks for), apart."""
     knn, bm25 = [], []
@@ -481,6 +522,9 @@ def cmd_speed(args: argparse.Namespace) -> int:
             result[label] = {"hybrid_p50_ms": pct(times, 50), "hybrid_p95_ms": pct(times, 95),
                              "again_p50_ms": pct(again, 50), "again_p95_ms": pct(again, 95),
                              "size_mb": round(ix.store.size_bytes() / 1e6, 1), **parts(ix.store, queries, qvecs)}
+            if label == "postgres" and not args.hnsw:
+                result[label].update(beside_or_not(ix, queries, qvecs))
+                result[label].update(beside_or_not(ix, queries, qvecs, fresh=(uri, cfg)))
             print(label, json.dumps(result[label]), flush=True)
         if args.hnsw:
             result.update(hnsw(opened["postgres"], queries, qvecs))
