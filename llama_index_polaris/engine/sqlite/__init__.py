@@ -1,6 +1,7 @@
 """SQLite access: connections with extensions, schema and migrations."""
 
-from .connect import MAP_FROM_READ, MEMORY, checkpoint, connect, map_file, load_extensions, restore_side_files, sqlite_module, write_problem
+from .connect import (MAP_FROM_READ, MEMORY, checkpoint, connect, load_extensions, map_file, restore_side_files,
+                      sqlite_module, write_problem)
 from .schema import SCHEMA_VERSION, create_vec_table, migrate, rebuild_fts, schema_version, transaction
 
 __all__ = [
