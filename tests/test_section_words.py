@@ -171,3 +171,28 @@ def test_asking_for_more_hits_leaves_the_first_where_they_were(store: Any) -> No
                                        for hits in [searcher.search(QUESTION, top_k=1, mode="bm25")])
     for short, long in zip(lists, lists[1:]):
         assert long[:len(short)] == short
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def many_sections(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """40 sections of 4 chunks, each chunk holding 缓存: more chunks than the first pool (60) holds."""
+    made = open_store(module_target(request, tmp_path_factory))
+    made.bind_model(fake_binding(4))
+    for d in range(40):
+        chunks = [ChunkRecord(f"d{d}:{i}", f"第{i}段：这里把结果缓存起来。" + FILLER * (i + d % 3), ordinal=i,
+                              heading_path=f"文档{d} > 缓存") for i in range(4)]
+        made.upsert_document(DocumentRecord(f"d{d}", path=f"d{d}.md"), chunks, unit_vectors(4, 4, d))
+    yield made
+    made.close()
+
+
+def test_a_cjk_word_in_more_sections_than_the_first_pool_shows_finds_them_all(many_sections: Any) -> None:
+    """A whole-section list is shorter than the chunks it came from: a pool that returned all
+    60 chunks it was asked for is not the end of the list, so a deeper one is read (before,
+    the search stopped there: 33 of the 40 sections here, and 30 of the 71 sections holding
+    缓存 in react-zh for `polaris search --mode bm25 缓存 -k 40`)."""
+    searcher = Searcher(many_sections, None, load_config(None, use_user_config=False))
+    for k in (10, 40, 100):
+        hits = searcher.search("缓存", top_k=k, mode="bm25", unit="section")
+        assert len(hits) == min(k, 40) and len({h.document_id for h in hits}) == len(hits)
+        assert all(h.explain.bm25_unit == "section" for h in hits)

@@ -304,6 +304,7 @@ class Searcher:
         vec_hits: list[tuple[int, float]] = []
         bm_hits: list[tuple[int, float]] = []
         pending = None
+        whole = bm_more = False
         if _uses(p.mode, p.weights, "vector") and qvec is not None:
             # qvec None: no vectors in this index yet. The approximate path sizes its
             # candidates for ANN_SIZED_FOR results (recall measured there), deeper pools for theirs
@@ -311,6 +312,7 @@ class Searcher:
                                       beside=_uses(p.mode, p.weights, "bm25") and bool(query))
         if _uses(p.mode, p.weights, "bm25") and query:
             bm_hits = self._bm25(query, depth, scope)
+            bm_more = len(bm_hits) >= depth  # counted in chunks: the whole-section list is shorter
             whole = p.unit == "section" and bool(bm_hits) and WHOLE_SECTIONS and has_cjk(query)
             if whole:
                 bm_hits = self._whole_sections(query, bm_hits)
@@ -324,7 +326,7 @@ class Searcher:
                 r.explain.keyword_match = bool(bm_hits)
                 r.explain.bm25_unit = "section" if whole else None
         keyed = [(candidates[r.chunk_id].section if p.unit == "section" else r.chunk_id, r) for r in ranked]
-        return keyed, len(vec_hits) < depth and len(bm_hits) < depth
+        return keyed, len(vec_hits) < depth and not bm_more
 
     def _reranked(self, query: str, tier: list[tuple[Hashable, Ranked]]) -> list[tuple[Hashable, Ranked]]:
         """The first pool's ``rerank_top`` best hits re-ordered by the cross-encoder (``rerank.py``)."""
