@@ -13,6 +13,7 @@ from __future__ import annotations
 import pytest
 
 from llama_index_polaris.engine.words import tokenize
+from llama_index_polaris.engine.words.bigrams import SEGMENTER
 from llama_index_polaris.engine.backends import open_store
 from llama_index_polaris.engine.sqlite import schema
 from llama_index_polaris.engine.search import literal, terms
@@ -26,17 +27,25 @@ TEXTS = ["React 会缓存组件的计算结果，使用 useMemo 缓存计算。"
          "组件的生命周期包括挂载和卸载。", "Sessions expire after an hour; the token cache is cleared."]
 
 
-def write(store, texts=TEXTS) -> None:
+def write(store, texts=TEXTS, heading="文档 {}") -> None:
     store.bind_model(fake_binding(4))
     for i, text in enumerate(texts):
-        chunk = ChunkRecord(node_id=f"d{i}:0", text=text, ordinal=0, heading_path=f"文档 {i}", start_char=0,
+        chunk = ChunkRecord(node_id=f"d{i}:0", text=text, ordinal=0, heading_path=heading.format(i), start_char=0,
                             end_char=len(text))
         store.upsert_document(DocumentRecord(f"d{i}"), [chunk], unit_vectors(1, 4, seed=i))
 
 
 def old_terms(monkeypatch: pytest.MonkeyPatch) -> None:
     for module in (tokenize, terms, literal, schema):
-        monkeypatch.setattr(module, "spaced", lambda text: text)
+        monkeypatch.setattr(module, "spaced", lambda text, unigrams=True: text)
+
+
+def bigrams_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Terms as segmenter ``cjk-bigram-1`` made them: a Han run's bigrams, not its characters."""
+    from llama_index_polaris.engine.words.bigrams import spaced
+
+    for module in (tokenize, terms, literal, schema):
+        monkeypatch.setattr(module, "spaced", lambda text, unigrams=True: spaced(text, unigrams=False))
 
 
 def to_sqlite_8(conn) -> None:
@@ -68,7 +77,7 @@ def test_an_old_file_is_upgraded_in_place(tmp_path, monkeypatch: pytest.MonkeyPa
     store = open_store(str(path))
     try:
         assert schema.schema_version(store.conn) == schema.SCHEMA_VERSION
-        assert store.meta["fts_segmenter"] == "cjk-bigram-1"
+        assert store.meta["fts_segmenter"] == SEGMENTER
         assert [h[0] for h in fts_bm25(store.conn, "缓存", 10)] == [1]
         # English: the same hits (the scores follow the average length, which the CJK chunks' bigrams changed)
         assert {q: [h[0] for h in fts_bm25(store.conn, q, 10)] for q in before} == {q: [h[0] for h in v] for q, v in before.items()}
@@ -89,7 +98,7 @@ def test_an_english_file_keeps_its_scores_exactly(tmp_path, monkeypatch: pytest.
     with monkeypatch.context() as m:
         old_terms(m)
         store = open_store(str(path))
-        write(store, english)
+        write(store, english, heading="Page {}")
         store.close()
     conn = connect(path)
     to_sqlite_8(conn)
@@ -131,9 +140,63 @@ def test_an_old_postgres_index_is_upgraded_in_place(pg_uri: str, monkeypatch: py
     store = open_store(pg_uri)  # a writer upgrades it
     try:
         assert pg_schema.schema_version(store.conn) == pg_schema.SCHEMA_VERSION
-        assert store.meta["fts_segmenter"] == "cjk-bigram-1"
+        assert store.meta["fts_segmenter"] == SEGMENTER
         with store.read():
             assert [h[0] for h in store.bm25("缓存", 10, Scope())] == [1]
+            assert {q: [h[0] for h in store.bm25(q, 10, Scope())] for q in before} == \
+                {q: [h[0] for h in v] for q, v in before.items()}
+        assert store.quick_check() == ["ok"]
+    finally:
+        store.close()
+
+
+def test_a_bigram_file_gets_its_han_characters_as_terms(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file of segmenter ``cjk-bigram-1`` (schema 10) is upgraded by migration 11: a Han character
+    inside a run is a term (before, 期 was found only standing alone), FTS5 and the posting lists
+    count the same tokens, and English chunks keep their hits."""
+    path = tmp_path / "polaris.db"
+    with monkeypatch.context() as m:
+        bigrams_only(m)
+        store = open_store(str(path))
+        write(store)
+        assert fts_bm25(store.conn, "期", 10) == []
+        before = {q: [h[0] for h in fts_bm25(store.conn, q, 10)] for q in ("cache", "expired sessions")}
+        store.conn.execute("DELETE FROM polaris_meta WHERE key = 'fts_segmenter'")
+        store.conn.execute("PRAGMA user_version = 10")
+        store.close()
+    store = open_store(str(path))
+    try:
+        assert schema.schema_version(store.conn) == schema.SCHEMA_VERSION and store.meta["fts_segmenter"] == SEGMENTER
+        assert [h[0] for h in fts_bm25(store.conn, "期", 10)] == [3]
+        assert [h[0] for h in store.bm25("期", 10, Scope())] == [3]  # the posting lists
+        assert {q: [h[0] for h in fts_bm25(store.conn, q, 10)] for q in before} == before
+        store.conn.execute("INSERT INTO chunks_fts (chunks_fts, rank) VALUES ('integrity-check', 1)")
+        lengths = dict(store.conn.execute("SELECT id, sz FROM chunks_fts_docsize"))
+        _, counted = store.tokenizer().counts(store.conn.execute("SELECT id, text, heading_path FROM chunks").fetchall())
+        assert {i: sum(postings_module.varints(sz)) for i, sz in lengths.items()} == counted
+    finally:
+        store.close()
+
+
+def test_a_bigram_postgres_index_gets_its_han_characters_as_terms(pg_uri: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from llama_index_polaris.engine.postgres import schema as pg_schema
+
+    with monkeypatch.context() as m:
+        bigrams_only(m)
+        store = open_store(pg_uri)
+        write(store)
+        with store.read():
+            assert store.bm25("期", 10, Scope()) == []
+            before = {q: store.bm25(q, 10, Scope()) for q in ("cache", "expired sessions")}
+        with store._write() as conn:
+            conn.execute("DELETE FROM polaris_meta WHERE key = 'fts_segmenter'")
+            conn.execute("UPDATE polaris_meta SET value = '9' WHERE key = 'schema_version'")
+        store.close()
+    store = open_store(pg_uri)
+    try:
+        assert pg_schema.schema_version(store.conn) == pg_schema.SCHEMA_VERSION and store.meta["fts_segmenter"] == SEGMENTER
+        with store.read():
+            assert [h[0] for h in store.bm25("期", 10, Scope())] == [3]
             assert {q: [h[0] for h in store.bm25(q, 10, Scope())] for q in before} == \
                 {q: [h[0] for h in v] for q, v in before.items()}
         assert store.quick_check() == ["ok"]

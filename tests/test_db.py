@@ -32,12 +32,12 @@ def test_a_new_file_gets_the_schema(db_path: Path, open_store: Callable[..., Sto
     assert {"polaris_meta", "documents", "chunks", "chunks_fts"} <= set(found)
     assert "chunks_vec" not in found  # its size comes from the model
     assert 'content="chunks"' in found["chunks_fts"] and "content_rowid='id'" in found["chunks_fts"]
-    assert db.schema_version(conn) == SCHEMA_VERSION == 10
+    assert db.schema_version(conn) == SCHEMA_VERSION == 11
     assert "document_texts" in found  # each document's indexed text, which sections are read from
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
     assert conn.execute("PRAGMA busy_timeout").fetchone()[0] == 10_000
-    assert store.meta == {"fts_tokenizer": "porter unicode61 remove_diacritics 2", "fts_segmenter": "cjk-bigram-1"}
+    assert store.meta == {"fts_tokenizer": "porter unicode61 remove_diacritics 2", "fts_segmenter": "cjk-bigram-2"}
     assert store.model is None
     assert conn.execute("SELECT vec_version()").fetchone()[0].startswith("v")
 

@@ -296,6 +296,8 @@ MIGRATIONS: tuple[tuple[int, str, Callable[[Any], None]], ...] = (
     (8, "documents' own text, which sections are read from", lambda conn: _script(conn, DOCUMENT_TEXTS_SQL)),
     (9, "the chunks each version of the vectors changed (a long-lived reader reads only those)",
      lambda conn: _script(conn, CHANGES_SQL)),
+    (10, "a Han run's characters as terms beside its bigrams: the postings of the chunks holding CJK letters"
+         " written again", lambda conn: _cjk_bigrams(conn)),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 SCHEMA_LOCK, WRITE_LOCK, RUN_LOCK = 1, 2, 3  # what an advisory lock is for (``lock_key``)

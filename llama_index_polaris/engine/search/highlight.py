@@ -9,8 +9,9 @@ the words BM25 matched, never a second, regex-based idea of a word. For a query 
 identifiers only (``OUT_DIR``, ``--locked``), whose BM25 list puts first the texts naming
 one as written, those places are marked (``literal.spans``), and the words elsewhere.
 FTS5 reads each text as the index does, its CJK runs as character bigrams
-(``bigrams.spaced``); what it marks there is mapped back to the text as stored
-(``bigrams.spaced_origin``), overlapping bigrams joined into one mark.
+(``bigrams.spaced``, bigrams alone: a Han character of the query is a BM25 term, but marking
+each one wherever it stands would mark half a page); what it marks there is mapped back to the
+text as stored (``bigrams.spaced_origin``), overlapping bigrams joined into one mark.
 
 The Datasette page (``datasette_polaris.render``) and the notebook's tables (``display``)
 both mark through ``Highlighter``, so they mark the same words.
@@ -41,7 +42,7 @@ class Highlighter:
 
     def __init__(self, query: str, tokenizer: str = DEFAULT_TOKENIZER) -> None:
         query = nfc(query) if query else query  # a door of its own: marks what a search of this text matched
-        self.match = fts_query(query) if query else None
+        self.match = fts_query(query, unigrams=False) if query else None  # the words, not each Han character
         self.tokenizer = tokenizer
         # a query of identifiers only ranks the texts that name one as written: those places are marked
         self.identifiers = literal.lookup_terms(query) if query else []
@@ -86,7 +87,7 @@ class Highlighter:
         if len(free) < 2:
             return {}
         opening, closing = free[0], free[1]
-        read = [spaced_origin(t) for t in texts]
+        read = [spaced_origin(t, unigrams=False) for t in texts]
         conn = None
         try:
             conn = private_fts(self.tokenizer, "t", "text")

@@ -52,7 +52,7 @@ def identifiers(query: str) -> list[str]:
 def _pieces(query: str) -> list[str]:
     """The query's whitespace pieces (``query`` is in NFC), a CJK run apart from what it touches and
     cut into its bigrams (``bigrams.spaced``): ``OUT_DIR的值`` is ``OUT_DIR`` and two words."""
-    return spaced(query).split()
+    return spaced(query, unigrams=False).split()
 
 
 def is_lookup(query: str) -> bool:

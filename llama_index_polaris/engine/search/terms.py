@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 
 from ..words.bigrams import is_cjk, spaced
@@ -28,11 +29,13 @@ STOP_WORDS = frozenset(
 )
 
 
-def words(text: str) -> list[str]:
+def words(text: str, unigrams: bool = False) -> list[str]:
     """Lower-cased word tokens of ``text`` (letters, digits, underscores and the marks on them),
     read from its NFC spelling, where marks are composed into their letters when they can be;
-    a Chinese, Japanese or Korean run is read as its character bigrams (``bigrams.spaced``)."""
-    return [w.lower() for w in WORD.findall(spaced(nfc(text)))]
+    a Chinese, Japanese or Korean run is read as its character bigrams (``bigrams.spaced``), and
+    with ``unigrams`` a Han run's characters too (the terms of the index; not the words a
+    person would mark, which the boost, excerpts and match strength read)."""
+    return [w.lower() for w in WORD.findall(spaced(nfc(text), unigrams))]
 
 
 def content_terms(query: str, min_len: int = 1) -> list[str]:
@@ -45,6 +48,7 @@ def content_terms(query: str, min_len: int = 1) -> list[str]:
     return list(seen)
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def stem(word: str) -> str:
     """A light suffix stripper so that 'sessions' meets 'session' (not a full stemmer)."""
     for suffix in ("ations", "ation", "ings", "ing", "ies", "es", "ed", "s"):
@@ -62,16 +66,18 @@ COMPOUND = re.compile(rf"\w[\w{MARKS}]*(?:(?:[-.:/]|::)\w[\w{MARKS}]*)+", re.UNI
 IDENTIFIER_PHRASES = True
 
 
-def query_words(query: str) -> list[str]:
+def query_words(query: str, unigrams: bool = True) -> list[str]:
     """The distinct words searched for: stop words dropped unless nothing else is left.
 
     An identifier joined by punctuation (``codegen-units``) is searched as its words and
     as itself, which FTS5 reads as a phrase: the words next to each other, in order. A
     phrase is rare, so its BM25 weight is high: chunks that name the identifier exactly
     rise above those that use its words apart. The query is read in NFC, as stored text is, and
-    its CJK runs as their bigrams, each a word of its own (``bigrams.spaced``), as the index reads them.
+    its CJK runs as their bigrams, each a word of its own (``bigrams.spaced``), and a Han run's
+    characters too, as the index reads them (``unigrams=False``: the bigrams alone, the words the
+    highlighter marks).
     """
-    query = spaced(nfc(query))
+    query = spaced(nfc(query), unigrams)
     all_words = list(dict.fromkeys(words(query)))
     content = [w for w in all_words if w not in STOP_WORDS] or all_words
     if IDENTIFIER_PHRASES:
@@ -85,14 +91,14 @@ def phrases_query(query_words: list[str]) -> str:
     return " OR ".join(f'"{w}"' for w in query_words)
 
 
-def fts_query(query: str) -> str | None:
+def fts_query(query: str, unigrams: bool = True) -> str | None:
     """An FTS5 MATCH expression for user text: distinct quoted words joined by OR.
 
     Stop words are dropped unless nothing else is left. Each word is a quoted string,
     so FTS5 applies its tokenizer (``rrf_k`` becomes the phrase "rrf k") and no
     character of the query is read as syntax. None when the query has no words.
     """
-    content = query_words(query)
+    content = query_words(query, unigrams)
     return phrases_query(content) if content else None
 
 

@@ -479,6 +479,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(9, "CJK runs as character bigrams and blobs left out in the full-text index (cjk_text)",
               _migration_cjk_bigrams),
     Migration(10, "documents' own text, which sections are read from", _migration_document_texts),
+    Migration(11, "a Han run's characters as terms beside its bigrams (cjk_text written again)", _migration_cjk_bigrams),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].number
 

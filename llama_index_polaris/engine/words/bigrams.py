@@ -5,9 +5,16 @@ punctuation (FTS5's ``unicode61``, Python's ``\\w+``) reads a whole clause as on
 and a two-character word is found only where the author happened to set it apart. Here a
 run of Han, Hiragana, Katakana or Hangul letters (one script: a run ends where the script
 changes, ``を使う`` is three runs) becomes its overlapping character bigrams, ``生命周期`` ->
-``生命 命周 周期``; a run of one character stays that character.
-Bigrams need no dictionary, measure well on our CJK sets (docs/search.md) and find every
+``生命 命周 周期``; a run of one character stays that character. A Han run's characters are
+terms as well (``生 命 周 期``): a Han character is a word or a morpheme of its own (a
+question's 报错 shares no bigram with a page's 错误 but shares 错), while a kana or Hangul letter
+is a syllable. Bigrams need no dictionary, and bigrams with Han unigrams
+measure best on our CJK sets (docs/search.md); together they find every one- and
 two-character word.
+
+``spaced(text, unigrams=False)`` is the bigrams alone: the words a person would mark in a
+text (the highlighter, the heading boost, excerpts, match strength read those); the index and
+the BM25 query read the unigrams too.
 
 ``spaced`` is the one text the keyword side reads in place of the stored text: the
 bigrams spaced out, everything else (Latin words, identifiers, code) left exactly as it
@@ -21,7 +28,9 @@ from __future__ import annotations
 
 import re
 
-SEGMENTER = "cjk-bigram-1"  # recorded in polaris_meta as ``fts_segmenter``: how the terms of a file were made
+# recorded in polaris_meta as ``fts_segmenter``: how the terms of a file were made (1: bigrams alone;
+# 2: Han runs add their characters)
+SEGMENTER = "cjk-bigram-2"
 
 # Letters only (categories L and Nl): a punctuation mark, a voicing mark or a middle dot inside a
 # run would be a separator to FTS5 and cut a bigram in two. One class per script: a run ends where
@@ -36,6 +45,7 @@ SCRIPTS = (HAN, HIRAGANA, KATAKANA, HANGUL, BOPOMOFO)
 CJK_LETTERS = "".join(SCRIPTS)
 CJK_RUN = re.compile("|".join(f"[{letters}]+" for letters in SCRIPTS))
 _ONE = re.compile(f"[{CJK_LETTERS}]")
+_HAN_ONE = re.compile(f"[{HAN}]")
 
 
 def is_cjk(text: str) -> bool:
@@ -55,17 +65,27 @@ def bigrams(run: str) -> list[str]:
     return [run[i:i + 2] for i in range(len(run) - 1)]
 
 
-def spaced(text: str) -> str:
-    """``text`` with each CJK run replaced by its bigrams, a space on each side of each;
-    ``text`` itself when it holds no CJK letter. Its terms are its own: a bigram is its own run."""
+def grams(run: str, unigrams: bool = True) -> list[tuple[int, str]]:
+    """A run's terms with their offsets in it: its bigrams, then (``unigrams``, a Han run of two
+    or more) each of its characters."""
+    out = list(enumerate(bigrams(run)))
+    if unigrams and len(run) > 1 and _HAN_ONE.match(run):
+        out += list(enumerate(run))
+    return out
+
+
+def spaced(text: str, unigrams: bool = True) -> str:
+    """``text`` with each CJK run replaced by its terms (``grams``), a space on each side of each;
+    ``text`` itself when it holds no CJK letter. Spaced again, it gives no term it did not give
+    (a bigram's characters are among its run's unigrams)."""
     if not has_cjk(text):
         return text
-    return CJK_RUN.sub(lambda m: " " + " ".join(bigrams(m.group())) + " ", text)
+    return CJK_RUN.sub(lambda m: " " + " ".join(g for _, g in grams(m.group(), unigrams)) + " ", text)
 
 
-def spaced_origin(text: str) -> tuple[str, list[int]]:
-    """``spaced(text)`` and, for each of its characters, the offset in ``text`` it came from
-    (a space put in takes the offset of the character after it): a term at ``[a, b)`` of
+def spaced_origin(text: str, unigrams: bool = True) -> tuple[str, list[int]]:
+    """``spaced(text, unigrams)`` and, for each of its characters, the offset in ``text`` it came
+    from (a space put in takes the offset of the character after it): a term at ``[a, b)`` of
     the spaced text is ``text[origin[a]:origin[b - 1] + 1]``."""
     if not has_cjk(text):
         return text, list(range(len(text)))
@@ -76,9 +96,9 @@ def spaced_origin(text: str) -> tuple[str, list[int]]:
         out.append(text[pos:m.start()])
         origin.extend(range(pos, m.start()))
         start, run = m.start(), m.group()
-        for i, gram in enumerate(bigrams(run)):
+        for i, gram in grams(run, unigrams):
             out.append(" " + gram)
-            origin.extend([start + i, start + i, start + i + 1] if len(gram) == 2 else [start, start])
+            origin.extend([start + i, start + i, start + i + 1] if len(gram) == 2 else [start + i, start + i])
         out.append(" ")
         origin.append(m.end())
         pos = m.end()

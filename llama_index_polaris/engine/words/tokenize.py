@@ -26,6 +26,12 @@ def _as_written(text: str) -> str:
     return text
 
 
+def _query_word(word: str) -> str:
+    """A word of ``query_words``, whose CJK runs are cut already: its bigrams and lone characters
+    stay one term each (spaced with unigrams, a bigram would become a phrase of three)."""
+    return spaced(word, unigrams=False)
+
+
 def _index_text(text: str) -> str:
     """A chunk's text as its terms are made: without blobs, CJK runs as bigrams."""
     return spaced(readable(text))
@@ -50,6 +56,7 @@ class Tokenizer:
     def __init__(self, tokenizer: str, bigrams: bool = True) -> None:
         """``bigrams=False`` reads CJK runs as written, as indexes made before #36 did (their migrations)."""
         self.tokenizer = tokenizer
+        self._read_word = _query_word if bigrams else _as_written  # a query's words are cut already
         self._read = spaced if bigrams else _as_written
         self._read_text = _index_text if bigrams else _as_written
         self.conn = private_fts(tokenizer, "words", "text, heading_path", check_same_thread=False)
@@ -60,7 +67,7 @@ class Tokenizer:
     def terms(self, words: list[str]) -> list[tuple[str, ...]]:
         """Each word's terms, in order."""
         self.conn.execute("DELETE FROM words")
-        self.conn.executemany("INSERT INTO words(rowid, text) VALUES (?, ?)", [(i, self._read(w)) for i, w in enumerate(words)])
+        self.conn.executemany("INSERT INTO words(rowid, text) VALUES (?, ?)", [(i, self._read_word(w)) for i, w in enumerate(words)])
         out: list[list[str]] = [[] for _ in words]
         for doc, term in self.conn.execute("SELECT doc, term FROM words_terms ORDER BY doc, offset"):
             out[doc].append(term)
