@@ -286,7 +286,7 @@ def test_a_schema_2_database_migrates_to_one_document_per_file(tmp_path: Path) -
     path = tmp_path / "polaris.db"
     shutil.copy(REPO / "tests" / "fixtures" / "schema2.db", path)
     with Store(path) as store:
-        assert db.schema_version(store.conn) == db.SCHEMA_VERSION == 10
+        assert db.schema_version(store.conn) == db.SCHEMA_VERSION == 11
         docs = {d.id: d for d in store.documents()}
         assert not any(d.text_stored for d in docs.values())  # texts were not kept then: the next run stores them
         roots = store.collections()
