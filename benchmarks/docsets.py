@@ -88,6 +88,9 @@ SOURCES: dict[str, Source] = {
     "vue-ja": Source("vuejs-translations/docs-ja", "c627102bfabf8bc5ecaa6eb763b965a0a5d43a5b", "src", "CC-BY-4.0"),
     "electron-api": Source("electron/electron", "96f3996d8d3ce6e2fcfb86326fc4b953b53936fb", "docs/api", "MIT"),
     "deno-runtime": Source("denoland/docs", "eb8f78e90dbc72f3b3ab7dcd85609622379b5bca", "runtime", "MIT"),
+    "jsprimer-ja": Source("asciidwango/js-primer", "976d11e03eb4ff7f9c1db8aecba75532d12f6ee2", "source",
+                          "CC-BY-4.0 AND MIT", only=("intro", "basic/*README.md", "use-case/*README.md",
+                                                     "appendix", "cheatsheet", "outro")),
 }
 DERIVED = ("anthropic_docs",)
 ALL_SETS = tuple(SOURCES) + DERIVED
