@@ -62,7 +62,7 @@ class Source:
 
     repo: str  # owner/name
     commit: str
-    subtree: str
+    subtree: str  # "" for the repository's root (then `only` names paths from the root)
     licence: str
     only: tuple[str, ...] = ()  # keep just these folders of the subtree (all of it when empty)
 
@@ -88,6 +88,8 @@ SOURCES: dict[str, Source] = {
     "vue-ja": Source("vuejs-translations/docs-ja", "c627102bfabf8bc5ecaa6eb763b965a0a5d43a5b", "src", "CC-BY-4.0"),
     "electron-api": Source("electron/electron", "96f3996d8d3ce6e2fcfb86326fc4b953b53936fb", "docs/api", "MIT"),
     "deno-runtime": Source("denoland/docs", "eb8f78e90dbc72f3b3ab7dcd85609622379b5bca", "runtime", "MIT"),
+    "antd-zh": Source("ant-design/ant-design", "2b258157ff20fb8948780e414dc1d74246aede40", "", "MIT",
+                      only=("components/*.zh-CN.md", "docs/react/*.zh-CN.md")),
     "jsprimer-ja": Source("asciidwango/js-primer", "976d11e03eb4ff7f9c1db8aecba75532d12f6ee2", "source",
                           "CC-BY-4.0 AND MIT", only=("intro", "basic/*README.md", "use-case/*README.md",
                                                      "appendix", "cheatsheet", "outro")),
@@ -222,7 +224,8 @@ def prepare_source(name: str, src: Source) -> Path:
                          capture_output=True)
     if has.returncode != 0:
         raise SystemExit(f"{src.git_dir} does not hold commit {src.commit}; fetch a newer snapshot of {src.repo}.")
-    paths = [f"{src.subtree.rstrip('/')}/{d}" for d in src.only] or [src.subtree]
+    base = src.subtree.rstrip("/")
+    paths = [f"{base}/{d}" if base else d for d in src.only] or ([src.subtree] if base else [])
     tar = subprocess.run(["git", "--git-dir", str(src.git_dir), "archive", "--format=tar", src.commit, *paths],
                          capture_output=True, check=True).stdout
     dest = set_dir(name) / "docs"
@@ -231,7 +234,7 @@ def prepare_source(name: str, src: Source) -> Path:
 
         shutil.rmtree(dest)
     dest.mkdir(parents=True)
-    prefix = src.subtree.rstrip("/") + "/"
+    prefix = base + "/" if base else ""
     manifest = []
     with tarfile.open(fileobj=io.BytesIO(tar)) as tf:
         for m in tf.getmembers():
@@ -245,7 +248,7 @@ def prepare_source(name: str, src: Source) -> Path:
             manifest.append((rel, hashlib.sha256(data).hexdigest(), len(data)))
     manifest.sort()
     (set_dir(name) / "MANIFEST.tsv").write_text(
-        f"# {src.repo} {src.commit} {src.subtree}"
+        f"# {src.repo} {src.commit} {src.subtree or '.'}"
         + (f" ({', '.join(src.only)} only)" if src.only else "") + " (Markdown files only)\n"
         + "".join(f"{r}\t{h}\t{n}\n" for r, h, n in manifest))
     print(f"{name}: {len(manifest)} files, {sum(n for *_, n in manifest):,} bytes -> {dest}")
