@@ -296,3 +296,22 @@ def test_the_terms_a_backend_stores_are_the_terms_its_query_asks(term_store: Any
     if asked - tokenizer.stop_terms:
         with term_store.read():
             assert [h[0] for h in term_store.bm25(f"{text} {heading}", 5, Scope())] == [row[0]]
+
+
+def test_a_question_the_model_cannot_read_is_measured_by_its_words(project: dict) -> None:
+    """A Chinese question reaches the English model mostly as [UNK]: its cosine to a chunk means
+    nothing, so a hit's match strength is read from the share of its words alone
+    (``strength.COSINE_KNOWN``), the same on both backends; the cosine is still shown."""
+    from llama_index_polaris.engine.search import strength
+
+    query = "开发环境下 Effect 为什么运行两次"
+    got = {}
+    for backend in BACKENDS:
+        with PolarisIndex(project[backend], config=load_config(project["root"], use_user_config=False)) as index:
+            assert index.known_share(query) < strength.COSINE_KNOWN
+            hits = index.search(query, top_k=3)
+        assert hits and all(h.cosine is not None for h in hits)
+        assert [h.strength for h in hits] == pytest.approx([strength.strength(None, h.term_share).value for h in hits])
+        got[backend] = [(h.heading_path, round(h.strength, 6)) for h in hits]
+    assert got["postgres"] == got["sqlite"]
+    assert strength.readable_cosine(0.7, 1.0) == 0.7 and strength.readable_cosine(0.7, 0.5) is None

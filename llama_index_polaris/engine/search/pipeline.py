@@ -292,9 +292,12 @@ class Searcher:
         for cid, cand in self._candidates(missing, True).items():
             if cand.vector is not None:
                 cosines[cid] = float(cand.vector @ (qvec / (np.linalg.norm(qvec) or 1.0)))
+        known = self.known_share(query) if self.known_share is not None and query and hits else 1.0
         for h in hits:
-            got = strength.strength(cosines.get(h.chunk_id), strength.term_share(terms, h.heading_path, h.text))
-            h.strength, h.good_match, h.cosine, h.term_share = got.value, got.good, got.cosine, got.term_share
+            cosine = cosines.get(h.chunk_id)
+            got = strength.strength(strength.readable_cosine(cosine, known),
+                                    strength.term_share(terms, h.heading_path, h.text))
+            h.strength, h.good_match, h.cosine, h.term_share = got.value, got.good, cosine, got.term_share
 
     def _rank_pool(self, query: str, p: RankParams, scope: Scope, qvec: np.ndarray | None,
                    depth: int) -> tuple[list[tuple[Hashable, Ranked]], bool]:

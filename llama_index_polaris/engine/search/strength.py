@@ -34,6 +34,11 @@ MODELS: dict[tuple[bool, bool], tuple[float, float, float]] = {
     (False, True): (-3.358, 0.0, 3.323),
 }
 GOOD_MATCH = 0.07  # a hit at or above this strength matches well: the best F1 of "no good match" on train
+# A cosine is read only for a query the model knows at least this share of (``Embedder.known_share``):
+# a Chinese question reaches the bundled English model as [UNK]s, and its cosine to a chunk says
+# nothing (react-zh and vue-ja train: 0.461 for the best hit of an answerable question, 0.458 of an
+# unanswerable one); every English question of every set is known in full.
+COSINE_KNOWN = 0.9
 
 
 @dataclass(frozen=True)
@@ -48,6 +53,11 @@ class Strength:
     def good(self) -> bool:
         """Whether the hit matches well (``GOOD_MATCH`` or above)."""
         return self.value is not None and self.value >= GOOD_MATCH
+
+
+def readable_cosine(cosine: float | None, known: float) -> float | None:
+    """``cosine`` when the model knows enough of the query to mean it (``COSINE_KNOWN``), else None."""
+    return cosine if known >= COSINE_KNOWN else None
 
 
 def strength(cosine: float | None, term_share: float | None) -> Strength:
