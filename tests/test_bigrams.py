@@ -99,3 +99,9 @@ def test_index_terms_and_query_terms_of_a_text_agree(text):
     indexed, asked = _index_terms(text), _query_terms(text)
     assert asked <= indexed
     assert indexed - TOKENIZER.stop_terms <= asked
+
+
+def test_a_question_over_the_term_cap_keeps_its_words_and_loses_single_characters_first():
+    run = "".join(chr(0x4E00 + 7 * i) for i in range(40))  # 40 distinct Han characters: 39 bigrams, 40 unigrams
+    asked = query_words(run)
+    assert len(asked) == MAX_TERMS and set(bigrams(run)) <= set(asked)

@@ -83,6 +83,8 @@ def query_words(query: str, unigrams: bool = True) -> list[str]:
     if IDENTIFIER_PHRASES:
         compounds = [m.lower() for m in COMPOUND.findall(query)]
         content = list(dict.fromkeys([*compounds, *content]))
+    # past MAX_TERMS a long CJK question loses its single characters first, then words from its end
+    content.sort(key=lambda w: len(w) == 1 and is_cjk(w))
     return content[:MAX_TERMS]
 
 
