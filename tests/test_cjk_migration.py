@@ -122,32 +122,39 @@ def test_a_raw_write_of_cjk_text_without_its_bigrams_is_refused(tmp_path) -> Non
         store.close()
 
 
-def test_an_old_postgres_index_is_upgraded_in_place(pg_uri: str, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("made_by, version, probe, found", [
+    (old_terms, "6", "缓存", [1]),  # before #36: a CJK run was one token (schema 6; migration 7 cuts it)
+    (bigrams_only, "9", "期", [3]),  # segmenter cjk-bigram-1: no Han character of a run was a term (migration 10)
+])
+def test_an_older_postgres_index_is_upgraded_in_place(pg_uri: str, monkeypatch: pytest.MonkeyPatch, made_by,
+                                                        version: str, probe: str, found: list[int]) -> None:
     from llama_index_polaris.engine.postgres import schema as pg_schema
 
     with monkeypatch.context() as m:
-        old_terms(m)
+        made_by(m)
         store = open_store(pg_uri)
         write(store)
         with store.read():
             before = {q: store.bm25(q, 10, Scope()) for q in ("cache", "expired sessions")}
-            assert store.bm25("缓存", 10, Scope()) == []
+            assert store.bm25(probe, 10, Scope()) == []
         with store._write() as conn:
             conn.execute("DELETE FROM polaris_meta WHERE key = 'fts_segmenter'")
-            conn.execute("DROP TABLE document_texts")  # schema 8's
-            conn.execute("UPDATE polaris_meta SET value = '6' WHERE key = 'schema_version'")
+            if version == "6":
+                conn.execute("DROP TABLE document_texts")  # schema 8's
+            conn.execute("UPDATE polaris_meta SET value = %s WHERE key = 'schema_version'", (version,))
         store.close()
     store = open_store(pg_uri)  # a writer upgrades it
     try:
         assert pg_schema.schema_version(store.conn) == pg_schema.SCHEMA_VERSION
         assert store.meta["fts_segmenter"] == SEGMENTER
         with store.read():
-            assert [h[0] for h in store.bm25("缓存", 10, Scope())] == [1]
+            assert [h[0] for h in store.bm25(probe, 10, Scope())] == found
             assert {q: [h[0] for h in store.bm25(q, 10, Scope())] for q in before} == \
                 {q: [h[0] for h in v] for q, v in before.items()}
         assert store.quick_check() == ["ok"]
     finally:
         store.close()
+
 
 
 def test_a_bigram_file_gets_its_han_characters_as_terms(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -174,31 +181,5 @@ def test_a_bigram_file_gets_its_han_characters_as_terms(tmp_path, monkeypatch: p
         lengths = dict(store.conn.execute("SELECT id, sz FROM chunks_fts_docsize"))
         _, counted = store.tokenizer().counts(store.conn.execute("SELECT id, text, heading_path FROM chunks").fetchall())
         assert {i: sum(postings_module.varints(sz)) for i, sz in lengths.items()} == counted
-    finally:
-        store.close()
-
-
-def test_a_bigram_postgres_index_gets_its_han_characters_as_terms(pg_uri: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    from llama_index_polaris.engine.postgres import schema as pg_schema
-
-    with monkeypatch.context() as m:
-        bigrams_only(m)
-        store = open_store(pg_uri)
-        write(store)
-        with store.read():
-            assert store.bm25("期", 10, Scope()) == []
-            before = {q: store.bm25(q, 10, Scope()) for q in ("cache", "expired sessions")}
-        with store._write() as conn:
-            conn.execute("DELETE FROM polaris_meta WHERE key = 'fts_segmenter'")
-            conn.execute("UPDATE polaris_meta SET value = '9' WHERE key = 'schema_version'")
-        store.close()
-    store = open_store(pg_uri)
-    try:
-        assert pg_schema.schema_version(store.conn) == pg_schema.SCHEMA_VERSION and store.meta["fts_segmenter"] == SEGMENTER
-        with store.read():
-            assert [h[0] for h in store.bm25("期", 10, Scope())] == [3]
-            assert {q: [h[0] for h in store.bm25(q, 10, Scope())] for q in before} == \
-                {q: [h[0] for h in v] for q, v in before.items()}
-        assert store.quick_check() == ["ok"]
     finally:
         store.close()
