@@ -183,3 +183,22 @@ def test_a_bigram_file_gets_its_han_characters_as_terms(tmp_path, monkeypatch: p
         assert {i: sum(postings_module.varints(sz)) for i, sz in lengths.items()} == counted
     finally:
         store.close()
+
+
+def test_an_english_file_is_not_rewritten_for_han_characters(tmp_path) -> None:
+    """Migration 11 touches only chunks with CJK letters or blobs: an English file keeps its
+    full-text segments and posting lists byte for byte, and records the segmenter."""
+    path = tmp_path / "polaris.db"
+    store = open_store(str(path))
+    write(store, [t for t in TEXTS if t.isascii()], heading="Page {}")
+    store.conn.execute("DELETE FROM polaris_meta WHERE key = 'fts_segmenter'")
+    store.conn.execute("PRAGMA user_version = 10")
+    tables = ("chunks_fts_data", "chunks_bm25", "chunks_bm25_terms", "chunks_bm25_lengths")
+    before = {t: store.conn.execute(f"SELECT * FROM {t} ORDER BY 1").fetchall() for t in tables}
+    store.close()
+    store = open_store(str(path))
+    try:
+        assert schema.schema_version(store.conn) == schema.SCHEMA_VERSION and store.meta["fts_segmenter"] == SEGMENTER
+        assert {t: store.conn.execute(f"SELECT * FROM {t} ORDER BY 1").fetchall() for t in tables} == before
+    finally:
+        store.close()

@@ -273,6 +273,24 @@ def _migration_cjk_bigrams(conn: Any, fts_tokenizer: str) -> None:
     set_meta(conn, fts_segmenter=SEGMENTER)
 
 
+def _migration_han_characters(conn: Any, fts_tokenizer: str) -> None:
+    """A Han run's characters are terms beside its bigrams (segmenter ``cjk-bigram-2``). Only a chunk
+    whose full-text columns are not its own text can change (``cjk_text`` or ``cjk_heading`` set: CJK
+    letters or blobs); each one that does is written again, chunks_fts following by its trigger, and
+    the posting lists are rebuilt if any did. A file without Han letters only records the segmenter:
+    an English index of a million chunks is not rewritten."""
+    rows = conn.execute("SELECT id, text, heading_path, cjk_text, cjk_heading FROM chunks"
+                        " WHERE cjk_text IS NOT NULL OR cjk_heading IS NOT NULL").fetchall()
+    changed = [(*new, cid) for cid, text, heading, *old in rows if (new := cjk_columns(text, heading)) != tuple(old)]
+    if changed:
+        conn.executemany("UPDATE chunks SET cjk_text = ?, cjk_heading = ? WHERE id = ?", changed)
+        if has_table(conn, "chunks_bm25_terms"):
+            from .postings import rebuild
+
+            rebuild(conn)
+    set_meta(conn, fts_segmenter=SEGMENTER)
+
+
 def _migration_2(conn: Any, fts_tokenizer: str) -> None:
     """Full-text index over chunk text and heading path (backfilled from chunks)."""
     _script(conn, fts_sql(fts_tokenizer, LEGACY_FTS_COLUMNS))
@@ -479,7 +497,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(9, "CJK runs as character bigrams and blobs left out in the full-text index (cjk_text)",
               _migration_cjk_bigrams),
     Migration(10, "documents' own text, which sections are read from", _migration_document_texts),
-    Migration(11, "a Han run's characters as terms beside its bigrams (cjk_text written again)", _migration_cjk_bigrams),
+    Migration(11, "a Han run's characters as terms beside its bigrams (cjk_text written again)", _migration_han_characters),
 )
 SCHEMA_VERSION = MIGRATIONS[-1].number
 
