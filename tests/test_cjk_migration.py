@@ -202,3 +202,24 @@ def test_an_english_file_is_not_rewritten_for_han_characters(tmp_path) -> None:
         assert {t: store.conn.execute(f"SELECT * FROM {t} ORDER BY 1").fetchall() for t in tables} == before
     finally:
         store.close()
+
+
+def test_an_english_postgres_index_is_not_rewritten_for_han_characters(pg_uri: str) -> None:
+    """PostgreSQL migration 10 writes again only the postings of chunks holding a Han letter: an
+    English index keeps every posting and every term's version."""
+    store = open_store(pg_uri)
+    write(store, [t for t in TEXTS if t.isascii()], heading="Page {}")
+    read = ("SELECT term, chunk_id, tf, dl FROM chunks_bm25 ORDER BY 1, 2", "SELECT term, df, version FROM chunks_bm25_terms ORDER BY 1")
+    with store.read() as conn:
+        before = [conn.execute(q).fetchall() for q in read]
+    with store._write() as conn:
+        conn.execute("DELETE FROM polaris_meta WHERE key = 'fts_segmenter'")
+        conn.execute("UPDATE polaris_meta SET value = '9' WHERE key = 'schema_version'")
+    store.close()
+    store = open_store(pg_uri)
+    try:
+        assert store.meta["fts_segmenter"] == SEGMENTER
+        with store.read() as conn:
+            assert [conn.execute(q).fetchall() for q in read] == before
+    finally:
+        store.close()

@@ -297,7 +297,7 @@ MIGRATIONS: tuple[tuple[int, str, Callable[[Any], None]], ...] = (
     (9, "the chunks each version of the vectors changed (a long-lived reader reads only those)",
      lambda conn: _script(conn, CHANGES_SQL)),
     (10, "a Han run's characters as terms beside its bigrams: the postings of the chunks holding CJK letters"
-         " written again", lambda conn: _cjk_bigrams(conn)),
+         " written again", lambda conn: _han_characters(conn)),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 SCHEMA_LOCK, WRITE_LOCK, RUN_LOCK = 1, 2, 3  # what an advisory lock is for (``lock_key``)
@@ -367,18 +367,29 @@ def _recorded_tokenizer(conn: Any, bigrams: bool = True) -> Any:
     return Tokenizer(row[0] if row else SETTINGS_BY_NAME["fts_tokenizer"].default, bigrams)
 
 
-def _chunk_batches(conn: Any, columns: str, batch: int) -> Any:
-    """The chunks' ``columns`` (the first one ``id``), ``batch`` rows at a time, by id."""
+def _chunk_batches(conn: Any, columns: str, batch: int, where: str = "TRUE", args: tuple = ()) -> Any:
+    """The chunks' ``columns`` (the first one ``id``) where ``where`` holds, ``batch`` rows at a time, by id."""
     last = -(2**63)
     while True:
-        rows = conn.execute(f"SELECT {columns} FROM chunks WHERE id > %s ORDER BY id LIMIT %s", (last, batch)).fetchall()
+        rows = conn.execute(f"SELECT {columns} FROM chunks WHERE id > %s AND ({where}) ORDER BY id LIMIT %s",
+                            (last, *args, batch)).fetchall()
         if not rows:
             return
         last = rows[-1][0]
         yield rows
 
 
-def _cjk_bigrams(conn: Any, batch: int = 2_000) -> None:
+def _han_characters(conn: Any) -> None:
+    """Migration 10: a Han run's characters are terms beside its bigrams (``cjk-bigram-2``): the
+    postings of the chunks whose text or heading path holds a Han letter are written again (the
+    server finds them), every other posting stays; an English index only records the segmenter."""
+    from ..words.bigrams import HAN
+
+    han = f"[{HAN}]"
+    _cjk_bigrams(conn, where="text ~ %s OR heading_path ~ %s", args=(han, han))
+
+
+def _cjk_bigrams(conn: Any, batch: int = 2_000, where: str = "TRUE", args: tuple = ()) -> None:
     """Migration 7 (#36, #37): Chinese, Japanese and Korean runs are terms as character bigrams
     now (``bigrams.spaced``, read by the tokenizer), and blobs are not terms (``blobs.readable``).
     Only the chunks holding a CJK letter in their text or heading path, or a blob, get other terms: their postings and lengths are written again, the
@@ -389,7 +400,7 @@ def _cjk_bigrams(conn: Any, batch: int = 2_000) -> None:
     from .bm25 import copy_postings, postings_of
 
     tokenizer, touched, tokens = _recorded_tokenizer(conn), set(), 0
-    for rows in _chunk_batches(conn, "id, text, heading_path, bm25_length", batch):
+    for rows in _chunk_batches(conn, "id, text, heading_path, bm25_length", batch, where, args):
         cjk = [r for r in rows if has_cjk(r[1]) or has_cjk(r[2] or "") or blob_spans(r[1])]
         if not cjk:
             continue
