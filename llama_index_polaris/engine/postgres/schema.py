@@ -296,7 +296,7 @@ MIGRATIONS: tuple[tuple[int, str, Callable[[Any], None]], ...] = (
     (8, "documents' own text, which sections are read from", lambda conn: _script(conn, DOCUMENT_TEXTS_SQL)),
     (9, "the chunks each version of the vectors changed (a long-lived reader reads only those)",
      lambda conn: _script(conn, CHANGES_SQL)),
-    (10, "a Han run's characters as terms beside its bigrams: the postings of the chunks holding CJK letters"
+    (10, "a Han run's characters as terms beside its bigrams: the postings of the chunks holding a Han letter"
          " written again", lambda conn: _han_characters(conn)),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
@@ -367,11 +367,15 @@ def _recorded_tokenizer(conn: Any, bigrams: bool = True) -> Any:
     return Tokenizer(row[0] if row else SETTINGS_BY_NAME["fts_tokenizer"].default, bigrams)
 
 
-def _chunk_batches(conn: Any, columns: str, batch: int, where: str = "TRUE", args: tuple = ()) -> Any:
-    """The chunks' ``columns`` (the first one ``id``) where ``where`` holds, ``batch`` rows at a time, by id."""
+def _chunk_batches(conn: Any, columns: str, batch: int, matching: str | None = None) -> Any:
+    """The chunks' ``columns`` (the first one ``id``; fixed SQL of this module), ``batch`` rows at a
+    time, by id; with ``matching`` (a regular expression, sent as a value) only the chunks whose
+    text or heading path it matches, found by the server."""
     last = -(2**63)
+    where = "" if matching is None else " AND (text ~ %s OR heading_path ~ %s)"
+    args = () if matching is None else (matching, matching)
     while True:
-        rows = conn.execute(f"SELECT {columns} FROM chunks WHERE id > %s AND ({where}) ORDER BY id LIMIT %s",
+        rows = conn.execute(f"SELECT {columns} FROM chunks WHERE id > %s{where} ORDER BY id LIMIT %s",
                             (last, *args, batch)).fetchall()
         if not rows:
             return
@@ -385,11 +389,10 @@ def _han_characters(conn: Any) -> None:
     server finds them), every other posting stays; an English index only records the segmenter."""
     from ..words.bigrams import HAN
 
-    han = f"[{HAN}]"
-    _cjk_bigrams(conn, where="text ~ %s OR heading_path ~ %s", args=(han, han))
+    _cjk_bigrams(conn, matching=f"[{HAN}]")
 
 
-def _cjk_bigrams(conn: Any, batch: int = 2_000, where: str = "TRUE", args: tuple = ()) -> None:
+def _cjk_bigrams(conn: Any, batch: int = 2_000, matching: str | None = None) -> None:
     """Migration 7 (#36, #37): Chinese, Japanese and Korean runs are terms as character bigrams
     now (``bigrams.spaced``, read by the tokenizer), and blobs are not terms (``blobs.readable``).
     Only the chunks holding a CJK letter in their text or heading path, or a blob, get other terms: their postings and lengths are written again, the
@@ -400,7 +403,7 @@ def _cjk_bigrams(conn: Any, batch: int = 2_000, where: str = "TRUE", args: tuple
     from .bm25 import copy_postings, postings_of
 
     tokenizer, touched, tokens = _recorded_tokenizer(conn), set(), 0
-    for rows in _chunk_batches(conn, "id, text, heading_path, bm25_length", batch, where, args):
+    for rows in _chunk_batches(conn, "id, text, heading_path, bm25_length", batch, matching):
         cjk = [r for r in rows if has_cjk(r[1]) or has_cjk(r[2] or "") or blob_spans(r[1])]
         if not cjk:
             continue

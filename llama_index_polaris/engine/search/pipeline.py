@@ -251,7 +251,7 @@ class Searcher:
             fusion_weights=c.fusion_weights, lookup=bool(c.fusion_weights and lookup),
             exact_heading=heading_key(lookup[0]) if len(lookup) == 1 else "",
             query=query, fusion_rule=question.RULE if c.fusion_by_question else None,
-            known=self.known_share(query) if self.known_share is not None and mode == "hybrid" and query else 1.0,
+            known=self.known_share(query) if self.known_share is not None and mode != "bm25" and query else 1.0,
         )
 
     def _run(self, query: str, p: RankParams, scope: Scope, qvec: np.ndarray | None,
@@ -280,19 +280,19 @@ class Searcher:
             if len(ranked) >= p.k or exhausted:
                 break
         hits = self._hits(ranked[: p.k], p.unit, context_tokens, query)
-        self._measure(hits, query, qvec)
+        self._measure(hits, query, qvec, p.known)
         return hits
 
-    def _measure(self, hits: list[Hit], query: str, qvec: np.ndarray | None) -> None:
-        """Each hit's match strength (``strength.py``) from its cosine to the query vector and the
-        share of the query's content words it holds."""
+    def _measure(self, hits: list[Hit], query: str, qvec: np.ndarray | None, known: float = 1.0) -> None:
+        """Each hit's match strength (``strength.py``) from its cosine to the query vector (read when
+        the model knows ``known`` of the query: ``strength.readable_cosine``) and the share of the
+        query's content words it holds."""
         terms = boost_terms(query)
         cosines = {h.chunk_id: 1.0 - h.explain.vector_distance for h in hits if h.explain.vector_distance is not None}
         missing = [h.chunk_id for h in hits if h.chunk_id not in cosines] if qvec is not None else []
         for cid, cand in self._candidates(missing, True).items():
             if cand.vector is not None:
                 cosines[cid] = float(cand.vector @ (qvec / (np.linalg.norm(qvec) or 1.0)))
-        known = self.known_share(query) if self.known_share is not None and query and hits else 1.0
         for h in hits:
             cosine = cosines.get(h.chunk_id)
             got = strength.strength(strength.readable_cosine(cosine, known),
