@@ -312,6 +312,15 @@ def test_a_question_the_model_cannot_read_is_measured_by_its_words(project: dict
             hits = index.search(query, top_k=3)
         assert hits and all(h.cosine is not None for h in hits)
         assert [h.strength for h in hits] == pytest.approx([strength.strength(None, h.term_share).value for h in hits])
+        engine = [h.strength for h in hits]
+        cli = search_json(project, backend, query, "-k", "3")
+        assert [h["strength"] for h in cli] == pytest.approx(engine, abs=1e-6)
+        store = PolarisVectorStore(db_path=project[backend], config=load_config(project["root"], use_user_config=False))
+        try:
+            nodes = PolarisRetriever(vector_store=store, similarity_top_k=3).retrieve(query)
+        finally:
+            store.close()
+        assert [n.score for n in nodes] == pytest.approx(engine, abs=1e-6)  # node.score is the strength
         got[backend] = [(h.heading_path, round(h.strength, 6)) for h in hits]
     assert got["postgres"] == got["sqlite"]
     assert strength.readable_cosine(0.7, 1.0) == 0.7 and strength.readable_cosine(0.7, 0.5) is None
