@@ -310,3 +310,37 @@ def test_polaris_index_keeps_the_lists(tmp_path):
         (docs / "page4.md").write_text("# Page 4\n\nRotated keys.\n", "utf-8")
         index.index_paths([docs])
         assert_current(index.store.conn)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(words, min_size=1, max_size=12).map(" ".join), st.sampled_from([1, 3, 10, 30, 500]),
+       st.sampled_from([None, ("doc1", "doc7", "doc12", "doc20"), "every third chunk"]))
+def test_skipping_the_terms_that_cannot_decide_the_top_gives_the_dense_answer_to_the_bit(store, monkeypatch, query,
+                                                                                            limit, where):
+    """MaxScore (``_top_pruned``) against scoring every posting: the same hits, the same floats."""
+    ids = [r[0] for r in store.conn.execute("SELECT id FROM chunks ORDER BY id")]
+    scope = Scope() if where is None else (Scope(chunk_ids=tuple(ids[::3])) if where == "every third chunk"
+                                           else Scope(document_ids=where))
+    answers = []
+    for prune_from in (10**12, 0):
+        monkeypatch.setattr(postings, "PRUNE_FROM", prune_from)
+        answers.append(postings.bm25(store.conn, store.tokenizer(), query, limit, scope))
+    assert answers[1] == answers[0]
+    if answers[0] is not None:
+        assert_same(answers[0], bm25(store.conn, query, limit, scope))
+
+
+def test_skipping_terms_really_skips_on_a_query_of_common_words(store, monkeypatch):
+    """The test above would pass with a pruning that never prunes: here it must leave a term's
+    postings partly unread for a query of one rare-ish and several very common words."""
+    monkeypatch.setattr(postings, "PRUNE_FROM", 0)
+    read = []
+    real = postings._read
+    monkeypatch.setattr(postings, "_read", lambda conn, term, blocks=None: read.append((term, blocks)) or real(conn, term, blocks))
+    df = dict(store.conn.execute("SELECT term, count(*) FROM chunks_bm25 GROUP BY term"))
+    found = postings.bm25(store.conn, store.tokenizer(), "zebra guide session token", 3)
+    assert found is not None
+    assert any(blocks is not None for _, blocks in read), read
+    monkeypatch.setattr(postings, "PRUNE_FROM", 10**12)
+    assert found == postings.bm25(store.conn, store.tokenizer(), "zebra guide session token", 3)
+    assert df

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -31,7 +31,7 @@ from .bm25 import bm25_sql, phrases_query, query_words
 from ..storage.scope import Scope
 from . import postings as lists
 from ..words.tokenize import Tokenizer
-from ..storage.scoring import B, K1, idf, phrase_scores, top_hits  # noqa: F401
+from ..storage.scoring import B, K1, idf, phrase_scores, sorted_unique, top_hits  # noqa: F401
 
 
 
@@ -86,6 +86,9 @@ def bm25(conn: Any, tokenizer: Tokenizer, query: str, limit: int, scope: Scope =
         return None
 
 
+PRUNE_FROM = 200_000  # postings a query's common terms hold from which it skips the ones that cannot decide the top
+
+
 def _bm25(conn: Any, tokenizer: Tokenizer, words: list[str], limit: int, scope: Scope) -> list[tuple[int, float]] | None:
     terms = tokenizer.terms(words)
     singles = sorted({t[0] for t in terms if len(t) == 1})
@@ -94,54 +97,172 @@ def _bm25(conn: Any, tokenizer: Tokenizer, words: list[str], limit: int, scope: 
     if not common or not usable(conn):
         return None
     n_rows, avg_length = lists.averages(conn)
-    postings: dict[str, list[tuple[int, bytes, bytes]]] = defaultdict(list)
-    for term, block, offsets, tf in conn.execute(
-            "SELECT term, block, rows, tf FROM chunks_bm25 WHERE term IN (SELECT value FROM json_each(?))",
+    # each term's blocks and chunks, from the rows' lengths alone (SQLite reads no blob for length())
+    blocks_of: dict[str, list[int]] = defaultdict(list)
+    df: dict[str, int] = defaultdict(int)
+    for term, block, size in conn.execute(
+            "SELECT term, block, length(rows) FROM chunks_bm25 WHERE term IN (SELECT value FROM json_each(?))",
             (json.dumps(common),)):
-        postings[term].append((block, offsets, tf))
-    blocks = sorted({p[0] for ps in postings.values() for p in ps})
-    size = ((blocks[-1] + 1) * lists.BLOCK) if blocks else 0
+        blocks_of[term].append(block)
+        df[term] += size // 2
+    common = sorted(blocks_of)  # the order the scores are summed in: the same on every path
+    if not common:
+        return None
+    blocks = sorted({b for bs in blocks_of.values() for b in bs})
+    size = (blocks[-1] + 1) * lists.BLOCK
     lengths = np.zeros(size, dtype=np.float64)
     for block, blob in conn.execute(
             "SELECT block, lengths FROM chunks_bm25_lengths WHERE block IN (SELECT value FROM json_each(?))",
             (json.dumps(blocks),)):
         lengths[block * lists.BLOCK:(block + 1) * lists.BLOCK] = lists._decode_lengths(blob)
-    scores = np.zeros(size, dtype=np.float64)
     # Each query word is a phrase of bm25(): two words with one term ("death", "deaths")
     # count it twice there, so here too.
-    times = {term: sum(1 for t in terms if t == (term,)) for term in postings}
-    for term, parts in postings.items():
-        ids, tf = _join(parts)
-        tf = tf * fts.TEXT_WEIGHT  # float64, the counts exact
-        part = phrase_scores(tf, lengths[ids], avg_length, idf(n_rows, len(ids)))
-        scores[ids] += part if times[term] == 1 else times[term] * part
-    rare = [w for w, t in zip(words, terms) if not (len(t) == 1 and t[0] in postings)]
-    if rare:
-        scores = _add_fts(conn, scores, phrases_query(rare))
-    return _top(conn, scores, limit, scope)
+    times = {term: sum(1 for t in terms if t == (term,)) for term in common}
+    weight = {term: idf(n_rows, df[term]) for term in common}
+    rare = [w for w, t in zip(words, terms) if not (len(t) == 1 and t[0] in blocks_of)]
+    fts_ids, fts_scores = _fts_scores(conn, phrases_query(rare)) if rare else (_NO_IDS, _NO_SCORES)
+    allowed = _allowed(conn, scope)
+    if sum(df.values()) >= PRUNE_FROM:
+        return _top_pruned(conn, common, blocks_of, times, weight, lengths, avg_length, fts_ids, fts_scores, limit, allowed)
+    scores = np.zeros(max(size, int(fts_ids.max()) + 1 if len(fts_ids) else 0), dtype=np.float64)
+    for term in common:
+        ids, part = _contribution(_read(conn, term), times[term], weight[term], lengths, avg_length)
+        scores[ids] += part
+    scores[fts_ids] += fts_scores
+    return top_hits(scores, limit, None if allowed is None else allowed[allowed < len(scores)])
 
 
-def _add_fts(conn: Any, scores: np.ndarray, match: str) -> np.ndarray:
-    """``scores`` plus FTS5's bm25() of the phrases in ``match`` (a full-text error adds nothing)."""
+_NO_IDS, _NO_SCORES = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64)
+
+
+def _read(conn: Any, term: str, blocks: list[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """``term``'s (chunk ids, counts), ids ascending: every block of it, or only ``blocks``."""
+    if blocks is None:
+        rows = conn.execute("SELECT block, rows, tf FROM chunks_bm25 WHERE term = ?", (term,)).fetchall()
+    else:
+        rows = [r[1:] for r in conn.execute(lists.BLOCKS_OF_KEYS, (json.dumps([[term, b] for b in blocks]),))]
+    return _join(rows) if rows else (_NO_IDS, np.zeros(0, dtype=np.uint8))
+
+
+def _contribution(posting: tuple[np.ndarray, np.ndarray], times: int, weight: float, lengths: np.ndarray,
+                  avg_length: float) -> tuple[np.ndarray, np.ndarray]:
+    """(ids, each one's BM25 term) of one posting list, as ``bm25()`` sums it."""
+    ids, tf = posting
+    tf = tf * fts.TEXT_WEIGHT  # float64, the counts exact
+    part = phrase_scores(tf, lengths[ids], avg_length, weight)
+    return ids, (part if times == 1 else times * part)
+
+
+def _top_pruned(conn: Any, common: list[str], blocks_of: Mapping[str, list[int]], times: Mapping[str, int],
+                weight: Mapping[str, float], lengths: np.ndarray, avg_length: float, fts_ids: np.ndarray,
+                fts_scores: np.ndarray, limit: int, allowed: np.ndarray | None) -> list[tuple[int, float]]:
+    """The dense path's top ``limit``, the same scores to the bit, reading fewer postings (MaxScore).
+
+    A term adds at most ``weight x (K1 + 1) x times`` to a chunk (its ``bound``). The terms are
+    taken in falling bound (the rarest first), each scored over all its chunks, until the bounds
+    of the terms left sum below ``floor``, the ``limit``-th best score so far: a chunk that none
+    of the taken terms holds cannot reach the top then. The terms left are read only in the
+    blocks of the chunks that still could, and each chunk that can no longer reach the floor is
+    dropped as they are added. The chunks left are scored again exactly as the dense path sums
+    them (every term in ``common``'s order, then FTS5's phrases) and the best are taken."""
+    bound = {t: weight[t] * (K1 + 1.0) * times[t] for t in common}
+    order = sorted(common, key=lambda t: -bound[t])
+    size = max(len(lengths), int(fts_ids.max()) + 1 if len(fts_ids) else 0)
+    partial = np.zeros(size, dtype=np.float64)
+    partial[fts_ids] += fts_scores
+    inside = None
+    if allowed is not None:
+        inside = np.zeros(size, dtype=bool)
+        inside[allowed[allowed < size]] = True
+    parts: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    left = sum(bound.values())
+    margin = 1e-9  # rounding between the two sums, far above float64's
+    floor = _kth_at(partial, fts_ids, limit, inside)
+    taken = 0
+    for term in order:
+        if left < floor * (1 - margin) - margin:
+            break
+        parts[term] = _contribution(_read(conn, term), times[term], weight[term], lengths, avg_length)
+        partial[parts[term][0]] += parts[term][1]
+        left -= bound[term]
+        taken += 1
+        # any set of distinct chunks gives a floor no higher than the true one: this term's, thinned
+        floor = max(floor, _kth_at(partial, parts[term][0], limit, inside))
+    if taken == len(order):
+        cand = np.flatnonzero(partial > 0)
+    else:
+        cand = np.flatnonzero(partial >= floor * (1 - margin) - margin - left)
+    if inside is not None:
+        cand = cand[inside[cand]]
+    sums = partial[cand]
+    for term in order[taken:]:
+        if not len(cand):
+            break
+        wanted = set((cand // lists.BLOCK).tolist())
+        blocks = [b for b in blocks_of[term] if b in wanted]
+        ids, tf = _read(conn, term, blocks if 2 * len(blocks) < len(blocks_of[term]) else None)
+        at = np.searchsorted(ids, cand)
+        hit = at < len(ids)
+        hit[hit] = ids[at[hit]] == cand[hit]
+        part = np.zeros(len(cand), dtype=np.float64)
+        if hit.any():
+            part[hit] = _contribution((cand[hit], tf[at[hit]]), times[term], weight[term], lengths, avg_length)[1]
+        parts[term] = (cand, part)  # only these chunks can still be in the top
+        sums = sums + part
+        left -= bound[term]
+        floor = max(floor, _kth_of(sums, limit))
+        keep = sums + left >= floor * (1 - margin) - margin
+        cand, sums = cand[keep], sums[keep]
+    exact = np.zeros(len(cand), dtype=np.float64)
+    for term in common:  # the dense path's sum, in its order, for the chunks left
+        ids, part = parts[term]
+        at = np.searchsorted(ids, cand)
+        hit = at < len(ids)
+        hit[hit] = ids[at[hit]] == cand[hit]
+        exact[hit] += part[at[hit]]
+    if len(fts_ids):
+        order_fts = np.argsort(fts_ids, kind="stable")
+        ids = fts_ids[order_fts]
+        at = np.searchsorted(ids, cand)
+        hit = at < len(ids)
+        hit[hit] = ids[at[hit]] == cand[hit]
+        exact[hit] += fts_scores[order_fts][at[hit]]
+    return top_hits(exact, limit, ids=cand)
+
+
+THIN = 50_000  # at most this many chunks read for a floor
+
+
+def _kth_at(scores: np.ndarray, ids: np.ndarray, limit: int, inside: np.ndarray | None) -> float:
+    """The ``limit``-th best score among the distinct chunks ``ids`` (every few of them when
+    many) that ``inside`` allows: a floor under the ``limit``-th best of all."""
+    ids = ids[::max(1, len(ids) // THIN)]
+    if inside is not None:
+        ids = ids[inside[ids]]
+    return _kth_of(scores[ids], limit)
+
+
+def _kth_of(values: np.ndarray, limit: int) -> float:
+    values = values[values > 0]
+    if limit <= 0 or len(values) < limit:
+        return 0.0
+    return float(np.partition(values, len(values) - limit)[len(values) - limit])
+
+
+def _fts_scores(conn: Any, match: str) -> tuple[np.ndarray, np.ndarray]:
+    """FTS5's (chunk ids, bm25()) of the phrases in ``match`` (a full-text error: none)."""
     from .connect import sqlite_module
 
     sql, args = bm25_sql(Scope(), ordered=False)
     try:
         found = conn.execute(sql, [match, *args]).fetchall()
     except sqlite_module().OperationalError:  # as the plain path: a full-text error loses these words only
-        return scores
-    if not found:
-        return scores
+        return _NO_IDS, _NO_SCORES
     ids = np.fromiter((r[0] for r in found), dtype=np.int64, count=len(found))
-    if ids.max() >= len(scores):
-        scores = np.concatenate([scores, np.zeros(int(ids.max()) + 1 - len(scores))])
-    scores[ids] += np.fromiter((r[1] for r in found), dtype=np.float64, count=len(found))
-    return scores
+    return ids, np.fromiter((r[1] for r in found), dtype=np.float64, count=len(found))
 
 
-def _top(conn: Any, scores: np.ndarray, limit: int, scope: Scope) -> list[tuple[int, float]]:
-    """The ``limit`` best-scoring chunk ids in ``scope`` (``scores`` is indexed by chunk id)."""
+def _allowed(conn: Any, scope: Scope) -> np.ndarray | None:
     from .ann import scope_chunk_ids
 
-    allowed = scope_chunk_ids(conn, scope)
-    return top_hits(scores, limit, None if allowed is None else allowed[allowed < len(scores)])
+    return scope_chunk_ids(conn, scope)
