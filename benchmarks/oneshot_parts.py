@@ -10,11 +10,16 @@ on first use), query vectors given (embedding excluded), top 10, section unit:
   where the file is large enough (``sqlite.reads.PARALLEL_FROM``);
 - **hybrid, one connection**: the same with the KNN run after the BM25 list, on one connection;
 - **KNN alone** and **BM25 alone**: ``Store.knn`` and ``Store.bm25`` inside one snapshot;
+- **BM25 alone, every posting scored**: the same with MaxScore off (``bm25_postings.PRUNE_FROM``),
+  which must give the same hits and scores (the run fails otherwise);
 - **long-lived, first query**: a new ``Searcher`` on a new read-only ``Store`` with both caches
   loading in the background (as a ``PolarisIndex`` has), timed on its first query, ``--first``
   times; its connections read that query's pages (``sqlite.connect.MAP_FROM_READ``);
 - **long-lived, first query, file mapped at once**: the same, alternating with it, both
-  connections mapping the file from their first read (what every connection did before).
+  connections mapping the file from their first read (what every connection did before);
+- **two threads at once** (``pair_speedup``): numpy work that streams through memory (32 MB
+  arrays) and work that stays in the CPU's cache, each run twice in a row and then in two
+  threads at once: how much of the machine a KNN beside the BM25 list can use.
 
 Each round times every query once on each path; a query's time on a path is its fastest over
 the rounds, and the table gives p50 / p95 over the queries. The two hybrid paths must return the
@@ -47,7 +52,7 @@ def pcts(values: list[float]) -> dict[str, float]:
 def measure(n: int, eval_dir: Path, nq: int, rounds: int, first: int) -> dict:
     from llama_index_polaris.engine.config import load_config
     from llama_index_polaris.engine.search.pipeline import Searcher
-    from llama_index_polaris.engine.sqlite import reads
+    from llama_index_polaris.engine.sqlite import bm25_postings, reads
     from llama_index_polaris.engine.sqlite.bits import VectorCache
     from llama_index_polaris.engine.sqlite.bm25_cache import Bm25Cache
     from llama_index_polaris.engine.sqlite.store import Store
@@ -72,15 +77,24 @@ def measure(n: int, eval_dir: Path, nq: int, rounds: int, first: int) -> dict:
         answers["hybrid, one connection" if one_connection else "hybrid, one-shot"][i] = [
             (h.chunk_id, round(h.score, 12)) for h in hits]
 
+    bm25_answers: dict[str, list] = {"BM25 alone": [None] * len(texts), "BM25 alone, every posting scored": [None] * len(texts)}
+    prune_from = bm25_postings.PRUNE_FROM
+
     def alone(i: int, side: str) -> None:
         with store.read():
             if side == "knn":
                 store.knn(qvecs[i], 30, Scope(), fetch_k=10)
-            else:
-                store.bm25(texts[i], 30, Scope())
+                return
+            bm25_postings.PRUNE_FROM = 2**62 if side == "dense" else prune_from
+            try:
+                found = store.bm25(texts[i], cfg.candidate_pool, Scope())
+            finally:
+                bm25_postings.PRUNE_FROM = prune_from
+            bm25_answers["BM25 alone, every posting scored" if side == "dense" else "BM25 alone"][i] = found
 
     paths = {"hybrid, one-shot": lambda i: hybrid(i, False), "hybrid, one connection": lambda i: hybrid(i, True),
-             "KNN alone": lambda i: alone(i, "knn"), "BM25 alone": lambda i: alone(i, "bm25")}
+             "KNN alone": lambda i: alone(i, "knn"), "BM25 alone": lambda i: alone(i, "bm25"),
+             "BM25 alone, every posting scored": lambda i: alone(i, "dense")}
     try:
         for fn in paths.values():  # warm: the file's pages in the OS cache, the modules loaded
             for i in range(len(texts)):
@@ -96,6 +110,7 @@ def measure(n: int, eval_dir: Path, nq: int, rounds: int, first: int) -> dict:
             print(f"round {r + 1}: " + ", ".join(f"{k} {1000 * statistics.median(v):.1f}" for k, v in best.items()),
                   file=sys.stderr, flush=True)
         differ = sum(a != b for a, b in zip(answers["hybrid, one-shot"], answers["hybrid, one connection"]))
+        differ += sum(a != b for a, b in zip(*bm25_answers.values()))
     finally:
         store.close()
     firsts: dict[str, list[float]] = {"long-lived, first query": [], "long-lived, first query, file mapped at once": []}
@@ -115,10 +130,46 @@ def measure(n: int, eval_dir: Path, nq: int, rounds: int, first: int) -> dict:
                     getattr(cache, "wait", lambda: None)()
                 s.close()
     out = {"n": n, "queries": len(texts), "rounds": rounds, "parallel_from": parallel_from,
-           "hybrid answers that differ between the two paths": differ,
+           "hybrid answers that differ between the two paths": differ, "two threads at once": pair_speedup(),
            **{name: pcts(v) for name, v in best.items()},
            "machine": machine_line(machine()), "loadavg": os.getloadavg()}
     out.update({name: pcts(v) for name, v in firsts.items() if v})
+    return out
+
+
+def pair_speedup(rounds: int = 5) -> dict[str, float]:
+    """Time of two runs in a row over time of the same two in two threads at once (best of
+    ``rounds``), for numpy work that streams 32 MB arrays and for work that stays in cache."""
+    import threading
+
+    import numpy as np
+
+    big = [np.random.default_rng(i).random(4_000_000) for i in range(2)]
+
+    def streaming(a: np.ndarray) -> None:
+        for _ in range(10):
+            np.multiply(a, 1.0000001, out=a)
+
+    def cached(a: np.ndarray) -> None:
+        b = a[:50_000].copy()
+        for _ in range(400):
+            np.multiply(b, 1.0000001, out=b)
+
+    out = {}
+    for name, work in (("streaming through memory", streaming), ("in cache", cached)):
+        serial = pair = float("inf")
+        for _ in range(rounds):
+            t = time.perf_counter()
+            work(big[0])
+            work(big[1])
+            serial = min(serial, time.perf_counter() - t)
+            t = time.perf_counter()
+            other = threading.Thread(target=work, args=(big[0],))
+            other.start()
+            work(big[1])
+            other.join()
+            pair = min(pair, time.perf_counter() - t)
+        out[name] = round(serial / pair, 2)
     return out
 
 
@@ -146,11 +197,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     got = measure(args.n, Path(args.eval_dir), args.queries, args.rounds, args.first)
     save_json(f"oneshot_parts-{args.n}.json", got)
     print(f"{args.n:,} chunks, {got['queries']} queries, per-query best of {args.rounds} rounds (ms p50 / p95):")
-    for name in ("hybrid, one-shot", "hybrid, one connection", "KNN alone", "BM25 alone", "long-lived, first query",
-                 "long-lived, first query, file mapped at once"):
+    for name in ("hybrid, one-shot", "hybrid, one connection", "KNN alone", "BM25 alone", "BM25 alone, every posting scored",
+                 "long-lived, first query", "long-lived, first query, file mapped at once"):
         if name in got:
             print(f"  {name}: {got[name]['p50']:.1f} / {got[name]['p95']:.1f}")
-    print(f"  hybrid answers that differ between the two paths: {got['hybrid answers that differ between the two paths']}")
+    print("  two threads at once, speed-up over one after the other: "
+          + ", ".join(f"{k} {v:.2f}x" for k, v in got["two threads at once"].items()))
+    print(f"  answers that differ between paths that must agree: {got['hybrid answers that differ between the two paths']}")
     return 1 if got["hybrid answers that differ between the two paths"] else 0
 
 
