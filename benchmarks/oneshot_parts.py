@@ -12,6 +12,8 @@ on first use), query vectors given (embedding excluded), top 10, section unit:
 - **KNN alone** and **BM25 alone**: ``Store.knn`` and ``Store.bm25`` inside one snapshot;
 - **BM25 alone, every posting scored**: the same with MaxScore off (``bm25_postings.PRUNE_FROM``),
   which must give the same hits and scores (the run fails otherwise);
+- **BM25 from a long-lived cache** (``Bm25Cache``, loaded first), with and without MaxScore
+  (``bm25_cache.PRUNE_FROM``), which must agree too;
 - **long-lived, first query**: a new ``Searcher`` on a new read-only ``Store`` with both caches
   loading in the background (as a ``PolarisIndex`` has), timed on its first query, ``--first``
   times; its connections read that query's pages (``sqlite.connect.MAP_FROM_READ``);
@@ -52,7 +54,7 @@ def pcts(values: list[float]) -> dict[str, float]:
 def measure(n: int, eval_dir: Path, nq: int, rounds: int, first: int) -> dict:
     from llama_index_polaris.engine.config import load_config
     from llama_index_polaris.engine.search.pipeline import Searcher
-    from llama_index_polaris.engine.sqlite import bm25_postings, reads
+    from llama_index_polaris.engine.sqlite import bm25_cache, bm25_postings, reads
     from llama_index_polaris.engine.sqlite.bits import VectorCache
     from llama_index_polaris.engine.sqlite.bm25_cache import Bm25Cache
     from llama_index_polaris.engine.sqlite.store import Store
@@ -78,7 +80,19 @@ def measure(n: int, eval_dir: Path, nq: int, rounds: int, first: int) -> dict:
             (h.chunk_id, round(h.score, 12)) for h in hits]
 
     bm25_answers: dict[str, list] = {"BM25 alone": [None] * len(texts), "BM25 alone, every posting scored": [None] * len(texts)}
+    cache_answers: dict[str, list] = {"BM25 from a long-lived cache": [None] * len(texts),
+                                      "BM25 from a long-lived cache, every posting scored": [None] * len(texts)}
     prune_from = bm25_postings.PRUNE_FROM
+    ram = Bm25Cache(store, min_chunks=1)
+    ram.refresh()  # loaded in the foreground: the warm path of a long-lived process
+
+    def from_ram(i: int, dense: bool) -> None:
+        bm25_cache.PRUNE_FROM = 2**62 if dense else prune_from
+        try:
+            found = ram.bm25(texts[i], cfg.candidate_pool, Scope())
+        finally:
+            bm25_cache.PRUNE_FROM = prune_from
+        cache_answers["BM25 from a long-lived cache" + (", every posting scored" if dense else "")][i] = found
 
     def alone(i: int, side: str) -> None:
         with store.read():
@@ -94,7 +108,9 @@ def measure(n: int, eval_dir: Path, nq: int, rounds: int, first: int) -> dict:
 
     paths = {"hybrid, one-shot": lambda i: hybrid(i, False), "hybrid, one connection": lambda i: hybrid(i, True),
              "KNN alone": lambda i: alone(i, "knn"), "BM25 alone": lambda i: alone(i, "bm25"),
-             "BM25 alone, every posting scored": lambda i: alone(i, "dense")}
+             "BM25 alone, every posting scored": lambda i: alone(i, "dense"),
+             "BM25 from a long-lived cache": lambda i: from_ram(i, False),
+             "BM25 from a long-lived cache, every posting scored": lambda i: from_ram(i, True)}
     try:
         for fn in paths.values():  # warm: the file's pages in the OS cache, the modules loaded
             for i in range(len(texts)):
@@ -111,6 +127,7 @@ def measure(n: int, eval_dir: Path, nq: int, rounds: int, first: int) -> dict:
                   file=sys.stderr, flush=True)
         differ = sum(a != b for a, b in zip(answers["hybrid, one-shot"], answers["hybrid, one connection"]))
         differ += sum(a != b for a, b in zip(*bm25_answers.values()))
+        differ += sum(a != b for a, b in zip(*cache_answers.values()))
     finally:
         store.close()
     firsts: dict[str, list[float]] = {"long-lived, first query": [], "long-lived, first query, file mapped at once": []}
@@ -198,6 +215,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     save_json(f"oneshot_parts-{args.n}.json", got)
     print(f"{args.n:,} chunks, {got['queries']} queries, per-query best of {args.rounds} rounds (ms p50 / p95):")
     for name in ("hybrid, one-shot", "hybrid, one connection", "KNN alone", "BM25 alone", "BM25 alone, every posting scored",
+                 "BM25 from a long-lived cache", "BM25 from a long-lived cache, every posting scored",
                  "long-lived, first query", "long-lived, first query, file mapped at once"):
         if name in got:
             print(f"  {name}: {got[name]['p50']:.1f} / {got[name]['p95']:.1f}")

@@ -213,3 +213,46 @@ def test_full_word_memory_starts_afresh_without_losing_an_answer(store, monkeypa
     query = "session token index cache vector"  # two known words, three new: over the limit
     assert_same(cache.bm25(query, 10), bm25(store.conn, query, 10))
     assert {"index", "cach", "vector"} <= set(cache._postings)  # answered from RAM, not the fallback
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(words, min_size=1, max_size=12).map(" ".join), st.sampled_from([1, 3, 10, 30, 500]),
+       st.sampled_from([None, ("doc1", "doc7", "doc12", "doc20"), "every third chunk"]))
+def test_skipping_what_cannot_decide_the_top_gives_the_dense_answer_to_the_bit(store, monkeypatch, query, limit,
+                                                                                where):
+    """MaxScore from RAM (``Bm25Cache._top_pruned``) against the dense sum: same hits, same floats."""
+    from llama_index_polaris.engine.sqlite import bm25_cache
+
+    cache = cache_for(store)
+    ids = [r[0] for r in store.conn.execute("SELECT id FROM chunks ORDER BY id")]
+    scope = Scope() if where is None else (Scope(chunk_ids=tuple(ids[::3])) if where == "every third chunk"
+                                           else Scope(document_ids=where))
+    answers = []
+    for prune_from in (10**12, 0):
+        monkeypatch.setattr(bm25_cache, "PRUNE_FROM", prune_from)
+        answers.append(cache.bm25(query, limit, scope))
+    assert answers[1] == answers[0]
+    assert_same(answers[0], bm25(store.conn, query, limit, scope))
+
+
+def test_skipping_from_ram_really_skips(store, monkeypatch):
+    """The property above holds for a pruning that never prunes too: here a common word must be
+    scored only at the chunks that could still rise."""
+    from llama_index_polaris.engine.sqlite import bm25_cache
+    from llama_index_polaris.engine.storage import scoring
+
+    monkeypatch.setattr(bm25_cache, "PRUNE_FROM", 0)
+    asked = []
+    real = scoring.top_pruned
+
+    def spy(terms, *a, **kw):
+        wrapped = [scoring.Term(t.bound, t.every, lambda cand, t=t: asked.append(len(cand)) or t.at(cand)) for t in terms]
+        return real(wrapped, *a, **kw)
+
+    monkeypatch.setattr(bm25_cache, "top_pruned", spy)
+    cache = cache_for(store)
+    query = "zebra quartz session token index"
+    found = cache.bm25(query, 3)
+    assert asked and min(asked) < len(cache._base.ids) // 2, asked
+    monkeypatch.setattr(bm25_cache, "PRUNE_FROM", 10**12)
+    assert found == cache.bm25(query, 3)

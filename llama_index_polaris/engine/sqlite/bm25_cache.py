@@ -29,6 +29,7 @@ from .bm25 import HEADING_WEIGHT, TEXT_WEIGHT, bm25, bm25_sql, phrases_query, qu
 from .postings import fts_tokenizer, varints, vocab
 from ..words.tokenize import Tokenizer
 from .bm25_postings import idf, phrase_scores, posting, top_hits
+from ..storage.scoring import K1, PRUNE_FROM, Term, located, top_pruned
 from ..storage.scope import Scope
 from .store_cache import BATCH_ROWS, Changed, StoreCache
 from ..storage.signbits import scope_rows
@@ -95,6 +96,9 @@ class Bm25Cache(StoreCache):
                     common = []
             if not common:
                 return bm25(self.store.conn, query, limit, scope)
+            rare = [w for w, t in zip(words, terms) if not (len(t) == 1 and t[0] in common)]
+            if sum(self._doc_freq(t) for t in common) >= PRUNE_FROM:
+                return self._top_pruned(base, common, rare, limit, scope)
             scores = np.zeros(len(base.ids))
             # Each (distinct) query word is scored exactly once: a word that is one common term
             # from its posting list here, every other word by FTS5 in _add_fts. The phrases of
@@ -103,10 +107,35 @@ class Bm25Cache(StoreCache):
                 rows, tf = self._posting(term, base)
                 weight = idf(base.n_rows, self._doc_freq(term))
                 scores[rows] += phrase_scores(tf, base.lengths[rows], base.avg_length, weight)
-            rare = [w for w, t in zip(words, terms) if not (len(t) == 1 and t[0] in common)]
             if rare:
                 self._add_fts(scores, base, phrases_query(rare), scope)
         return top_hits(scores, limit, scope_rows(base.ids, base.docs, base.doc_codes, scope), base.ids)
+
+    def _top_pruned(self, base: _Base, common: list[str], rare: list[str], limit: int,
+                    scope: Scope) -> list[tuple[int, float]]:
+        """The dense sum's top ``limit``, the same floats (``scoring.top_pruned``), for a query
+        whose common words hold ``PRUNE_FROM`` postings or more."""
+        def term(word: str) -> Term:
+            rows, tf = self._posting(word, base)
+            weight = idf(base.n_rows, self._doc_freq(word))
+
+            def at(cand: np.ndarray) -> np.ndarray:
+                where, hit = located(rows, cand)
+                part = np.zeros(len(cand), dtype=np.float64)
+                part[hit] = phrase_scores(tf[where[hit]], base.lengths[cand[hit]], base.avg_length, weight)
+                return part
+            return Term(weight * (K1 + 1.0), lambda: (rows, phrase_scores(tf, base.lengths[rows], base.avg_length, weight)), at)
+
+        extra = (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64))
+        if rare:
+            extra = self._fts_rows(base, phrases_query(rare), scope)
+        allowed = scope_rows(base.ids, base.docs, base.doc_codes, scope)
+        inside = None
+        if allowed is not None:
+            inside = np.zeros(len(base.ids), dtype=bool)
+            inside[allowed] = True
+        cand, exact = top_pruned([term(w) for w in common], extra, len(base.ids), limit, inside)
+        return top_hits(exact, limit, ids=base.ids[cand])
 
     # -- loading ------------------------------------------------------------------------
     def _install(self, state: _Base | None, active: bool) -> None:
@@ -201,11 +230,15 @@ class Bm25Cache(StoreCache):
         return [self._terms[w] for w in words]
 
     def _add_fts(self, scores: np.ndarray, base: _Base, match: str, scope: Scope) -> None:
+        rows, found = self._fts_rows(base, match, scope)
+        scores[rows] += found
+
+    def _fts_rows(self, base: _Base, match: str, scope: Scope) -> tuple[np.ndarray, np.ndarray]:
+        """FTS5's (rows of ``base``, bm25()) for the phrases in ``match`` in ``scope`` (an error: none)."""
         sql, args = bm25_sql(scope, ordered=False)
         try:
             found = self.store.conn.execute(sql, [match, *args]).fetchall()
         except sqlite_module().OperationalError:  # as the plain path: a full-text error loses the rare words only
-            return
+            found = []
         ids = np.fromiter((r[0] for r in found), dtype=np.int64, count=len(found))
-        rows = np.searchsorted(base.ids, ids)
-        scores[rows] += np.fromiter((r[1] for r in found), dtype=np.float64, count=len(found))
+        return np.searchsorted(base.ids, ids), np.fromiter((r[1] for r in found), dtype=np.float64, count=len(found))

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -31,7 +31,7 @@ from .bm25 import bm25_sql, phrases_query, query_words
 from ..storage.scope import Scope
 from . import postings as lists
 from ..words.tokenize import Tokenizer
-from ..storage.scoring import B, K1, idf, phrase_scores, sorted_unique, top_hits  # noqa: F401
+from ..storage.scoring import B, K1, PRUNE_FROM, Term, idf, located, phrase_scores, top_hits, top_pruned  # noqa: F401
 
 
 
@@ -84,9 +84,6 @@ def bm25(conn: Any, tokenizer: Tokenizer, query: str, limit: int, scope: Scope =
         return _bm25(conn, tokenizer, words, limit, scope)
     except sqlite_module().OperationalError:  # no posting tables (or chunks_fts unreadable): FTS5 decides
         return None
-
-
-PRUNE_FROM = 200_000  # postings a query's common terms hold from which it skips the ones that cannot decide the top
 
 
 def _bm25(conn: Any, tokenizer: Tokenizer, words: list[str], limit: int, scope: Scope) -> list[tuple[int, float]] | None:
@@ -156,97 +153,32 @@ def _contribution(posting: tuple[np.ndarray, np.ndarray], times: int, weight: fl
 def _top_pruned(conn: Any, common: list[str], blocks_of: Mapping[str, list[int]], times: Mapping[str, int],
                 weight: Mapping[str, float], lengths: np.ndarray, avg_length: float, fts_ids: np.ndarray,
                 fts_scores: np.ndarray, limit: int, allowed: np.ndarray | None) -> list[tuple[int, float]]:
-    """The dense path's top ``limit``, the same scores to the bit, reading fewer postings (MaxScore).
+    """The dense path's top ``limit``, the same floats to the bit (``scoring.top_pruned``): a
+    term not taken whole is read only in the blocks of the chunks that could still rise (all of
+    it when those are half its blocks or more)."""
+    def every(term: str) -> Callable[[], tuple[np.ndarray, np.ndarray]]:
+        return lambda: _contribution(_read(conn, term), times[term], weight[term], lengths, avg_length)
 
-    A term adds at most ``weight x (K1 + 1) x times`` to a chunk (its ``bound``). The terms are
-    taken in falling bound (the rarest first), each scored over all its chunks, until the bounds
-    of the terms left sum below ``floor``, the ``limit``-th best score so far: a chunk that none
-    of the taken terms holds cannot reach the top then. The terms left are read only in the
-    blocks of the chunks that still could, and each chunk that can no longer reach the floor is
-    dropped as they are added. The chunks left are scored again exactly as the dense path sums
-    them (every term in ``common``'s order, then FTS5's phrases) and the best are taken."""
-    bound = {t: weight[t] * (K1 + 1.0) * times[t] for t in common}
-    order = sorted(common, key=lambda t: -bound[t])
+    def at(term: str) -> Callable[[np.ndarray], np.ndarray]:
+        def read(cand: np.ndarray) -> np.ndarray:
+            wanted = set((cand // lists.BLOCK).tolist())
+            blocks = [b for b in blocks_of[term] if b in wanted]
+            ids, tf = _read(conn, term, blocks if 2 * len(blocks) < len(blocks_of[term]) else None)
+            where, hit = located(ids, cand)
+            part = np.zeros(len(cand), dtype=np.float64)
+            if hit.any():
+                part[hit] = _contribution((cand[hit], tf[where[hit]]), times[term], weight[term], lengths, avg_length)[1]
+            return part
+        return read
+
+    terms = [Term(weight[t] * (K1 + 1.0) * times[t], every(t), at(t)) for t in common]
     size = max(len(lengths), int(fts_ids.max()) + 1 if len(fts_ids) else 0)
-    partial = np.zeros(size, dtype=np.float64)
-    partial[fts_ids] += fts_scores
     inside = None
     if allowed is not None:
         inside = np.zeros(size, dtype=bool)
         inside[allowed[allowed < size]] = True
-    parts: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-    left = sum(bound.values())
-    margin = 1e-9  # rounding between the two sums, far above float64's
-    floor = _kth_at(partial, fts_ids, limit, inside)
-    taken = 0
-    for term in order:
-        if left < floor * (1 - margin) - margin:
-            break
-        parts[term] = _contribution(_read(conn, term), times[term], weight[term], lengths, avg_length)
-        partial[parts[term][0]] += parts[term][1]
-        left -= bound[term]
-        taken += 1
-        # any set of distinct chunks gives a floor no higher than the true one: this term's, thinned
-        floor = max(floor, _kth_at(partial, parts[term][0], limit, inside))
-    if taken == len(order):
-        cand = np.flatnonzero(partial > 0)
-    else:
-        cand = np.flatnonzero(partial >= floor * (1 - margin) - margin - left)
-    if inside is not None:
-        cand = cand[inside[cand]]
-    sums = partial[cand]
-    for term in order[taken:]:
-        if not len(cand):
-            break
-        wanted = set((cand // lists.BLOCK).tolist())
-        blocks = [b for b in blocks_of[term] if b in wanted]
-        ids, tf = _read(conn, term, blocks if 2 * len(blocks) < len(blocks_of[term]) else None)
-        at = np.searchsorted(ids, cand)
-        hit = at < len(ids)
-        hit[hit] = ids[at[hit]] == cand[hit]
-        part = np.zeros(len(cand), dtype=np.float64)
-        if hit.any():
-            part[hit] = _contribution((cand[hit], tf[at[hit]]), times[term], weight[term], lengths, avg_length)[1]
-        parts[term] = (cand, part)  # only these chunks can still be in the top
-        sums = sums + part
-        left -= bound[term]
-        floor = max(floor, _kth_of(sums, limit))
-        keep = sums + left >= floor * (1 - margin) - margin
-        cand, sums = cand[keep], sums[keep]
-    exact = np.zeros(len(cand), dtype=np.float64)
-    for term in common:  # the dense path's sum, in its order, for the chunks left
-        ids, part = parts[term]
-        at = np.searchsorted(ids, cand)
-        hit = at < len(ids)
-        hit[hit] = ids[at[hit]] == cand[hit]
-        exact[hit] += part[at[hit]]
-    if len(fts_ids):
-        order_fts = np.argsort(fts_ids, kind="stable")
-        ids = fts_ids[order_fts]
-        at = np.searchsorted(ids, cand)
-        hit = at < len(ids)
-        hit[hit] = ids[at[hit]] == cand[hit]
-        exact[hit] += fts_scores[order_fts][at[hit]]
+    cand, exact = top_pruned(terms, (fts_ids, fts_scores), size, limit, inside)
     return top_hits(exact, limit, ids=cand)
-
-
-THIN = 50_000  # at most this many chunks read for a floor
-
-
-def _kth_at(scores: np.ndarray, ids: np.ndarray, limit: int, inside: np.ndarray | None) -> float:
-    """The ``limit``-th best score among the distinct chunks ``ids`` (every few of them when
-    many) that ``inside`` allows: a floor under the ``limit``-th best of all."""
-    ids = ids[::max(1, len(ids) // THIN)]
-    if inside is not None:
-        ids = ids[inside[ids]]
-    return _kth_of(scores[ids], limit)
-
-
-def _kth_of(values: np.ndarray, limit: int) -> float:
-    values = values[values > 0]
-    if limit <= 0 or len(values) < limit:
-        return 0.0
-    return float(np.partition(values, len(values) - limit)[len(values) - limit])
 
 
 def _fts_scores(conn: Any, match: str) -> tuple[np.ndarray, np.ndarray]:

@@ -1,4 +1,5 @@
-"""BM25 maths, pure: FTS5's constants and idf, one phrase's term, the best hits of a score array.
+"""BM25 maths, pure: FTS5's constants and idf, one phrase's term, the best hits of a score array,
+and the top of a sum of terms without scoring every posting (MaxScore, ``top_pruned``).
 
 Shared by the SQLite backend's posting lists (``search/postings.py``, ``search/bm25_cache.py``)
 and the Postgres backend (``postgres/bm25.py``).
@@ -7,6 +8,8 @@ and the Postgres backend (``postgres/bm25.py``).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -80,3 +83,105 @@ def top_hits(scores: np.ndarray, limit: int, allowed: np.ndarray | None = None,
     chunk = top if ids is None else ids[top]
     order = np.lexsort((chunk, -scores[top]))[:k]
     return [(int(chunk[i]), float(scores[top[i]])) for i in order]
+
+
+# -- the top without every posting (MaxScore) -------------------------------------------
+@dataclass(frozen=True)
+class Term:
+    """One term of a sum for ``top_pruned``: the most it adds to one position (``bound``),
+    its contributions over every position holding it (``every()``: positions ascending,
+    contributions), and at given ascending positions (``at(positions)``: one contribution
+    each, 0 where it is absent). The caller reads its postings in these callables."""
+
+    bound: float
+    every: Callable[[], tuple[np.ndarray, np.ndarray]]
+    at: Callable[[np.ndarray], np.ndarray]
+
+
+PRUNE_FROM = 200_000  # postings a query's common terms hold from which its BM25 skips what cannot decide the top
+THIN = 50_000  # at most this many positions read for a floor
+MARGIN = 1e-9  # rounding between two orders of one sum, far above float64's
+
+
+def located(ids: np.ndarray, wanted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(index into ``ids``, found) of each of ``wanted`` in the ascending ``ids``."""
+    at = np.searchsorted(ids, wanted)
+    hit = at < len(ids)
+    hit[hit] = ids[at[hit]] == wanted[hit]
+    return at, hit
+
+
+def top_pruned(terms: Sequence[Term], extra: tuple[np.ndarray, np.ndarray], size: int, limit: int,
+               inside: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(positions, scores) holding the ``limit`` best of ``sum(terms) + extra`` over positions
+    below ``size`` that ``inside`` allows (a boolean mask; None: all), each score summed as a
+    dense sum would be: the terms in the order given, from 0.0, then ``extra`` (distinct
+    positions, their scores). Feed them to ``top_hits``: the same hits and floats as the dense
+    sum's, without scoring every posting.
+
+    The terms are taken in falling ``bound`` (the rarest first), each over all its positions,
+    until the bounds of the terms left sum below the ``limit``-th best partial sum so far: a
+    position that none of the taken terms holds cannot reach the top then. The terms left are
+    asked only for the positions that still could, and a position is dropped as soon as the
+    terms left cannot lift it to the ``limit``-th best. The positions that remain are summed
+    again in the dense order."""
+    order = sorted(range(len(terms)), key=lambda i: -terms[i].bound)
+    extra_ids, extra_scores = extra
+    partial = np.zeros(size, dtype=np.float64)
+    partial[extra_ids] += extra_scores
+    parts: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    left = sum(t.bound for t in terms)
+    floor = _kth_at(partial, extra_ids, limit, inside)
+    taken = 0
+    for i in order:
+        if left < floor * (1 - MARGIN) - MARGIN:
+            break
+        parts[i] = terms[i].every()
+        partial[parts[i][0]] += parts[i][1]
+        left -= terms[i].bound
+        taken += 1
+        # any set of distinct positions gives a floor no higher than the true one: this term's, thinned
+        floor = max(floor, _kth_at(partial, parts[i][0], limit, inside))
+    if taken == len(order):
+        cand = np.flatnonzero(partial > 0)
+    else:
+        cand = np.flatnonzero(partial >= floor * (1 - MARGIN) - MARGIN - left)
+    if inside is not None:
+        cand = cand[inside[cand]]
+    sums = partial[cand]
+    for i in order[taken:]:
+        if not len(cand):
+            break
+        part = terms[i].at(cand)
+        parts[i] = (cand, part)  # only these positions can still be in the top
+        sums = sums + part
+        left -= terms[i].bound
+        floor = max(floor, _kth_of(sums, limit))
+        keep = sums + left >= floor * (1 - MARGIN) - MARGIN
+        cand, sums = cand[keep], sums[keep]
+    exact = np.zeros(len(cand), dtype=np.float64)
+    for i in range(len(terms)):  # the dense sum, in its order, for the positions left
+        ids, part = parts[i]
+        at, hit = located(ids, cand)
+        exact[hit] += part[at[hit]]
+    if len(extra_ids):
+        by_id = np.argsort(extra_ids, kind="stable")
+        at, hit = located(extra_ids[by_id], cand)
+        exact[hit] += extra_scores[by_id][at[hit]]
+    return cand, exact
+
+
+def _kth_at(scores: np.ndarray, ids: np.ndarray, limit: int, inside: np.ndarray | None) -> float:
+    """The ``limit``-th best of ``scores`` at the distinct positions ``ids`` (every few of them
+    when many) that ``inside`` allows: a floor under the ``limit``-th best of all."""
+    ids = ids[::max(1, len(ids) // THIN)]
+    if inside is not None:
+        ids = ids[inside[ids]]
+    return _kth_of(scores[ids], limit)
+
+
+def _kth_of(values: np.ndarray, limit: int) -> float:
+    values = values[values > 0]
+    if limit <= 0 or len(values) < limit:
+        return 0.0
+    return float(np.partition(values, len(values) - limit)[len(values) - limit])
