@@ -597,3 +597,26 @@ def test_a_read_only_shm_that_is_not_ours_is_named_with_the_cure(project: Path) 
     assert refused.returncode == 1 and "polaris.db-shm is read-only" in refused.stderr
     assert "chmod u+w polaris.db-shm" in refused.stderr
     assert state(db) == before
+
+
+@pytest.mark.parametrize("name", ["", "  ", "{tmp}", "{tmp}/", "{tmp}/new/", "."])
+def test_an_index_path_that_names_no_file_is_refused_with_what_to_name(tmp_path: Path, name: str) -> None:
+    """Empty, a folder, or a name ending in a slash: a sentence saying what to name, from the
+    Python API and from the CLI (never a traceback), and nothing made on disk."""
+    from llama_index_polaris.engine.errors import PolarisError
+
+    target = name.format(tmp=tmp_path)
+    before = sorted(tmp_path.iterdir())
+    with pytest.raises(PolarisError, match="empty|folder"):
+        Store(target)
+    for command in (["search", "x"], ["index", str(REPO / "examples" / "handbook")]):
+        run = subprocess.run([sys.executable, "-m", "llama_index_polaris.cli", *command, "--db", target],
+                             cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        assert run.returncode != 0 and "Traceback" not in run.stderr, run.stderr
+        assert re.search(r"polaris: error: .*(empty|folder)", run.stderr), run.stderr
+    (tmp_path / "polaris.toml").write_text(f'db_path = "{target}"\n')
+    run = subprocess.run([sys.executable, "-m", "llama_index_polaris.cli", "search", "x"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode != 0 and "Traceback" not in run.stderr and re.search("empty|folder", run.stderr), run.stderr
+    (tmp_path / "polaris.toml").unlink()
+    assert sorted(tmp_path.iterdir()) == before

@@ -68,6 +68,14 @@ def _fts_tokenizer(v: str) -> str | None:
     return None
 
 
+def _db_path(v: str) -> str | None:
+    if not v.strip():
+        return "is empty: name the index file (such as polaris.db) or a postgresql:// URI"
+    if "://" not in v and v.endswith(("/", "\\")):
+        return "ends with a slash, so it names a folder: name the index file inside it (such as polaris.db)"
+    return None
+
+
 def _pool(v: Any) -> str | None:
     return None if 1 <= v <= 4096 else "must be between 1 and 4096 (sqlite-vec's limit)"
 
@@ -156,7 +164,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("rerank_top", 20, int, "hits of the first candidate pool the cross-encoder re-orders (2 to 200), whatever top_k is", _rerank_top),
     Setting("top_k", 10, int, "hits returned by default (1 to 100)", _top_k),
     Setting("unit", "section", str, "what a hit is: a section (document + heading path, each once) or a chunk", _unit),
-    Setting("db_path", "polaris.db", str, "the index file, or a postgresql:// URI (the Postgres backend)"),
+    Setting("db_path", "polaris.db", str, "the index file, or a postgresql:// URI (the Postgres backend)", _db_path),
     Setting("fts_tokenizer", "porter unicode61 remove_diacritics 2", str, "FTS5 tokenizer for BM25", _fts_tokenizer),
     Setting("max_file_mb", 10, (int, float), "files larger than this are skipped (marked failed) when indexing", _positive),
     Setting("embed_batch_size", 8, int, "texts per ONNX batch", _positive),

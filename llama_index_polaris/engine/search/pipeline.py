@@ -115,6 +115,12 @@ def check_query(query: Any, what: str = "the query") -> str:
     return nfc(query)
 
 
+def is_blank(query: str | None) -> bool:
+    """Whether ``query`` was given but holds nothing to read (spaces and control characters only):
+    it finds nothing, in every door, even beside a vector a caller embedded from it."""
+    return bool(query) and not any(c.isprintable() and not c.isspace() for c in query)
+
+
 def pool_depths(depth: int, cap: int = MAX_K) -> list[int]:
     """The candidate depths a query may rank at, shallowest first: the configured ``depth``,
     then ``POOL_GROWTH`` times deeper each time, up to ``cap`` (sqlite-vec's k limit).
@@ -219,7 +225,8 @@ class Searcher:
             raise InputError(f"context_tokens must be a positive whole number, got {context_tokens!r}.")
         if context_tokens is not None and unit != "section":
             raise InputError("a section's text (context_tokens) needs unit='section'.")
-        query = check_query(query).strip()
+        given = check_query(query)
+        query = given.strip()
         lam = _check_lambda(self.config.mmr_lambda if mmr_lambda is None else mmr_lambda)
         weights = _alpha_weights(alpha)
         k = clamp_top_k(top_k, self.config.top_k, max_top_k or self.max_top_k)
@@ -229,7 +236,7 @@ class Searcher:
             scope = self.store.resolve_scope(documents=documents, collections=collections, filters=filters,
                                              node_ids=node_ids, within_collection=within_collection)
         settings = {key: getattr(self.config, key) for key in legend.SETTINGS} | {"mmr_lambda": lam}
-        if scope.empty or (not query and query_vector is None):
+        if scope.empty or (not query and query_vector is None) or is_blank(given):
             return Hits(query=query, mode=mode, settings=settings)
         if _uses(mode, weights, "vector") and query_vector is None and self.store.model is not None:
             query_vector = self._check_vector(self._embed(query))  # outside the lock: other threads may read

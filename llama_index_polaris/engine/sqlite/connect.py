@@ -57,6 +57,9 @@ def connect(path: str | os.PathLike[str], *, readonly: bool = False) -> Any:
         load_extensions(conn)
         conn.execute("PRAGMA foreign_keys = ON")
         return conn
+    problem = path_problem(path)
+    if problem:
+        raise DatabaseError(problem)
     target = Path(path)
     if readonly and not target.exists():
         raise DatabaseError(f"{target}: no such index. Build one with `polaris index PATH`.")
@@ -84,6 +87,20 @@ def connect(path: str | os.PathLike[str], *, readonly: bool = False) -> Any:
         conn.close()
         raise
     return conn
+
+
+def path_problem(path: str | os.PathLike[str]) -> str | None:
+    """What is wrong with ``path`` as the index file's name (None: nothing): empty, a folder, or
+    a name ending in a slash (a folder meant, or a file of that name would be made)."""
+    text = os.fspath(path)
+    if not str(text).strip():
+        return "The index path is empty: name the index file (db_path in polaris.toml, or --db), such as polaris.db."
+    if str(text).endswith(("/", os.sep)):
+        return (f"{text}: ends with a slash, so it names a folder: name the index file inside it,"
+                f" such as {Path(text) / 'polaris.db'}.")
+    if Path(text).is_dir():
+        return f"{text}: is a folder, not an index file: name the file inside it, such as {Path(text) / 'polaris.db'}."
+    return None
 
 
 def file_uri(target: Path) -> str:
