@@ -419,8 +419,10 @@ def _status_text(s: dict[str, Any]) -> str:
 def _changes_lines(changes: dict[str, Any]) -> list[str]:
     """What changed on disk since indexing, per collection (``freshness``)."""
     stale = {name: c for name, c in changes.items() if c["stale"]}
+    failed = [f"            failed (not indexed): {p}: {r}" for c in changes.values()
+              for p, r in c.get("failed", {}).get("reasons", {}).items()]
     if not stale:
-        return ["on disk   every file as indexed"]
+        return ["on disk   every file as indexed", *failed]
     lines = []
     for name, c in stale.items():
         counts = ", ".join(f"{c[k]['count']} {k}" for k in ("changed", "missing", "new", "unreadable") if c[k]["count"])
@@ -429,7 +431,7 @@ def _changes_lines(changes: dict[str, Any]) -> list[str]:
         lines += [f"            unreadable: {p}: {r}" for p, r in c["unreadable"]["reasons"].items()]
         if c["root_exists"]:
             lines.append(f"            update: polaris index {c['root']} --collection {name}")
-    return lines
+    return lines + failed
 
 
 def _bad_vector_line(row: dict[str, Any]) -> str:

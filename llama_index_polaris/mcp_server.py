@@ -387,7 +387,8 @@ def status(door: Door) -> tuple[dict, str]:
         lines.append(f"{s['documents_without_text']} documents have no stored text: their sections are rebuilt from"
                      " chunks (`polaris index` over their folder stores it)")
     for name, c in s["changes"].items():
-        counts = ", ".join(f"{c[k]['count']} {k}" for k in ("changed", "missing", "new", "unreadable") if c[k]["count"])
+        counts = ", ".join(f"{c[k]['count']} {k}" for k in ("changed", "missing", "new", "unreadable", "failed")
+                           if c.get(k, {}).get("count"))
         root = c["root"] or "no folder"
         lines.append(f"  {name} ({root}{'' if c['root_exists'] or not c['root'] else ', GONE'}): {c['files']} files"
                      + (f"; {counts}" if counts else ""))

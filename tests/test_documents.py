@@ -247,7 +247,8 @@ def test_an_index_just_built_matches_its_files(fresh_project: Path) -> None:
     assert status["changes"]["default"] == {
         "root": str(fresh_project / "docs"), "root_exists": True, "stale": False, "files": 2,
         "changed": {"count": 0, "paths": []}, "missing": {"count": 0, "paths": []},
-        "unreadable": {"count": 0, "paths": [], "reasons": {}}, "new": {"count": 0, "paths": []}}
+        "unreadable": {"count": 0, "paths": [], "reasons": {}}, "failed": {"count": 0, "paths": [], "reasons": {}},
+        "new": {"count": 0, "paths": []}}
 
 
 def test_changed_missing_new_and_unreadable_files_are_reported(fresh_project: Path) -> None:
@@ -269,6 +270,34 @@ def test_changed_missing_new_and_unreadable_files_are_reported(fresh_project: Pa
     unreadable = changes(fresh_project)["changes"]["default"]["unreadable"]
     assert unreadable["paths"] == ["guide/tokens.md"]
     assert "not a regular file (a named pipe)" in unreadable["reasons"]["guide/tokens.md"]
+
+
+def test_a_file_that_never_indexed_is_failed_not_stale_until_it_can_be_read(fresh_project: Path) -> None:
+    """A file that failed from the start serves nothing: the index is as current as it can be,
+    and `polaris index` again would change nothing. Once it reads, it is a change; a file that
+    was indexed and turns unreadable keeps its old version, which is stale."""
+    docs = fresh_project / "docs"
+    (docs / "guide/latin1.md").write_bytes(b"# Caf\xe9\n\nOpen at eight.\n")
+    with PolarisIndex(target_of(fresh_project), config=cfg(fresh_project)) as index:
+        failed = dict(index.index_paths([docs]).failed)
+    assert failed["guide/latin1.md"].startswith("not valid UTF-8"), failed  # its path is said once, by whoever shows it
+    status = changes(fresh_project)
+    default = status["changes"]["default"]
+    assert (status["stale"], default["stale"], default["unreadable"]["count"]) == (False, False, 0)
+    assert default["failed"]["paths"] == ["guide/latin1.md"]
+    assert default["failed"]["reasons"]["guide/latin1.md"].startswith("not valid UTF-8")
+    assert status["documents_without_text"] == 0  # nothing to rebuild for it
+    exe = str(Path(sys.executable).with_name("polaris"))
+    env = {**os.environ, "XDG_CONFIG_HOME": str(fresh_project / ".xdg")}
+    text = subprocess.run([exe, "status"], cwd=fresh_project, capture_output=True, text=True, env=env, timeout=120).stdout
+    assert "on disk   every file as indexed" in text and "failed (not indexed): guide/latin1.md: not valid UTF-8" in text
+    (docs / "guide/latin1.md").write_text("# Café\n\nOpen at eight.\n")
+    assert changes(fresh_project)["changes"]["default"]["changed"]["paths"] == ["guide/latin1.md"]
+    (docs / "guide/tokens.md").write_bytes(b"# Tokens\n\n\xff\n")
+    with PolarisIndex(target_of(fresh_project), config=cfg(fresh_project)) as index:
+        index.index_paths([docs])
+    default = changes(fresh_project)["changes"]["default"]
+    assert default["stale"] and default["unreadable"]["paths"] == ["guide/tokens.md"] and default["failed"]["count"] == 0
 
 
 def test_a_file_whose_text_is_the_same_in_another_spelling_is_fresh(fresh_project: Path) -> None:

@@ -11,6 +11,8 @@ and a changed one is whatever its modification time says. A file's state is one 
 - ``changed``: it differs (or it was never indexed whole: a ``failed`` document that can be read now);
 - ``missing``: it is gone (or its root is);
 - ``unreadable``: it is there but cannot be read now (its reason is given);
+- ``failed``: it could not be indexed and still cannot be read (the index holds it as failed,
+  with nothing from it: running ``polaris index`` again changes nothing, so it is not stale);
 
 and a collection also lists its ``new`` files: indexable files under the root (the same
 walk as ``polaris index``: hidden folders and .gitignore'd files skipped) that the index
@@ -31,13 +33,13 @@ from typing import Any, Iterable
 
 from ..config import PolarisConfig
 from ..errors import InputError
-from .indexer import document_hash
+from .indexer import document_hash, unprefixed
 from .sources import read_source, walk
 from ..storage import Storage
 from ..storage.records import DocumentRecord
 
-FRESH, CHANGED, MISSING, UNREADABLE = "fresh", "changed", "missing", "unreadable"
-STATES = (FRESH, CHANGED, MISSING, UNREADABLE)
+FRESH, CHANGED, MISSING, UNREADABLE, FAILED = "fresh", "changed", "missing", "unreadable", "failed"
+STATES = (FRESH, CHANGED, MISSING, UNREADABLE, FAILED)
 LISTED = 10  # paths a summary lists for each state (the counts are always whole)
 
 
@@ -50,12 +52,12 @@ class CollectionChanges:
     root_exists: bool
     states: dict[str, str] = field(default_factory=dict)  # relative path -> state, for every indexed file
     new: list[str] = field(default_factory=list)
-    reasons: dict[str, str] = field(default_factory=dict)  # why an unreadable file cannot be read
+    reasons: dict[str, str] = field(default_factory=dict)  # why an unreadable or failed file cannot be read
 
     @property
     def stale(self) -> bool:
         """True when an answer from this collection may not be what the files say now."""
-        return bool(self.new) or any(s != FRESH for s in self.states.values())
+        return bool(self.new) or any(s not in (FRESH, FAILED) for s in self.states.values())
 
     def paths(self, state: str) -> list[str]:
         """The indexed files in ``state``, in path order."""
@@ -65,10 +67,11 @@ class CollectionChanges:
         """Counts of each state and of new files, with at most ``listed`` paths of each."""
         out: dict[str, Any] = {"root": self.root, "root_exists": self.root_exists, "stale": self.stale,
                                "files": len(self.states)}
-        for state in (CHANGED, MISSING, UNREADABLE):
+        for state in (CHANGED, MISSING, UNREADABLE, FAILED):
             paths = self.paths(state)
             out[state] = {"count": len(paths), "paths": paths[:listed]}
-        out["unreadable"]["reasons"] = {p: self.reasons[p] for p in out["unreadable"]["paths"] if p in self.reasons}
+        for state in (UNREADABLE, FAILED):
+            out[state]["reasons"] = {p: self.reasons[p] for p in out[state]["paths"] if p in self.reasons}
         out["new"] = {"count": len(self.new), "paths": sorted(self.new)[:listed]}
         return out
 
@@ -115,8 +118,8 @@ class Freshness:
         digest = self._hash(path, relpath)
         if isinstance(digest, FileNotFoundError):
             return MISSING, None
-        if isinstance(digest, Exception):
-            return UNREADABLE, _reason(digest)
+        if isinstance(digest, Exception):  # a document that failed from the start serves nothing: no change
+            return (FAILED if getattr(doc, "status", None) == "failed" else UNREADABLE), unprefixed(_reason(digest), relpath)
         stored = getattr(doc, "content_hash", None)
         return (FRESH if stored == digest else CHANGED), None
 

@@ -462,6 +462,7 @@ class Indexer:
 
     def _fail(self, doc: SourceDocument, old: DocumentRecord | None, reason: str, report: IndexReport) -> None:
         """Record a document that cannot be read: its last good version stays, marked stale."""
+        reason = unprefixed(reason, doc.path)
         report.failed.append((doc.path or doc.id or "", reason))
         if old is None:
             self.store.put_document(self._document_record(doc, "failed", reason))
@@ -483,6 +484,12 @@ class Indexer:
 def _resolve_parent(path: Path) -> Path:
     """``path`` with its folders resolved (the name of a symlinked file kept), as the walk sees it."""
     return path.parent.resolve() / path.name if path.is_symlink() and not path.is_dir() else path.resolve()
+
+
+def unprefixed(reason: str, path: str | None) -> str:
+    """``reason`` without a leading ``path: `` (an error that names its file): every report of a
+    failed file puts its path first already."""
+    return reason[len(path) + 2:] if path and reason.startswith(f"{path}: ") else reason
 
 
 def _reason(exc: Exception) -> str:
