@@ -12,6 +12,7 @@ import gc
 import json
 import os
 import sys
+import unicodedata
 from typing import Any, NoReturn, Sequence
 
 from .engine.config import describe, load_config
@@ -63,7 +64,7 @@ def cmd_index(args: argparse.Namespace) -> int:
             bar.close()
     for kind in ("failed", "skipped", "warning"):
         for path, reason in getattr(report, "warnings" if kind == "warning" else kind):
-            print(f"{kind}: {path}: {reason}", file=sys.stderr)
+            print(shown(f"{kind}: {path}: {reason}"), file=sys.stderr)
     if report.root_line():
         print(f"polaris: collection '{args.collection}': {report.root_line()}", file=sys.stderr)
     if report.nothing_line():
@@ -253,15 +254,32 @@ def _one_blas_thread() -> None:
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
+_BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
+def shown(text: str) -> str:
+    """``text`` safe to print on a terminal: every control character but newline and tab, and the
+    marks that reorder text, written as escapes (``\\x1b``), so a document cannot recolour the
+    output, retitle the window or clear the screen."""
+    if text.isprintable():
+        return text
+    return "".join(_escaped(c) if c in _BIDI or (c not in "\n\t" and unicodedata.category(c) == "Cc") else c
+                   for c in text)
+
+
+def _escaped(c: str) -> str:
+    return f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}"
+
+
 def _hit_text(hit: Any, query: str, color: bool, explain: bool, marker: Any = None) -> str:
     from .engine.search.explain import explain_line
 
     bold = (lambda s: f"\033[1m{s}\033[0m") if color else (lambda s: s)
-    where = f"{hit.document}" + (f"  ›  {hit.heading_path}" if hit.heading_path else "")
+    where = shown(f"{hit.document}" + (f"  ›  {hit.heading_path}" if hit.heading_path else ""))
     match = "" if hit.strength is None else f"  (match {hit.strength:.2f}{'' if hit.good_match else ', weak'})"
     lines = [f"{hit.rank:>2}. {hit.score:.3f}  {bold(where)}{match}", "    " + snippet(hit.text, query, color, marker=marker)]
     if hit.document_status == "stale":
-        lines.append(f"    stale: {hit.document_error}")
+        lines.append(f"    stale: {shown(hit.document_error or '')}")
     if explain:
         lines.append("    " + explain_line(hit.explain))
         if hit.explain.chunks and len(hit.section_chunks) > 1:
@@ -271,7 +289,7 @@ def _hit_text(hit: Any, query: str, color: bool, explain: bool, marker: Any = No
             from .engine.storage.documents import NOT_EXACT
 
             lines.append(f"    ({NOT_EXACT})")
-        lines.append("    " + hit.section_text.replace("\n", "\n    "))
+        lines.append("    " + shown(hit.section_text).replace("\n", "\n    "))
     return "\n".join(lines) + "\n"
 
 
@@ -293,7 +311,7 @@ def snippet(text: str, query: str, color: bool = False, width: int = 220, marker
     from .engine.search.highlight import Highlighter
 
     marker = marker or Highlighter(query)
-    flat = " ".join(text.split())
+    flat = shown(" ".join(text.split()))
     marks = marker.spans(flat)
     first = marks[0][0] if marks else 0
     start = max(0, first - width // 3)
@@ -325,7 +343,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(status, indent=2))
     else:
-        print(_status_text(status))
+        print(shown(_status_text(status)))
     if args.check and status["integrity"] != ["ok"]:
         raise PolarisError(
             f"{status['db_path']} is damaged ({'; '.join(status['integrity'][:3])}). Rebuild it: move it"
@@ -533,7 +551,7 @@ def print_error(as_json: bool, kind: str, message: str, label: str = "error") ->
     if as_json:
         print(json.dumps({"error": {"type": kind, "message": message}}, ensure_ascii=False), file=sys.stderr)
     else:
-        print(f"polaris: {label}: {message}" if label else f"polaris: {message}", file=sys.stderr)
+        print(shown(f"polaris: {label}: {message}" if label else f"polaris: {message}"), file=sys.stderr)
 
 
 def build_parser(json_errors: bool = False) -> argparse.ArgumentParser:

@@ -498,3 +498,22 @@ def test_remove_refuses_paths_that_match_nothing(project: Path) -> None:
                                                            f" {project / 'docs' / 'deplyo.md'}. Did you mean 'deploy.md'?")
     assert counts(project)[0] == 4  # deploy.md too: the run removed nothing
     assert run("remove", "notes/plan.md", "--collection", "notes", cwd=project).stdout == "1 removed\n"
+
+
+def test_a_documents_control_characters_reach_the_terminal_as_escapes(project: Path) -> None:
+    """A document cannot recolour the output, retitle the window, clear the screen or reverse the
+    text of a terminal that shows `polaris search` or `status`: every control character but
+    newline and tab, and the marks that reorder text, are written as escapes; --json keeps the
+    text as stored (JSON escapes it itself)."""
+    hostile = "The \x1b[31mgannet\x1b[0m harbour has \x1b]0;pwned\x07 a title, \x1b[2J a clear and \u202eright to left."
+    (project / "docs" / "ansi.md").write_text(f"# Harbour\n\n{hostile}\n")
+    (project / "docs" / "bad\x1b[2Jname.md").write_bytes(b"# Bad\n\n\xff\n")
+    index = run("index", "docs", cwd=project)
+    out = run("search", "harbour title clear", "-k", "1", "--context", "section", cwd=project).stdout
+    status = run("status", cwd=project).stdout
+    for text in (out, status, index.stderr):
+        assert "\x1b" not in text and "\x07" not in text and "\u202e" not in text, text
+    assert "\\x1b[31mgannet\\x1b[0m" in out and "\\x07" in out and "\\u202e" in out
+    assert "bad\\x1b[2Jname.md" in index.stderr and "bad\\x1b[2Jname.md" in status
+    hit = json.loads(run("search", "harbour title clear", "-k", "1", "--json", cwd=project).stdout)[0]
+    assert hostile in hit["text"]
