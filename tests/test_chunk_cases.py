@@ -60,6 +60,21 @@ def test_dashes_around_prose_are_not_front_matter():
     assert "Just prose" in chunk_markdown(src).chunks[0].text
 
 
+def test_front_matter_kept_as_text_is_body_under_the_title_never_a_heading():
+    """Broken YAML (or prose) between the two rules stays text, and its closing rule does not
+    turn its last lines into a setext heading; a setext heading elsewhere is still one."""
+    broken = ('---\ntitle: Front matter page\nauthor: "Someone"\nweird: [unclosed\ndate: 2024-01-01\n---\n\n'
+              "# Front matter body\n\nBody text of the page, long enough to stand alone.\n")
+    for src in (broken, "---\nJust prose: with a colon: here.\n---\n\nBody text long enough to stand alone.\n"):
+        doc = chunk_markdown(src, title="page.md")
+        assert doc.metadata == {}
+        assert doc.chunks[0].heading_path == ("page.md",) and src[doc.chunks[0].start:].startswith("---")
+        assert all("title:" not in " ".join(c.heading_path) and "prose" not in " ".join(c.heading_path) for c in doc.chunks)
+    assert chunk_markdown(broken, title="page.md").chunks[-1].heading_path == ("Front matter body",)
+    setext = "Intro paragraph\n---\n\nText under it, long enough to stand alone.\n"
+    assert chunk_markdown(setext, title="s.md").chunks[0].heading_path == ("Intro paragraph",)
+
+
 def test_cascade_prefers_sentences_then_words():
     sentences = " ".join(f"Sentence number {i} ends here." for i in range(40))
     chunks = chunk_markdown(sentences, SMALL).chunks

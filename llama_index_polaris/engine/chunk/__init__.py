@@ -19,7 +19,7 @@ from ..ingest.sources import decode_source
 from ..hookspecs import hookimpl
 from ..text import heuristic_tokens
 from .assemble import chunk_sections, cut_warnings
-from .frontmatter import read_front_matter
+from .frontmatter import delimited_end, read_front_matter
 from .markdown import HEADING_CHARS, capped, heading_text, markdown_sections
 from .plain import chunk_text
 from .spans import ChunkedDocument, ChunkSettings, ChunkSpan
@@ -50,7 +50,8 @@ def chunk_markdown(text: str, settings: ChunkSettings = ChunkSettings(), *, titl
     matter_title = capped(metadata["title"]) if isinstance(metadata.get("title"), str) else None
     title = capped(title) if title else title
     preamble = title or matter_title
-    sections, h1 = markdown_sections(text, body_start, (preamble,) if preamble else ())
+    plain_until = delimited_end(text) if body_start == 0 else 0  # a block kept as text heads nothing
+    sections, h1 = markdown_sections(text, body_start, (preamble,) if preamble else (), plain_until)
     chunks = chunk_sections(text, sections, settings)
     warnings = ((warning,) if warning else ()) + cut_warnings(text, chunks, settings.max_tokens)
     return ChunkedDocument(chunks, metadata, h1 or matter_title or title, warnings)

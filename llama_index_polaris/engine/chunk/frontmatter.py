@@ -3,7 +3,8 @@
 A block counts as front matter when the file starts with a ``---`` line, a later line
 is ``---`` or ``...``, and the YAML between them is a mapping (or empty). Anything else
 (prose between two rules, YAML that does not parse) stays body text, so no content is
-lost to a guess.
+lost to a guess, and under no heading of its own (``delimited_end``): its closing rule does
+not make its last lines a setext heading.
 
 Front matter is bounded: YAML aliases are refused (a few hundred bytes of nested
 aliases expand to gigabytes), and a block over ``MAX_FRONT_MATTER_BYTES`` (as YAML or
@@ -49,6 +50,23 @@ def read_front_matter(text: str) -> tuple[dict[str, Any], int, str | None]:
             return (data, line_end, None) if data is not None else ({}, 0, warning)
         line_start = line_end
     return {}, 0, None
+
+
+def delimited_end(text: str) -> int:
+    """Where a leading block between a ``---`` line and a ``---``/``...`` line ends (0: none),
+    front matter or not: a block kept as text is still no heading (its closing rule would make
+    the lines above it a setext heading)."""
+    pos = 1 if text.startswith("\ufeff") else 0
+    first = _next_line(text, pos)
+    if text[pos:first].rstrip() not in OPENERS:
+        return 0
+    line_start = first
+    while line_start < len(text):
+        line_end = _next_line(text, line_start)
+        if text[line_start:line_end].rstrip() in CLOSERS:
+            return line_end
+        line_start = line_end
+    return 0
 
 
 def _next_line(text: str, pos: int) -> int:

@@ -33,9 +33,10 @@ Offset = Callable[[int], int]
 
 
 def markdown_sections(
-    text: str, body_start: int, preamble_path: tuple[str, ...]
+    text: str, body_start: int, preamble_path: tuple[str, ...], plain_until: int = 0
 ) -> tuple[list[Section], str | None]:
-    """The sections of ``text[body_start:]`` and the first H1's text."""
+    """The sections of ``text[body_start:]`` and the first H1's text; a heading that starts
+    before ``plain_until`` is read as plain text (a front matter block kept as text)."""
     tokens = _BLOCK_PARSER.parse(text[body_start:])
     offset = _line_offsets(text, body_start)
     roots = _tree(tokens)
@@ -45,7 +46,7 @@ def markdown_sections(
     starts = [body_start] + [offset(tokens[i].map[0]) for i, _ in roots[1:]]
     extents = zip(starts, starts[1:] + [len(text)])
     blocks = [_block(tokens, node, ext, offset, text) for node, ext in zip(roots, extents)]
-    headings = [_heading(tokens, i) for i, _ in roots]
+    headings = [None if start < plain_until else _heading(tokens, i) for (i, _), start in zip(roots, starts)]
     h1 = next((name for h in headings if h and h[0] == 1 and (name := h[1])), None)
     return _sections(blocks, headings, preamble_path), h1
 
