@@ -814,6 +814,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(json_errors=_asks_json(argv))
     args = parser.parse_args(flag_query(argv, parser))
+    if args.func is cmd_remove and not args.paths and args.collection is None:  # a usage error: exit 2
+        parser.error("remove: name what to remove: PATH... (files under them) or --collection NAME (all of it).")
     as_json = bool(getattr(args, "json", False))
     one_shot = console and args.func is cmd_search
     if one_shot:  # a search's imports make no garbage worth collecting before the process ends (-8 ms)

@@ -452,6 +452,9 @@ def test_every_command_that_takes_json_says_its_errors_in_json(project: Path) ->
     assert scope["message"].startswith("no collection 'nope' in ") and "which has 1: 'default'." in scope["message"]
     usage = json_error(run("search", "--json", "-k", "many", "tokens", cwd=project, check=False), code=2)
     assert usage == {"type": "UsageError", "message": "polaris search: argument -k: invalid int value: 'many'"}
+    nothing = json_error(run("remove", "--json", cwd=project, check=False), code=2)  # a usage error, as the README says
+    assert nothing["type"] == "UsageError" and "name what to remove" in nothing["message"]
+    assert run("remove", cwd=project, check=False).returncode == 2
 
 
 def test_backup_copy_and_remove_print_their_summary_as_json(project: Path) -> None:
