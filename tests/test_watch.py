@@ -337,3 +337,29 @@ def test_on_a_terminal_a_batch_draws_a_bar_and_its_lines_stay_whole(project: Pat
     assert sorted(shown(w)) == sorted(f"bulk/{f.name}" for f in bulk.iterdir())
     lines = w.raw["out"].splitlines()
     assert "\r" not in w.raw["out"] and all(LINE.match(line) for line in lines[1:]), lines  # after the first run's
+
+
+def test_a_followed_folder_moved_away_keeps_its_documents_and_comes_back_unembedded(
+        project: Path, backend_target: str) -> None:
+    """As `polaris index` does for a root that is gone: the watch says so and removes nothing;
+    moved back, every file is as indexed and nothing is embedded again. A file deleted inside a
+    folder that is there is still removed."""
+    from llama_index_polaris.engine.ingest.watch import Follower
+
+    docs = project / "docs"
+    config = load_config(project, use_user_config=False)
+    with PolarisIndex(backend_target, config=config) as index:
+        index.index_paths([docs])
+        follower = Follower(index, [docs])
+        held = sorted(index.store.files("default"))
+        shutil.move(docs, project / "away")
+        changes = follower.sync([docs])
+        assert [c.kind for c in changes] == ["error"] and "gone; its documents are kept" in changes[0].reason
+        assert sorted(index.store.files("default")) == held
+        shutil.move(project / "away", docs)
+        changes = follower.sync([docs])
+        assert changes == [] and sorted(index.store.files("default")) == held
+        report = index.index_paths([docs])
+        assert (report.chunks_embedded, report.added, report.removed) == (0, 0, 0)
+        (docs / "tokens.md").unlink()
+        assert [(c.kind, c.path) for c in follower.sync([docs / "tokens.md"])] == [("removed", "tokens.md")]

@@ -103,6 +103,14 @@ class Follower:
         before = self._files(root, paths)
         present, gone = self._classify(paths, before, root)
         tally = _Tally(root, before, on_change, self._chunks)
+        away = [f for f in self.folders if not f.is_dir()] + ([] if root.is_dir() else [root])
+        if away:  # a followed folder (or the root) moved away: keep its documents, as `polaris index` does
+            kept = [g for g in gone if any(g == f or g.is_relative_to(f) or f.is_relative_to(g) for f in away)]
+            gone = [g for g in gone if g not in kept]
+            if kept:
+                tally._add(Change("error", "", reason=f"{', '.join(map(str, sorted(set(away))))}: gone; its documents"
+                                  " are kept. If it moved back, nothing is re-embedded; if it moved elsewhere,"
+                                  f" `polaris index NEW_PLACE --collection {self.collection}` re-keys them."))
         report = self._index(present, tally.finished, stop, progress) if present else None
         if gone:
             self.index.remove(self.collection, gone)
