@@ -224,7 +224,7 @@ def cmd_search(args: argparse.Namespace) -> int:
             context_tokens=args.context_tokens if args.context == "section" else None,
         )
     if args.json:  # stdout stays a JSON array: each hit has strength and good_match, the verdict goes to stderr
-        print(json.dumps([h.to_dict(explain=args.explain) for h in hits], indent=2, ensure_ascii=False))
+        print(json.dumps([h.to_dict(explain=args.explain) for h in hits], indent=2, ensure_ascii=not _utf8(sys.stdout)))
         if hits and hits.no_match_note:
             print(hits.no_match_note, file=sys.stderr)
         return 0
@@ -549,7 +549,8 @@ def print_error(as_json: bool, kind: str, message: str, label: str = "error") ->
     """An error on stderr: ``polaris: error: MESSAGE``, or, for a command run with --json, one
     line ``{"error": {"type": KIND, "message": MESSAGE}}`` (KIND: the engine's exception name)."""
     if as_json:
-        print(json.dumps({"error": {"type": kind, "message": message}}, ensure_ascii=False), file=sys.stderr)
+        print(json.dumps({"error": {"type": kind, "message": message}}, ensure_ascii=not _utf8(sys.stderr)),
+              file=sys.stderr)
     else:
         print(shown(f"polaris: {label}: {message}" if label else f"polaris: {message}"), file=sys.stderr)
 
@@ -808,8 +809,23 @@ def _exit_now(code: int) -> NoReturn:
     os._exit(code)
 
 
+def _utf8(stream: Any) -> bool:
+    """Whether ``stream`` writes UTF-8 (JSON keeps its letters as they are then, else escapes them)."""
+    return (getattr(stream, "encoding", None) or "").lower().replace("-", "").replace("_", "") in ("utf8", "utf8sig")
+
+
+def _never_unencodable() -> None:
+    """A letter the terminal's encoding lacks (a Windows code page, PYTHONIOENCODING=latin-1) is
+    written as an escape, never a crash: ``›`` in every hit's heading line was enough."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None and not _utf8(stream):
+            reconfigure(errors="backslashreplace")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `polaris` console script."""
+    _never_unencodable()
     console = argv is None  # a process of its own, which ends with this command
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(json_errors=_asks_json(argv))

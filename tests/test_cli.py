@@ -520,3 +520,19 @@ def test_a_documents_control_characters_reach_the_terminal_as_escapes(project: P
     assert "bad\\x1b[2Jname.md" in index.stderr and "bad\\x1b[2Jname.md" in status
     hit = json.loads(run("search", "harbour title clear", "-k", "1", "--json", cwd=project).stdout)[0]
     assert hostile in hit["text"]
+
+
+@pytest.mark.parametrize("encoding", ["ascii", "latin-1"])
+def test_a_terminal_without_utf8_gets_escapes_never_a_crash(project: Path, encoding: str) -> None:
+    """Windows code pages and PYTHONIOENCODING: every hit's heading line holds a '›', and Chinese
+    text fits no code page. Text output writes what the encoding lacks as escapes; --json escapes
+    it as JSON does, so the answer parses to the stored text."""
+    (project / "docs" / "zh.md").write_text("# 状态提升\n\n当两个组件的状态需要同步时，把状态提升到它们最近的共同父组件。\n")
+    run("index", "docs", cwd=project)
+    env = {"PYTHONIOENCODING": encoding}
+    text = run("search", "状态提升", "-k", "1", cwd=project, env=env)
+    assert "Traceback" not in text.stderr and "\\u203a" in text.stdout and "\\u72b6" in text.stdout
+    hits = json.loads(run("search", "状态提升", "-k", "1", "--json", cwd=project, env=env).stdout)
+    assert hits[0]["heading_path"] == "状态提升"
+    error = run("search", "x", "--collection", "中文", "--json", cwd=project, env=env, check=False)
+    assert error.returncode == 1 and json.loads(error.stderr)["error"]["message"].startswith("no collection '中文'")
