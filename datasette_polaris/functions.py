@@ -49,6 +49,8 @@ def register(conn: Any, database: str, datasette: Any) -> None:
             raise InputError(f"polaris_search(query, k) needs a text query, got {_type(query)}.")
         if isinstance(k, str) and k.strip().lstrip("+-").isdigit():
             k = int(k)  # a named parameter (`polaris_search(:q, :k)`) arrives from the URL as text
+        if isinstance(k, float) and k.is_integer():
+            k = int(k)  # SQLite reads a literal past 2**63 as REAL: a whole number all the same (clamped below)
         if k is not None and not isinstance(k, int):
             raise InputError(f"polaris_search: k must be an integer, got {_type(k)}.")
         hits = _index(path, database).searcher().search(query, top_k=k, **_options(options))

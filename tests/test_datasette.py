@@ -203,6 +203,10 @@ async def test_polaris_search_sql_function_returns_json_hits(ds: Datasette) -> N
     rows = sql_json(await ds.client.get("/polaris.json", params={"sql": sql, "q": "expired session token", "k": "2",
                                                                  "_shape": "array"}))
     assert [json.loads(r["value"])["rank"] for r in rows] == [1, 2]
+    # a literal past 2**63 reaches the function as REAL: a whole number, clamped as the docs say
+    sql = "select count(*) as n from json_each(polaris_search(:q, 100000000000000000000))"
+    rows = sql_json(await ds.client.get("/polaris.json", params={"sql": sql, "q": "session", "_shape": "array"}))
+    assert 1 <= rows[0]["n"] <= 100
 
 
 async def test_polaris_embed_drives_a_vec0_knn_query(ds: Datasette) -> None:

@@ -200,8 +200,22 @@ def test_documents_are_listed_by_collection_and_path(index: PolarisIndex) -> Non
     assert (second.total, [r.id for r in second.rows]) == (3, ["default:guide/sessions.md"])
     with pytest.raises(ScopeError, match="no collection 'nope'"):
         index.documents("nope")
-    with pytest.raises(InputError, match="offset must be a whole number of at least 0, got -1"):
+    with pytest.raises(InputError, match="offset must be a whole number from 0 to 9223372036854775807, got -1"):
         index.documents(offset=-1)
+
+
+def test_names_no_stored_document_can_have_are_refused_alike_on_both_backends(index: PolarisIndex) -> None:
+    """A NUL (no stored name holds one: a Postgres text cannot) and an offset past what either
+    backend's integers hold: the same answer from both, never the database's own error."""
+    with pytest.raises(InputError, match="offset must be a whole number from 0 to 9223372036854775807"):
+        index.documents(offset=10**20)
+    assert index.documents(offset=2**63 - 1).rows == []
+    assert (index.documents(prefix="\x00").total, index.documents(prefix="guide\x00").rows) == (0, [])
+    assert index.documents(contains="tok\x00").total == 0
+    for call in (lambda: index.search("tokens", documents=["guide/tokens.md\x00"]),
+                 lambda: index.outline("guide/tokens.md\x00")):
+        with pytest.raises(ScopeError, match="no document 'guide/tokens.md"):
+            call()
 
 
 def test_an_excerpt_keeps_the_matched_passage_in_view() -> None:

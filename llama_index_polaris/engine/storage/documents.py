@@ -275,6 +275,9 @@ def load_document(conn: Any, name: str | None = None, collection: str | None = N
     return LoadedDocument(ref, tuple(ChunkRow(*r) for r in rows), node_id, source[0] if source else None)
 
 
+MAX_ROW = 2**63 - 1  # the largest offset or limit either backend's integers hold
+
+
 def list_documents(conn: Any, collection: str | Sequence[str] | None = None, prefix: str | None = None,
                    limit: int = 100, offset: int = 0, contains: str | None = None) -> DocumentPage:
     """The documents of ``collection`` (all when None) whose path (or id) starts with
@@ -286,8 +289,10 @@ def list_documents(conn: Any, collection: str | Sequence[str] | None = None, pre
     are counted (``chunks_document_ordinal``): without a filter a page of 20 out of 100k
     documents reads 20 index entries and their chunks, never the whole file."""
     for value, what, low in ((limit, "limit", 1), (offset, "offset", 0)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise InputError(f"{what} must be a whole number of at least {low}, got {value!r}.")
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= MAX_ROW:
+            raise InputError(f"{what} must be a whole number from {low} to {MAX_ROW}, got {value!r}.")
+    if "\x00" in (prefix or "") + (contains or ""):  # no stored name holds a NUL (a Postgres text cannot)
+        return DocumentPage(0, offset, [])
     where, args = ["1 = 1"], []
     if collection is not None:  # a name, or several
         where.append("d.collection IN (SELECT value FROM json_each(?))")

@@ -61,8 +61,9 @@ def documents_named(conn: Any, names: Sequence[str]) -> tuple[list[str], list[st
     forms: dict[str, set[str]] = {}
     for name in names:
         for form in spellings(name):
-            if is_valid(form):  # what is stored is valid Unicode (``storable``): a lone surrogate's
-                forms.setdefault(form, set()).add(name)  # escaped form (nfc) is the one to look up
+            if is_valid(form) and "\x00" not in form:  # what is stored is valid Unicode (``storable``):
+                forms.setdefault(form, set()).add(name)  # a lone surrogate's escaped form (nfc) is the one to
+                # look up; no stored name holds a NUL (a Postgres text cannot), so it is no document's
     keys = json.dumps(list(forms))
     rows = execute(conn, 
         "SELECT id, path FROM documents WHERE id IN (SELECT value FROM json_each(?))"
