@@ -249,8 +249,9 @@ class Door:
                 self._index = None
 
     def scope(self, collection: str | None) -> str | None:
-        """The collection a call names, else the server's (None: all)."""
-        return collection if collection is not None else self.collection
+        """The collection a call names, else the server's (None: all). An empty name is no name:
+        agents fill optional arguments with "", and every tool reads it alike."""
+        return collection if collection else self.collection
 
     def on_disk(self, document_id: str) -> str | None:
         """The freshness of one document's file (None: not a file under a root)."""
@@ -266,6 +267,7 @@ def search(door: Door, query: str, k: int, mode: str, collection: str | None, do
     check_top_k(section_tokens, LIMITS["section_tokens_max"], "section_tokens")
     budget = min(section_tokens, LIMITS["answer_tokens"] // k)
     scope = door.scope(collection)
+    documents = [d for d in documents if d] or None if documents is not None else None  # "" is no name, as above
     hits = door.index.search(query, top_k=k, mode=mode, documents=documents, collections=[scope] if scope else None,
                              unit="section", context_tokens=budget)
     states = {d: door.on_disk(d) for d in dict.fromkeys(h.document_id for h in hits)}

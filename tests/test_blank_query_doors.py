@@ -77,3 +77,30 @@ async def test_the_datasette_json_finds_nothing_for_nothing_asked(project: dict)
     for query in BLANK[1:]:
         data = (await ds.client.get("/-/polaris.json", params={"q": query})).json()
         assert data["hits"] == [], repr(query)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_empty_name_is_refused_by_the_engine_and_no_name_to_every_mcp_tool(project: dict, backend: str) -> None:
+    """An empty collection or document name named nothing: the engine (and so the CLI) says so
+    instead of searching an empty scope; the MCP server, whose callers fill optional arguments
+    with "", reads it as no name in every tool alike."""
+    from llama_index_polaris.engine.errors import InputError
+    from mcp_testing import McpSession, stdio
+
+    with PolarisIndex(project[backend], config=load_config(project["root"], use_user_config=False), readonly=True) as ix:
+        for scope in ({"collections": [""]}, {"documents": [""]}, {"documents": ["auth/authentication.md", ""]}):
+            with pytest.raises(InputError, match="empty name"):
+                ix.search(ASKED, **scope)
+    cli = polaris(project["root"], "search", ASKED, "--collection", "", "--db", project[backend])
+    assert cli.returncode == 1 and "empty name" in cli.stderr
+    session = McpSession(stdio(project["root"], "--db", project[backend]))
+    try:
+        plain = session.call("search", {"query": ASKED}).structured_content
+        for extra in ({"collection": ""}, {"documents": [""]}, {"collection": "", "documents": []}):
+            assert session.call("search", {"query": ASKED, **extra}).structured_content == plain, extra
+        listed = session.call("list_documents", {}).structured_content
+        assert session.call("list_documents", {"collection": ""}).structured_content == listed
+        outline = session.call("outline", {"document": "auth/authentication.md"}).structured_content
+        assert session.call("outline", {"document": "auth/authentication.md", "collection": ""}).structured_content == outline
+    finally:
+        session.close()

@@ -65,7 +65,7 @@ class Scope:
 
 
 def _unique(values: Sequence[str] | None, what: str) -> list[str]:
-    """Distinct non-empty ids; a bare string or a non-string item is refused, not guessed at."""
+    """Distinct ids; a bare string, a non-string item or an empty name is refused, not guessed at."""
     if values is None:
         return []
     if isinstance(values, (str, bytes)) or not isinstance(values, (list, tuple, set, frozenset)):
@@ -73,7 +73,9 @@ def _unique(values: Sequence[str] | None, what: str) -> list[str]:
     bad = [v for v in values if not isinstance(v, str)]
     if bad:
         raise InputError(f"{what} must be a list of strings; {bad[0]!r} is a {type(bad[0]).__name__}.")
-    return list(dict.fromkeys(v for v in values if v))
+    if any(not v for v in values):  # it named nothing: an error, never a silently empty scope
+        raise InputError(f"{what} holds an empty name; leave it out to search every one.")
+    return list(dict.fromkeys(values))
 
 
 def resolve_documents(conn: Any, documents: Sequence[str] | None, collections: Sequence[str] | None) -> tuple[str, ...] | None:
