@@ -267,7 +267,8 @@ def search(door: Door, query: str, k: int, mode: str, collection: str | None, do
     check_top_k(section_tokens, LIMITS["section_tokens_max"], "section_tokens")
     budget = min(section_tokens, LIMITS["answer_tokens"] // k)
     scope = door.scope(collection)
-    documents = [d for d in documents if d] or None if documents is not None else None  # "" is no name, as above
+    if documents is not None:  # "" is no name, as a collection's
+        documents = [d for d in documents if d] or None
     hits = door.index.search(query, top_k=k, mode=mode, documents=documents, collections=[scope] if scope else None,
                              unit="section", context_tokens=budget)
     states = {d: door.on_disk(d) for d in dict.fromkeys(h.document_id for h in hits)}

@@ -76,7 +76,7 @@ from .engine.errors import InputError, ModelError, ModelMismatchError, VectorErr
 from .engine.index import in_worker
 from .engine.ingest.recipe import STRUCTURAL_KEYS
 from .engine.storage.filters import Condition, Filter, FilterGroup
-from .engine.search.pipeline import Hit, is_blank
+from .engine.search.pipeline import Hit
 from .engine.sqlite.vector import MAX_K
 from .engine.index import PolarisIndex
 from .engine.embed.proof import check_vector
@@ -464,8 +464,10 @@ class PolarisVectorStore(BasePydanticVectorStore):
             raise InputError(f"PolarisVectorStore does not support query mode {query.mode.name}; use {supported}.")
         runs = self._runs(query.mode)
         mode = _MODES[runs]
-        if query.query_str is not None and not query.query_str.strip() or is_blank(query.query_str):
-            return VectorStoreQueryResult(nodes=[], similarities=[], ids=[])  # as every door answers nothing asked
+        if query.query_embedding is None and query.query_str is not None and not query.query_str.strip():
+            # nothing asked and nothing embedded (LlamaIndex embeds no empty question): the engine's
+            # answer to an empty query, not an error about the missing vector
+            return VectorStoreQueryResult(nodes=[], similarities=[], ids=[])
         if mode != "bm25" and query.query_embedding is None:
             raise InputError(f"query mode {query.mode.name} needs query_embedding.")
         if query.mode in (VectorStoreQueryMode.HYBRID, VectorStoreQueryMode.TEXT_SEARCH) and query.query_str is None:
