@@ -283,3 +283,29 @@ def test_both_doors_into_one_file_keep_one_document_per_file(targets, handbook, 
         assert (report.added, report.removed, report.chunks_embedded) == (0, 0, 0)
         assert len(cli.store.documents()) == 11
     store.close()
+
+
+def test_a_query_vector_of_other_text_from_the_model_is_searched_another_models_is_not(targets, built_handbook, embed,
+                                                                                      settings_embed_model):
+    """HyDE and a QueryBundle's custom_embedding_strs embed other text than the question, on
+    purpose: the store takes any vector in the model's space (QUERY_COSINE to the model's own
+    embedding of the question), and still refuses another model's. A node embedded from other
+    text than the one LlamaIndex embeds for it is refused at add, saying so."""
+    from llama_index.core import QueryBundle
+
+    db = targets.copy_of(built_handbook)
+    store = PolarisVectorStore(db, config=config())
+    retriever = VectorStoreIndex.from_vector_store(store, embed_model=embed).as_retriever(similarity_top_k=3)
+    answer = "Sessions expire after an hour without a request; the client signs in again."
+    for bundle in (QueryBundle("expired sessions", custom_embedding_strs=[answer]),
+                   QueryBundle("expired sessions", embedding=embed.get_query_embedding(answer))):
+        hits = retriever.retrieve(bundle)
+        assert len(hits) == 3  # searched, not refused
+    other = QueryBundle("expired sessions", embedding=MockEmbedding(embed_dim=384).get_query_embedding("x"))
+    with pytest.raises(ModelMismatchError, match="query embedding does not come from all-minilm-l6-v2"):
+        retriever.retrieve(other)
+    node = TextNode(id_="plain", text="Deploys happen on weekdays before 3pm.", metadata={"channel": "ops"})
+    node.embedding = embed.get_text_embedding(node.get_content(metadata_mode=MetadataMode.NONE))
+    with pytest.raises(ModelMismatchError, match="look like all-minilm-l6-v2's, but not of the text"):
+        store.add([node])
+    store.close()

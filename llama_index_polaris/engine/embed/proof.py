@@ -19,7 +19,8 @@ The same model gives 0.99999 on the bundled MiniLM (the int8 graph is determinis
 machine, batched or not); another model of the same size gives about 0.02.
 
 ``check_vector`` is the lighter check of vectors being written or queried against a
-recorded Polaris model: one text embedded again, refused below ``MATCH_COSINE``.
+recorded Polaris model: one text embedded again, refused below ``MATCH_COSINE`` (a write) or
+``QUERY_COSINE`` (a query, whose vector may be of other text on purpose: HyDE).
 """
 
 from __future__ import annotations
@@ -38,7 +39,12 @@ from ..storage.vectors import problem
 SAMPLE = 4  # chunks re-embedded to prove a file's model
 LOOKED_AT = 32  # chunks read to find SAMPLE whose embedded text can be rebuilt
 PROOF_COSINE = 0.999  # a proof records the model for good: every chunk must match this closely
-MATCH_COSINE = 0.98  # a write or a query against a recorded model: far above another model's ~0.02
+MATCH_COSINE = 0.98  # a write against a recorded model: far above another model's ~0.02
+# A query vector may be of other text than the question on purpose (HyDE's made-up answer, a
+# QueryBundle's custom_embedding_strs): it need only lie in the model's space. The bundled model
+# gives 0.33 to 0.78 between a question and a passage answering it; another model's vector of
+# the question itself (a rotation of the space) -0.05 to 0.09, a constant vector 0.00 to 0.03.
+QUERY_COSINE = 0.25
 
 # LlamaIndex's defaults (llama_index.core.schema), for nodes stored without their own
 DEFAULT_TEXT_TEMPLATE = "{metadata_str}\n\n{content}"
@@ -149,10 +155,24 @@ def check_vector(store: Storage, embedder: Any, text: str, vector: Any, *, query
     """
     mine = embedder.embed_query(text) if query else embedder.embed_documents([text])[0]
     similarity = cosine(mine, vector)
-    if not similarity >= MATCH_COSINE:  # NaN (a vector with NaN values) is no match
-        what = "the query embedding does" if query else "these nodes' embeddings do"
+    if not similarity >= (QUERY_COSINE if query else MATCH_COSINE):  # NaN (a vector with NaN values) is no match
+        if query:
+            raise ModelMismatchError(
+                f"the query embedding does not come from {embedder.model_id}, which {store.path} was built with"
+                f" (cosine {similarity:.3f} against {embedder.model_id}'s own embedding of the question; a vector"
+                f" of {embedder.model_id} for other text that answers it, as HyDE makes, reads {QUERY_COSINE} and"
+                f" more); embed with {embedder.model_id} (in LlamaIndex: PolarisEmbedding(model_id="
+                f"{embedder.model_id!r})) or use another file."
+            )
+        if similarity >= 0.5:  # the model's space, another text: the one LlamaIndex embeds is the one stored
+            raise ModelMismatchError(
+                f"these nodes' embeddings look like {embedder.model_id}'s, but not of the text {store.path} stores"
+                f" as embedded for them (cosine {similarity:.3f} against {embedder.model_id}'s embedding of"
+                " node.get_content(MetadataMode.EMBED), the text LlamaIndex embeds for a node); embed that text,"
+                " metadata included as the node renders it, as VectorStoreIndex and IngestionPipeline do."
+            )
         raise ModelMismatchError(
-            f"{what} not come from {embedder.model_id}, which {store.path} was built with"
+            f"these nodes' embeddings do not come from {embedder.model_id}, which {store.path} was built with"
             f" (cosine {similarity:.3f} against {embedder.model_id}'s own embedding of the same text);"
             f" embed with {embedder.model_id} (in LlamaIndex: PolarisEmbedding(model_id={embedder.model_id!r}),"
             " the text being node.get_content(MetadataMode.EMBED)) or use another file."
