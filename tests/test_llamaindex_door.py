@@ -309,3 +309,29 @@ def test_a_query_vector_of_other_text_from_the_model_is_searched_another_models_
     with pytest.raises(ModelMismatchError, match="look like all-minilm-l6-v2's, but not of the text"):
         store.add([node])
     store.close()
+
+
+def test_filters_on_a_nodes_document_id_under_llamaindexs_three_names(targets, built_handbook, embed,
+                                                                      settings_embed_model):
+    """LlamaIndex's node_to_metadata_dict puts a node's document id under ref_doc_id, doc_id and
+    document_id, so its own stores filter on them; here too, on both backends, in get_nodes and
+    in retrieval, and with any operator (a metadata key of those names is shadowed, as there)."""
+    from llama_index.core.vector_stores.types import FilterOperator, MetadataFilter, MetadataFilters
+
+    db = targets.copy_of(built_handbook)
+    store = PolarisVectorStore(db, config=config())
+    nodes = store.get_nodes()
+    docs = sorted({n.ref_doc_id for n in nodes})
+    one, two = docs[0], docs[1]
+    for key in ("ref_doc_id", "doc_id", "document_id"):
+        same = MetadataFilters(filters=[MetadataFilter(key=key, value=one)])
+        assert {n.ref_doc_id for n in store.get_nodes(filters=same)} == {one}
+        assert len(store.get_nodes(filters=same)) == sum(n.ref_doc_id == one for n in nodes)
+        either = MetadataFilters(filters=[MetadataFilter(key=key, value=[one, two], operator=FilterOperator.IN)])
+        assert {n.ref_doc_id for n in store.get_nodes(filters=either)} == {one, two}
+        other = MetadataFilters(filters=[MetadataFilter(key=key, value=one, operator=FilterOperator.NE)])
+        assert one not in {n.ref_doc_id for n in store.get_nodes(filters=other)}
+        hits = VectorStoreIndex.from_vector_store(store, embed_model=embed).as_retriever(
+            similarity_top_k=5, filters=same).retrieve("how do we handle expired sessions")
+        assert hits and {h.node.ref_doc_id for h in hits} == {one}
+    store.close()

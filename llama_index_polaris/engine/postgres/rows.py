@@ -11,7 +11,7 @@ import numpy as np
 
 from ..storage import vectors as vectors_module
 from ..storage.records import ChunkRecord
-from ..storage.filters import Filter, filter_sql_pg
+from ..storage.filters import Filter, filter_sql_pg, with_document_id
 from ..text import nfc, storable
 from . import schema
 from .json_patch import merged
@@ -96,7 +96,7 @@ def _chunk_where(node_ids: Any, ids: Any, document_id: Any, filters: Filter | No
         parts.append("c.document_id = %s")
         args.append(storable(document_id))
     if filters is not None:
-        sql, params = filter_sql_pg(filters, "(d.metadata::jsonb || c.metadata::jsonb)")
+        sql, params = filter_sql_pg(filters, with_document_id(filters, "(d.metadata::jsonb || c.metadata::jsonb)", True))
         parts.append(f"({sql.replace('?', '%s')})")
         args += params
     return ("WHERE " + " AND ".join(parts) if parts else ""), tuple(args)

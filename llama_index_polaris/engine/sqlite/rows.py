@@ -8,7 +8,7 @@ from typing import Any, Iterable, Sequence
 from ..storage import vectors as vectors_module
 from .schema import MERGED_METADATA, cjk_columns
 from ..storage.records import ChunkRecord
-from ..storage.filters import Filter, filter_sql
+from ..storage.filters import Filter, filter_sql, with_document_id
 from ..text import nfc, storable
 
 
@@ -47,7 +47,7 @@ def _chunk_where(
         parts.append("c.document_id = ?")
         args.append(storable(document_id))
     if filters is not None:
-        sql, params = filter_sql(filters, f"({MERGED_METADATA})")
+        sql, params = filter_sql(filters, with_document_id(filters, f"({MERGED_METADATA})"))
         parts.append(f"({sql})")
         args += params
     return ("WHERE " + " AND ".join(parts) if parts else ""), tuple(args)

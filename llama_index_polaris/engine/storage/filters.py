@@ -51,6 +51,26 @@ class FilterGroup:
 Filter = Union[Condition, FilterGroup]
 
 
+DOCUMENT_KEYS = ("ref_doc_id", "doc_id", "document_id")  # LlamaIndex's names for a node's document
+
+
+def _keys(f: Filter) -> set[str]:
+    return {f.key} if isinstance(f, Condition) else {k for child in getattr(f, "filters", ()) for k in _keys(child)}
+
+
+def with_document_id(f: Filter, column: str, postgres: bool = False) -> str:
+    """``column`` (a chunk's metadata as JSON, chunks aliased ``c``) with the chunk's document id
+    under LlamaIndex's three names for it when ``f`` reads one of them: ``node_to_metadata_dict``
+    adds them, so LlamaIndex's own stores filter on them. Else ``column`` as it is."""
+    if not _keys(f) & set(DOCUMENT_KEYS):
+        return column
+    if postgres:
+        pairs = ", ".join(f"'{k}', c.document_id" for k in DOCUMENT_KEYS)
+        return f"({column} || jsonb_build_object({pairs}))"
+    pairs = ", ".join(f"'$.{k}', c.document_id" for k in DOCUMENT_KEYS)
+    return f"json_set({column}, {pairs})"
+
+
 def filter_sql(f: Filter, column: str = "metadata") -> tuple[str, list[Any]]:
     """A WHERE fragment and its parameters for ``f`` over the JSON ``column``."""
     if isinstance(f, FilterGroup):

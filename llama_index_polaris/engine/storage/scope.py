@@ -28,7 +28,7 @@ from typing import Any, Sequence
 from .dialect import dialect, execute
 from ..errors import InputError, ScopeError
 from ..text import storable
-from .filters import Filter, filter_sql, filter_sql_pg
+from .filters import Filter, filter_sql, filter_sql_pg, with_document_id
 from .names import collections_named, known_documents
 
 SEARCHABLE = ("completed", "stale", "processing")  # the statuses of a document with a committed version
@@ -119,9 +119,9 @@ def resolve_chunks(conn: Any, filters: Filter | None, node_ids: Sequence[str] | 
         # json_patch removes) is a missing key to every operator, and no operator reads inside an object
         # (tests/test_backend_parity.py checks every operator over nested metadata on both backends)
         if dialect(conn) == "postgres":  # jsonb: the document's metadata, then the chunk's own
-            sql, params = filter_sql_pg(filters, "(d.metadata::jsonb || c.metadata::jsonb)")
+            sql, params = filter_sql_pg(filters, with_document_id(filters, "(d.metadata::jsonb || c.metadata::jsonb)", True))
         else:
-            sql, params = filter_sql(filters, f"({MERGED_METADATA})")
+            sql, params = filter_sql(filters, with_document_id(filters, f"({MERGED_METADATA})"))
         where.append(f"({sql})")
         args += params
     if node_ids:
