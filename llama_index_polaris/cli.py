@@ -438,7 +438,7 @@ def _changes_lines(changes: dict[str, Any]) -> list[str]:
     """What changed on disk since indexing, per collection (``freshness``)."""
     stale = {name: c for name, c in changes.items() if c["stale"]}
     failed = [f"            failed (not indexed): {p}: {r}" for c in changes.values()
-              for p, r in c.get("failed", {}).get("reasons", {}).items()]
+              for p, r in c["failed"]["reasons"].items()]
     if not stale:
         return ["on disk   every file as indexed", *failed]
     lines = []

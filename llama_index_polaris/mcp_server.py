@@ -391,7 +391,7 @@ def status(door: Door) -> tuple[dict, str]:
                      " chunks (`polaris index` over their folder stores it)")
     for name, c in s["changes"].items():
         counts = ", ".join(f"{c[k]['count']} {k}" for k in ("changed", "missing", "new", "unreadable", "failed")
-                           if c.get(k, {}).get("count"))
+                           if c[k]["count"])
         root = c["root"] or "no folder"
         lines.append(f"  {name} ({root}{'' if c['root_exists'] or not c['root'] else ', GONE'}): {c['files']} files"
                      + (f"; {counts}" if counts else ""))

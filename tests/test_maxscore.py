@@ -49,7 +49,8 @@ def test_the_same_hits_and_floats_as_the_dense_sum(case):
     dense[extra_ids] += extra_scores
     expected = top_hits(dense, limit, None if inside is None else np.flatnonzero(inside))
     asked: list[int] = []
-    cand, exact = top_pruned([term(i, v, b, asked) for i, v, b in terms], (extra_ids, extra_scores), size, limit, inside)
+    cand, exact = top_pruned([term(i, v, b, asked) for i, v, b in terms], (extra_ids, extra_scores), size, limit,
+                             None if inside is None else np.flatnonzero(inside))
     assert top_hits(exact, limit, ids=cand) == expected
 
 

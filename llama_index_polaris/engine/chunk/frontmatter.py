@@ -36,37 +36,38 @@ class _NoAliasLoader(yaml.SafeLoader):
 
 def read_front_matter(text: str) -> tuple[dict[str, Any], int, str | None]:
     """``(metadata, body_start, warning)``; the warning says why a block was kept as text."""
-    pos = 1 if text.startswith("\ufeff") else 0
-    first = _next_line(text, pos)
-    if text[pos:first].rstrip() not in OPENERS:
+    block = _delimited(text)
+    if block is None:
         return {}, 0, None
-    line_start = first
-    while line_start < len(text):
-        line_end = _next_line(text, line_start)
-        if text[line_start:line_end].rstrip() in CLOSERS:
-            if len(text[first:line_start].encode("utf-8", "surrogatepass")) > MAX_FRONT_MATTER_BYTES:
-                return {}, 0, f"front matter is over {MAX_FRONT_MATTER_BYTES} bytes: kept as text"
-            data, warning = _mapping(text[first:line_start])
-            return (data, line_end, None) if data is not None else ({}, 0, warning)
-        line_start = line_end
-    return {}, 0, None
+    first, closing, end = block
+    if len(text[first:closing].encode("utf-8", "surrogatepass")) > MAX_FRONT_MATTER_BYTES:
+        return {}, 0, f"front matter is over {MAX_FRONT_MATTER_BYTES} bytes: kept as text"
+    data, warning = _mapping(text[first:closing])
+    return (data, end, None) if data is not None else ({}, 0, warning)
 
 
 def delimited_end(text: str) -> int:
     """Where a leading block between a ``---`` line and a ``---``/``...`` line ends (0: none),
     front matter or not: a block kept as text is still no heading (its closing rule would make
     the lines above it a setext heading)."""
+    block = _delimited(text)
+    return 0 if block is None else block[2]
+
+
+def _delimited(text: str) -> tuple[int, int, int] | None:
+    """(where the block's first line starts, where its closing line starts, where that line ends)
+    of a leading block between a ``---`` line and a ``---``/``...`` line; None when there is none."""
     pos = 1 if text.startswith("\ufeff") else 0
     first = _next_line(text, pos)
     if text[pos:first].rstrip() not in OPENERS:
-        return 0
+        return None
     line_start = first
     while line_start < len(text):
         line_end = _next_line(text, line_start)
         if text[line_start:line_end].rstrip() in CLOSERS:
-            return line_end
+            return first, line_start, line_end
         line_start = line_end
-    return 0
+    return None
 
 
 def _next_line(text: str, pos: int) -> int:

@@ -130,11 +130,7 @@ class Bm25Cache(StoreCache):
         if rare:
             extra = self._fts_rows(base, phrases_query(rare), scope)
         allowed = scope_rows(base.ids, base.docs, base.doc_codes, scope)
-        inside = None
-        if allowed is not None:
-            inside = np.zeros(len(base.ids), dtype=bool)
-            inside[allowed] = True
-        cand, exact = top_pruned([term(w) for w in common], extra, len(base.ids), limit, inside)
+        cand, exact = top_pruned([term(w) for w in common], extra, len(base.ids), limit, allowed)
         return top_hits(exact, limit, ids=base.ids[cand])
 
     # -- loading ------------------------------------------------------------------------

@@ -118,7 +118,9 @@ def _bm25(conn: Any, tokenizer: Tokenizer, words: list[str], limit: int, scope: 
     weight = {term: idf(n_rows, df[term]) for term in common}
     rare = [w for w, t in zip(words, terms) if not (len(t) == 1 and t[0] in blocks_of)]
     fts_ids, fts_scores = _fts_scores(conn, phrases_query(rare)) if rare else (_NO_IDS, _NO_SCORES)
-    allowed = _allowed(conn, scope)
+    from .ann import scope_chunk_ids
+
+    allowed = scope_chunk_ids(conn, scope)
     if sum(df.values()) >= PRUNE_FROM:
         return _top_pruned(conn, common, blocks_of, times, weight, lengths, avg_length, fts_ids, fts_scores, limit, allowed)
     scores = np.zeros(max(size, int(fts_ids.max()) + 1 if len(fts_ids) else 0), dtype=np.float64)
@@ -173,11 +175,7 @@ def _top_pruned(conn: Any, common: list[str], blocks_of: Mapping[str, list[int]]
 
     terms = [Term(weight[t] * (K1 + 1.0) * times[t], every(t), at(t)) for t in common]
     size = max(len(lengths), int(fts_ids.max()) + 1 if len(fts_ids) else 0)
-    inside = None
-    if allowed is not None:
-        inside = np.zeros(size, dtype=bool)
-        inside[allowed[allowed < size]] = True
-    cand, exact = top_pruned(terms, (fts_ids, fts_scores), size, limit, inside)
+    cand, exact = top_pruned(terms, (fts_ids, fts_scores), size, limit, allowed)
     return top_hits(exact, limit, ids=cand)
 
 
@@ -193,8 +191,3 @@ def _fts_scores(conn: Any, match: str) -> tuple[np.ndarray, np.ndarray]:
     ids = np.fromiter((r[0] for r in found), dtype=np.int64, count=len(found))
     return ids, np.fromiter((r[1] for r in found), dtype=np.float64, count=len(found))
 
-
-def _allowed(conn: Any, scope: Scope) -> np.ndarray | None:
-    from .ann import scope_chunk_ids
-
-    return scope_chunk_ids(conn, scope)

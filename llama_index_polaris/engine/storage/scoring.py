@@ -112,9 +112,9 @@ def located(ids: np.ndarray, wanted: np.ndarray) -> tuple[np.ndarray, np.ndarray
 
 
 def top_pruned(terms: Sequence[Term], extra: tuple[np.ndarray, np.ndarray], size: int, limit: int,
-               inside: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+               allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(positions, scores) holding the ``limit`` best of ``sum(terms) + extra`` over positions
-    below ``size`` that ``inside`` allows (a boolean mask; None: all), each score summed as a
+    below ``size`` among ``allowed`` (as ``top_hits`` takes it; None: all), each score summed as a
     dense sum would be: the terms in the order given, from 0.0, then ``extra`` (distinct
     positions, their scores). Feed them to ``top_hits``: the same hits and floats as the dense
     sum's, without scoring every posting.
@@ -126,6 +126,10 @@ def top_pruned(terms: Sequence[Term], extra: tuple[np.ndarray, np.ndarray], size
     terms left cannot lift it to the ``limit``-th best. The positions that remain are summed
     again in the dense order."""
     order = sorted(range(len(terms)), key=lambda i: -terms[i].bound)
+    inside = None
+    if allowed is not None:
+        inside = np.zeros(size, dtype=bool)
+        inside[allowed[allowed < size]] = True
     extra_ids, extra_scores = extra
     partial = np.zeros(size, dtype=np.float64)
     partial[extra_ids] += extra_scores
