@@ -69,14 +69,21 @@ def test_the_cli_and_the_mcp_server_find_nothing_for_nothing_asked(project: dict
         session.close()
 
 
-async def test_the_datasette_json_finds_nothing_for_nothing_asked(project: dict) -> None:
+async def test_the_datasette_page_json_and_sql_function_find_nothing_for_nothing_asked(project: dict) -> None:
     from datasette.app import Datasette
 
     ds = Datasette([project["sqlite"]])
+    name = ds.get_database().name
+    sql = "select json_array_length(polaris_search(:q, 3)) as n"
     assert (await ds.client.get("/-/polaris.json", params={"q": ASKED})).json()["hits"]
+    assert 'class="polaris-hit"' in (await ds.client.get("/-/polaris", params={"q": ASKED})).text
+    assert (await ds.client.get(f"/{name}.json", params={"sql": sql, "q": ASKED, "_shape": "array"})).json()[0]["n"] > 0
     for query in BLANK[1:]:
         data = (await ds.client.get("/-/polaris.json", params={"q": query})).json()
         assert data["hits"] == [], repr(query)
+        assert 'class="polaris-hit"' not in (await ds.client.get("/-/polaris", params={"q": query})).text, repr(query)
+        rows = (await ds.client.get(f"/{name}.json", params={"sql": sql, "q": query, "_shape": "array"})).json()
+        assert rows == [{"n": 0}], (repr(query), rows)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
