@@ -301,6 +301,15 @@ def test_a_file_that_never_indexed_is_failed_not_stale_until_it_can_be_read(fres
     assert default["failed"]["paths"] == ["guide/latin1.md"]
     assert default["failed"]["reasons"]["guide/latin1.md"].startswith("not valid UTF-8")
     assert status["documents_without_text"] == 0  # nothing to rebuild for it
+    from mcp_testing import McpSession, stdio, text_of
+
+    session = McpSession(stdio(fresh_project, "--db", target_of(fresh_project)))
+    try:  # the MCP server's status tool: the same verdict, so an agent does not re-index in a loop
+        answer = session.call("status")
+    finally:
+        session.close()
+    assert answer.structured_content["stale"] is False and "as indexed" in text_of(answer)
+    assert answer.structured_content["changes"]["default"]["failed"]["paths"] == ["guide/latin1.md"]
     exe = str(Path(sys.executable).with_name("polaris"))
     env = {**os.environ, "XDG_CONFIG_HOME": str(fresh_project / ".xdg")}
     text = subprocess.run([exe, "status"], cwd=fresh_project, capture_output=True, text=True, env=env, timeout=120).stdout
