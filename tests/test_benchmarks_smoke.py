@@ -54,6 +54,8 @@ RUNS: dict[str, Args] = {
     "speed.py": lambda w: [str(w.eval), "--sizes", str(N), "--dims", "384", "--hybrid-sizes", str(N), "--queries", "3",
                            "--overfetch", "4", "--index-docs", "3", "--structures-sizes", str(N), "--cold-sizes", "", "--write-chunks", "60",
                            "--skip-real"],
+    "partitions.py": lambda w: [str(w.eval), "--n", str(N), "--lists", "8", "--shares", "0.5", "--queries", "5",
+                                "--by-floats", "--real", SET],
     "oneshot_parts.py": lambda w: [str(w.eval), "--n", str(N), "--queries", "3", "--rounds", "2", "--first", "1"],
     "speed_guard.py record": lambda w: [str(w.eval), "--n", str(N), "--queries", "3", "--rounds", "2", "--record",
                                         "--recorded", str(w.out / "speed_guard.json")],
