@@ -58,13 +58,17 @@ def _top_k(v: Any) -> str | None:
 
 
 def _fts_tokenizer(v: str) -> str | None:
+    """Why ``v`` cannot be a ``tokenize=`` argument, or None. The one rule for the configured value
+    and for the one a file records (``sqlite.schema.fts_sql`` checks again where the SQL is made)."""
+    if not isinstance(v, str):
+        return "must be a string"
     words = v.split()
     if not words:
         return "must name an FTS5 tokenizer"
     if not any(w in FTS_TOKENIZERS for w in words):
         return f"must use one of the FTS5 tokenizers {', '.join(FTS_TOKENIZERS)}"
-    if any(c in v for c in "'\";()"):
-        return "may not contain quotes, semicolons or parentheses"
+    if not all(c.isascii() and (c.isalnum() or c in " _.-") for c in v):
+        return "may hold only letters, digits, spaces, '_', '.' and '-' (no quotes, semicolons or parentheses)"
     return None
 
 

@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from ..errors import ModelMismatchError
-from ..storage.records import (UNKNOWN_MODEL, ChunkRecord, ModelBinding, check_binding, recorded_binding,
+from ..storage.records import (UNKNOWN_MODEL, ChunkRecord, ModelBinding, check_binding, recorded_binding, recorded_dim,
                                spread_sample, unknown_model_message)
 from . import schema
 from .rows import _chunk, CHUNK_COLUMNS, _retried
@@ -69,9 +69,9 @@ class Binding:
                 if "model_id" in meta:
                     self.check_model(proven)
                 return True
-            if int(meta["embedding_dim"]) != proven.dim:
+            if recorded_dim(meta) != proven.dim:
                 raise ModelMismatchError(unknown_model_message(
-                    ModelBinding(UNKNOWN_MODEL, int(meta["embedding_dim"])), proven, self.path))
+                    ModelBinding(UNKNOWN_MODEL, recorded_dim(meta)), proven, self.path))
             self._set_meta(conn, model_id=proven.model_id, model_fingerprint=proven.fingerprint,
                            doc_prefix=proven.doc_prefix, query_prefix=proven.query_prefix)
         return True

@@ -7,7 +7,7 @@ from typing import Any
 
 from .. import sqlite as db
 from .schema import get_meta, set_meta, transaction
-from ..storage.records import (UNKNOWN_MODEL, ChunkRecord, ModelBinding, check_binding, recorded_binding,
+from ..storage.records import (UNKNOWN_MODEL, ChunkRecord, ModelBinding, check_binding, recorded_binding, recorded_dim,
                                spread_sample, unknown_model_message)
 from ..errors import DatabaseError, ModelMismatchError
 from .rows import _chunk_from_row, OWN_CHUNK_COLUMNS
@@ -81,8 +81,8 @@ class Binding:
             if "model_id" in meta:
                 self.check_model(proven)
             return
-        if int(meta["embedding_dim"]) != proven.dim:
-            raise ModelMismatchError(unknown_model_message(ModelBinding(UNKNOWN_MODEL, int(meta["embedding_dim"])),
+        if recorded_dim(meta) != proven.dim:
+            raise ModelMismatchError(unknown_model_message(ModelBinding(UNKNOWN_MODEL, recorded_dim(meta)),
                                                            proven, self.path))
         set_meta(conn, model_id=proven.model_id, model_fingerprint=proven.fingerprint,
                  doc_prefix=proven.doc_prefix, query_prefix=proven.query_prefix)

@@ -18,9 +18,10 @@ from typing import Any, Callable
 
 from ..words.bigrams import SEGMENTER, spaced
 from ..words.blobs import readable
+from ..config import SETTINGS_BY_NAME
 from ..errors import DatabaseError
 from ..storage.scope import CHUNKS_WITH_DOCUMENTS, MERGED_METADATA  # noqa: F401
-from ..storage.records import CHUNK_OWN_KEYS, DEFAULT_COLLECTION, STATUSES, file_document_id  # noqa: F401
+from ..storage.records import CHUNK_OWN_KEYS, DEFAULT_COLLECTION, STATUSES, file_document_id, recorded_dim  # noqa: F401
 
 META_TABLE = "polaris_meta"
 from ..sqlite_module import SECURE_FTS_SQLITE  # noqa: E402  the first SQLite with FTS5 'secure-delete'
@@ -82,6 +83,7 @@ def fts_sql(tokenizer: str, columns: tuple[str, str] = FTS_COLUMNS) -> str:
     """
     text, heading = columns
     changed = "text, heading_path" + (", cjk_text, cjk_heading" if columns == FTS_COLUMNS else "")
+    check_tokenizer(tokenizer)
     return f"""
 CREATE VIRTUAL TABLE chunks_fts USING fts5(
     {text}, {heading}, content="chunks", content_rowid='id', tokenize='{tokenizer}'
@@ -100,6 +102,18 @@ CREATE TRIGGER chunks_fts_au AFTER UPDATE OF {changed} ON chunks BEGIN
 END;
 INSERT INTO chunks_fts (chunks_fts) VALUES ('rebuild');
 """
+
+
+def check_tokenizer(tokenizer: Any) -> None:
+    """DatabaseError unless ``tokenizer`` is a ``tokenize=`` argument the config would accept. A
+    file records its tokenizer in polaris_meta, and an upgrade makes SQL of it: a file edited by
+    hand must not run what it likes in the process that opens it (other files included)."""
+    problem = SETTINGS_BY_NAME["fts_tokenizer"].check(tokenizer)
+    if problem:
+        raise DatabaseError(
+            f"this index records the FTS5 tokenizer {tokenizer!r}, which {problem}: the file was edited or damaged."
+            " Nothing was changed. Restore it from a backup, or delete it and run `polaris index` again."
+        )
 
 
 VEC_DOCUMENT_TRIGGER = """
@@ -174,9 +188,9 @@ def create_bits_table(conn: Any, dim: int) -> bool:
 
 def _migration_sign_bits(conn: Any, fts_tokenizer: str) -> None:
     """The sign-bit vector index (#17) for a file that already has vectors (backfilled)."""
-    dim = get_meta(conn).get("embedding_dim")
-    if dim is not None and has_table(conn, "chunks_vec"):
-        create_bits_table(conn, int(dim))
+    meta = get_meta(conn)
+    if "embedding_dim" in meta and has_table(conn, "chunks_vec"):
+        create_bits_table(conn, recorded_dim(meta))
 
 
 POSTINGS_SQL = """

@@ -16,7 +16,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..errors import InputError, ModelMismatchError, NodeIdError
+from ..errors import DatabaseError, InputError, ModelMismatchError, NodeIdError
 from ..text import is_valid, nfc, storable, storable_value
 
 DEFAULT_COLLECTION = "default"  # where a document goes when no collection is named
@@ -108,12 +108,29 @@ class ModelBinding:
     query_prefix: str = ""
 
 
+def recorded_dim(meta: dict[str, Any]) -> int:
+    """The vector size an index's ``polaris_meta`` records (``embedding_dim``); DatabaseError when
+    that row is missing or not a whole number from 1 up (a file edited or damaged by hand)."""
+    value = meta.get("embedding_dim")
+    try:
+        dim = int(str(value).strip())
+    except ValueError:
+        dim = 0
+    if dim < 1 or isinstance(value, (bool, float)):
+        held = "no embedding_dim" if value is None else f"embedding_dim = {value!r}, not a vector size"
+        raise DatabaseError(
+            f"this index's polaris_meta records the model {meta.get('model_id')!r} but {held}: the file was"
+            " edited or damaged. Restore it from a backup, or delete it and run `polaris index` again."
+        )
+    return dim
+
+
 def recorded_binding(meta: dict[str, str], proven: ModelBinding | None) -> ModelBinding | None:
     """The model binding an index's ``polaris_meta`` records (None before the first write); a
     binding naming no model is the ``proven`` one when that has its size (its vectors were proven)."""
     if "model_id" not in meta:
         return None
-    recorded = ModelBinding(meta["model_id"], int(meta["embedding_dim"]), meta.get("model_fingerprint", ""),
+    recorded = ModelBinding(meta["model_id"], recorded_dim(meta), meta.get("model_fingerprint", ""),
                             meta.get("doc_prefix", ""), meta.get("query_prefix", ""))
     if recorded.model_id == UNKNOWN_MODEL and proven is not None and proven.dim == recorded.dim:
         return proven
