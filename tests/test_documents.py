@@ -335,6 +335,39 @@ def test_a_file_whose_text_is_the_same_in_another_spelling_is_fresh(fresh_projec
     assert changes(fresh_project)["changes"]["default"]["changed"]["paths"] == ["guide/accents.md"]
 
 
+def test_a_file_whose_name_is_stored_in_another_spelling_is_found_on_disk(fresh_project: Path) -> None:
+    """A name that is not UTF-8 is stored with its bytes written out (``bad\\xffname.md``) and one in
+    NFD in NFC: freshness finds the file the walk indexed, in a folder spelled so too, and a change to
+    it is a change (they were "missing on disk" for ever, and `polaris index` could not clear it)."""
+    docs = fresh_project / "docs"
+    odd = os.fsencode(docs) + b"/caf" + "\u0065\u0301".encode() + b"/bad\xffname.md"  # an NFD folder, a non-UTF-8 name
+    os.makedirs(os.path.dirname(odd))
+    with open(odd, "wb") as fh:
+        fh.write(b"# Odd names\n\nThe kiosk opens at nine.\n")
+    with PolarisIndex(target_of(fresh_project), config=cfg(fresh_project)) as index:
+        assert index.index_paths([docs]).added == 1
+    stored = "caf\u00e9/bad\\xffname.md"
+    default = changes(fresh_project)["changes"]["default"]
+    assert (default["stale"], default["missing"]["count"], default["files"]) == (False, 0, 3), default
+    from mcp_testing import McpSession, stdio, text_of
+
+    session = McpSession(stdio(fresh_project, "--db", target_of(fresh_project)))
+    try:
+        status, listed = session.call("status"), session.call("list_documents")
+    finally:
+        session.close()
+    assert status.structured_content["stale"] is False and "missing" not in text_of(listed), text_of(listed)
+    exe = str(Path(sys.executable).with_name("polaris"))
+    env = {**os.environ, "XDG_CONFIG_HOME": str(fresh_project / ".xdg")}
+    text = subprocess.run([exe, "status"], cwd=fresh_project, capture_output=True, text=True, env=env, timeout=120).stdout
+    assert "on disk   every file as indexed" in text, text
+    with open(odd, "ab") as fh:
+        fh.write(b"\nClosed on Sundays.\n")
+    assert changes(fresh_project)["changes"]["default"]["changed"]["paths"] == [stored]
+    os.unlink(odd)
+    assert changes(fresh_project)["changes"]["default"]["missing"]["paths"] == [stored]
+
+
 def test_a_root_that_is_gone_makes_every_file_missing(fresh_project: Path) -> None:
     shutil.move(fresh_project / "docs", fresh_project / "moved")
     default = changes(fresh_project)["changes"]["default"]

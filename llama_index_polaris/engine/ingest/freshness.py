@@ -34,7 +34,7 @@ from typing import Any, Iterable
 from ..config import PolarisConfig
 from ..errors import InputError
 from .indexer import document_hash, unprefixed
-from .sources import read_source, walk
+from .sources import on_disk, read_source, walk
 from ..storage import Storage
 from ..storage.records import DocumentRecord
 
@@ -114,7 +114,7 @@ class Freshness:
         return self._state(Path(root), doc.path, doc)[0]
 
     def _state(self, root: Path, relpath: str, doc: Any) -> tuple[str, str | None]:
-        path = root / PurePosixPath(relpath)
+        path = on_disk(root, relpath)
         digest = self._hash(path, relpath)
         if isinstance(digest, FileNotFoundError):
             return MISSING, None

@@ -178,6 +178,29 @@ def _exists(path: Path) -> bool:
         return False
 
 
+def on_disk(root: Path, relpath: str) -> Path:
+    """The file a stored relative path names under ``root``: ``root / relpath`` when that exists,
+    else the one whose name the walk stores as ``relpath`` (each part's ``nfc`` spelling: a name in
+    NFD on disk, or one that is not UTF-8, ``bad\\xffname.md``), found part by part; else
+    ``root / relpath`` (missing)."""
+    path = root / PurePosixPath(relpath)
+    if os.path.lexists(path):
+        return path
+    here = root
+    for part in PurePosixPath(relpath).parts:
+        child = here / part
+        if not os.path.lexists(child):
+            try:
+                named = [name for name in os.listdir(here) if nfc(name) == part]
+            except OSError:
+                return path
+            if len(named) != 1:
+                return path
+            child = here / named[0]
+        here = child
+    return here
+
+
 def covers(paths: Sequence[Path], root: Path, relpath: str) -> bool:
     """True when the file at ``relpath`` under ``root`` lies within one of ``paths`` (compared in NFC)."""
     target = _spelled(root / PurePosixPath(relpath))
