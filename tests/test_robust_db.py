@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import stat
 import subprocess
@@ -532,6 +533,27 @@ def test_a_read_only_folder_serves_every_reader_and_writers_say_why(project: Pat
     finally:
         project.chmod(0o755)
     assert state(db) == before == state(tmp_path / "copy.db")
+
+
+def test_a_read_only_mount_is_named_as_one_not_cured_with_chmod(project: Path, tmp_path: Path) -> None:
+    """On a file system mounted read-only, a write says so (chmod cannot help there); reading works."""
+    unshare = shutil.which("unshare")
+    if os.geteuid() != 0 or unshare is None:
+        pytest.skip("needs root and unshare to mount a folder read-only (CI runs as root)")
+    mount = tmp_path / "mnt"
+    mount.mkdir()
+    (project / ".xdg").mkdir(exist_ok=True)
+    script = (f"mount --bind -o ro {shlex.quote(str(project))} {shlex.quote(str(mount))} && cd {shlex.quote(str(mount))}"
+              f" && {shlex.quote(POLARIS)} index docs --quiet; echo \"index: $?\";"
+              f" {shlex.quote(POLARIS)} search 'refresh token' --json --mode bm25")
+    proc = subprocess.run([unshare, "-m", "sh", "-c", script], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "XDG_CONFIG_HOME": str(tmp_path / ".xdg")})
+    if "mount:" in proc.stderr and "index:" not in proc.stdout:
+        pytest.skip(f"cannot bind-mount here: {proc.stderr.strip()}")
+    assert "index: 1" in proc.stdout, (proc.stdout, proc.stderr)
+    assert "mounted read-only" in proc.stderr and "chmod u+w" not in proc.stderr, proc.stderr
+    hits = json.loads(proc.stdout.split("\n", 1)[1])
+    assert hits and hits[0]["document"] == "auth.md"
 
 
 def test_a_read_only_folder_with_changes_left_in_the_wal_says_so(db_path: Path, tmp_path: Path) -> None:

@@ -152,6 +152,10 @@ def write_problem(target: Path) -> str | None:
     """Why this process cannot write the index at ``target`` (None: it can), in a sentence that
     says what to do. Reading works in each of these cases."""
     folder = target.absolute().parent
+    if _read_only_mount(folder):
+        return (f"{target}: {folder} is on a file system mounted read-only, so nothing there can be written"
+                " (chmod cannot change that). Copy the index to a writable place (`polaris backup COPY.db`)"
+                " and write there. Reading (search, status) works here.")
     if target.exists() and not _writable(target):
         return (f"{target} is read-only (its permissions); make it writable with `chmod u+w {target}`."
                 " Reading (search, status) works as it is.")
@@ -170,6 +174,14 @@ def write_problem(target: Path) -> str | None:
                 f" `chmod u+w {side}`."
             )
     return None
+
+
+def _read_only_mount(folder: Path) -> bool:
+    """True when ``folder`` lies on a file system mounted read-only (``ST_RDONLY``)."""
+    try:
+        return bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+    except (OSError, AttributeError):  # gone, or no statvfs (Windows): the other checks speak
+        return False
 
 
 def restore_side_files(target: Path) -> None:
