@@ -17,6 +17,7 @@ from typing import Any, NoReturn, Sequence
 
 from .engine.config import describe, load_config
 from .engine.errors import PolarisError
+from .engine.text import one_line
 
 EXIT_ERROR, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
 
@@ -254,28 +255,23 @@ def _one_blas_thread() -> None:
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
-_BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
-
-
 def shown(text: str) -> str:
     """``text`` safe to print on a terminal: every control character but newline and tab, and the
     marks that reorder text, written as escapes (``\\x1b``), so a document cannot recolour the
     output, retitle the window or clear the screen."""
-    if text.isprintable():
+    from .engine.text import BIDI_MARKS, escaped_char
+
+    if text.isprintable() and not BIDI_MARKS.intersection(text):
         return text
-    return "".join(_escaped(c) if c in _BIDI or (c not in "\n\t" and unicodedata.category(c) == "Cc") else c
+    return "".join(escaped_char(c) if c in BIDI_MARKS or (c not in "\n\t" and unicodedata.category(c) == "Cc") else c
                    for c in text)
-
-
-def _escaped(c: str) -> str:
-    return f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}"
 
 
 def _hit_text(hit: Any, query: str, color: bool, explain: bool, marker: Any = None) -> str:
     from .engine.search.explain import explain_line
 
     bold = (lambda s: f"\033[1m{s}\033[0m") if color else (lambda s: s)
-    where = shown(f"{hit.document}" + (f"  ›  {hit.heading_path}" if hit.heading_path else ""))
+    where = one_line(f"{hit.document}" + (f"  ›  {hit.heading_path}" if hit.heading_path else ""))
     match = "" if hit.strength is None else f"  (match {hit.strength:.2f}{'' if hit.good_match else ', weak'})"
     lines = [f"{hit.rank:>2}. {hit.score:.3f}  {bold(where)}{match}", "    " + snippet(hit.text, query, color, marker=marker)]
     if hit.document_status == "stale":
@@ -437,7 +433,7 @@ def _status_text(s: dict[str, Any]) -> str:
 def _changes_lines(changes: dict[str, Any]) -> list[str]:
     """What changed on disk since indexing, per collection (``freshness``)."""
     stale = {name: c for name, c in changes.items() if c["stale"]}
-    failed = [f"            failed (not indexed): {p}: {r}" for c in changes.values()
+    failed = [f"            failed (not indexed): {one_line(p)}: {r}" for c in changes.values()
               for p, r in c["failed"]["reasons"].items()]
     if not stale:
         return ["on disk   every file as indexed", *failed]
@@ -445,8 +441,9 @@ def _changes_lines(changes: dict[str, Any]) -> list[str]:
     for name, c in stale.items():
         counts = ", ".join(f"{c[k]['count']} {k}" for k in ("changed", "missing", "new", "unreadable") if c[k]["count"])
         lines.append(f"on disk   {name}: {counts} since indexed")
-        lines += [f"            {k}: {', '.join(c[k]['paths'])}" for k in ("changed", "missing", "new") if c[k]["paths"]]
-        lines += [f"            unreadable: {p}: {r}" for p, r in c["unreadable"]["reasons"].items()]
+        lines += [f"            {k}: {', '.join(map(one_line, c[k]['paths']))}" for k in ("changed", "missing", "new")
+                  if c[k]["paths"]]
+        lines += [f"            unreadable: {one_line(p)}: {r}" for p, r in c["unreadable"]["reasons"].items()]
         if c["root_exists"]:
             lines.append(f"            update: polaris index {c['root']} --collection {name}")
     return lines + failed

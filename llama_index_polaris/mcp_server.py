@@ -45,6 +45,7 @@ from typing_extensions import TypedDict
 from .engine.config import PolarisConfig
 from .engine.storage.documents import NOT_EXACT
 from .engine.errors import PolarisError, ScopeError
+from .engine.text import one_line
 from .engine.search.explain import brief_line
 from .engine.search.pipeline import MAX_QUERY_CHARS, MODES, check_top_k
 from .mcp_binding import Binding, binding, http_binding, in_url
@@ -292,7 +293,7 @@ def _search_text(answer: dict, note: str | None = None) -> str:
         lines += ["", note]
     for h in hits:
         match = "" if h["strength"] is None else f" match {h['strength']:.2f}{'' if h['good_match'] else ' (weak)'}"
-        lines += ["", f"{h['rank']}. [{h['score']:.3f}{match}] {h['document']} › {h['heading_path']}",
+        lines += ["", f"{h['rank']}. [{h['score']:.3f}{match}] {one_line(h['document'])} › {one_line(h['heading_path'])}",
                   f"   {h['explanation']} | chars {h['section_start']}-{h['section_end']}"]
         lines += _warnings(h["document_status"], h["document_error"], h["on_disk"], h["section_exact"])
         lines.append(h["section_text"] or "")
@@ -323,12 +324,12 @@ def read_section(door: Door, document: str | None, heading_path: str | None, nod
               "document_status": ref["status"], "on_disk": door.on_disk(ref["id"])}
     where = f"under '{s.parent}'" if s.parent else "at the top"
     size = f"{s.tokens} tokens" + (f", cut to {max_tokens}" if s.truncated else "")
-    lines = [f"{answer['document']} › {s.heading_path}",
+    lines = [f"{one_line(answer['document'])} › {one_line(s.heading_path)}",
              f"section {s.position} of {s.siblings} {where} · {size} · chars {s.start_char}-{s.end_char}"
              + (" · with its subsections" if s.with_subsections else "")]
-    lines += [f"{label}: {value}" for label, value in (("previous", s.previous), ("next", s.next)) if value]
+    lines += [f"{label}: {one_line(value)}" for label, value in (("previous", s.previous), ("next", s.next)) if value]
     if s.children:
-        lines.append("subsections: " + "; ".join(c.rsplit(" > ", 1)[-1] for c in s.children))
+        lines.append("subsections: " + "; ".join(one_line(c.rsplit(" > ", 1)[-1]) for c in s.children))
     lines += _warnings(ref["status"], ref["error"], answer["on_disk"], s.exact)
     lines += ["---", s.text]
     return answer, "\n".join(lines)
@@ -346,11 +347,11 @@ def outline(door: Door, document: str, collection: str | None, max_depth: int | 
     items = [{k: v for k, v in asdict(e).items() if k not in ("parent", "children")} for e in entries]
     answer = {"document": o.document.name, "collection": o.document.collection, "tokens": o.tokens,
               "headings": len(o.entries), "shown": len(items), "entries": items}
-    lines = [f"{answer['document']} ({answer['collection']}): {o.tokens} tokens, {len(o.entries)} headings"
+    lines = [f"{one_line(answer['document'])} ({one_line(answer['collection'])}): {o.tokens} tokens, {len(o.entries)} headings"
              + (f", {len(items)} shown" if len(items) < len(o.entries) else "")]
     for e in entries:
         size = f"{e.tokens}" + (f"; {e.total_tokens} with subsections" if e.total_tokens != e.tokens else "")
-        lines.append(f"{'  ' * (e.depth - 1)}- {e.title} ({size})")
+        lines.append(f"{'  ' * (e.depth - 1)}- {one_line(e.title)} ({size})")
     return answer, "\n".join(lines)
 
 
@@ -370,7 +371,8 @@ def list_documents(door: Door, collection: str | None, prefix: str | None, limit
     for d in items:
         flags = [d["status"]] if d["status"] != "completed" else []
         flags += [f"{d['on_disk']} on disk"] if d["on_disk"] not in (None, "fresh") else []
-        lines.append(f"{d['collection']}/{d['document']}  {d['sections']} sections" + (f"  [{', '.join(flags)}]" if flags else ""))
+        lines.append(f"{one_line(d['collection'])}/{one_line(d['document'])}  {d['sections']} sections"
+                     + (f"  [{', '.join(flags)}]" if flags else ""))
     return answer, "\n".join(lines)
 
 
@@ -393,11 +395,11 @@ def status(door: Door) -> tuple[dict, str]:
         counts = ", ".join(f"{c[k]['count']} {k}" for k in ("changed", "missing", "new", "unreadable", "failed")
                            if c[k]["count"])
         root = c["root"] or "no folder"
-        lines.append(f"  {name} ({root}{'' if c['root_exists'] or not c['root'] else ', GONE'}): {c['files']} files"
+        lines.append(f"  {one_line(name)} ({one_line(root)}{'' if c['root_exists'] or not c['root'] else ', GONE'}): {c['files']} files"
                      + (f"; {counts}" if counts else ""))
         for k in ("changed", "missing", "new"):
             if c[k]["paths"]:
-                lines.append(f"    {k}: " + ", ".join(c[k]["paths"]))
+                lines.append(f"    {k}: " + ", ".join(map(one_line, c[k]["paths"])))
         if c["stale"] and c["root"]:
             lines.append(f"    update: polaris index {c['root']} --collection {name}")
     return answer, "\n".join(lines)

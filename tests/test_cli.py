@@ -536,3 +536,33 @@ def test_a_terminal_without_utf8_gets_escapes_never_a_crash(project: Path, encod
     assert hits[0]["heading_path"] == "状态提升"
     error = run("search", "x", "--collection", "中文", "--json", cwd=project, env=env, check=False)
     assert error.returncode == 1 and json.loads(error.stderr)["error"]["message"].startswith("no collection '中文'")
+
+
+def test_a_name_stays_one_line_in_every_listing(project: Path) -> None:
+    """A file or folder name with a newline, a tab, an escape or a reversing mark cannot add a line to
+    what the CLI and the MCP server list (a name could forge a listing entry, "\\n- secret.md"), nor
+    recolour or reverse it: names are written as escapes (``\\n``), a section's own text keeps its lines."""
+    from mcp_testing import McpSession, stdio, text_of
+
+    forged = "plan.md\n- forged.md\t\x1b[31m\u202eright.md"
+    (project / "docs" / "odd\nfolder").mkdir()
+    (project / "docs" / "odd\nfolder" / forged).write_text("# Ferry\n\nThe ferry leaves the harbour at noon.\n\nLast boat at six.\n")
+    run("index", "docs", "--quiet", cwd=project)
+    escaped = "odd\\nfolder/plan.md\\n- forged.md\\t\\x1b[31m\\u202eright.md"
+    out = run("search", "ferry harbour noon", "-k", "1", "--context", "section", cwd=project).stdout
+    assert escaped in out.splitlines()[0] and "Last boat at six." in out, out  # the section's own lines stay lines
+
+    def mcp(*calls: tuple[str, dict]) -> dict[str, str]:
+        session = McpSession(stdio(project, "--db", target_of(project)))
+        try:
+            return {tool: text_of(session.call(tool, args)) for tool, args in calls}
+        finally:
+            session.close()
+
+    texts = {"CLI search": out, **mcp(("list_documents", {}), ("search", {"query": "ferry harbour noon", "k": 3}))}
+    (project / "docs" / "odd\nfolder" / forged).unlink()
+    texts.update({"CLI status": run("status", cwd=project).stdout, **mcp(("status", {}))})
+    for where, text in texts.items():
+        assert escaped in text, (where, text)
+        assert not any(line.lstrip().startswith("- forged") for line in text.splitlines()), (where, text)
+        assert "\x1b" not in text and "\u202e" not in text, (where, text)

@@ -29,6 +29,23 @@ CHARS_PER_TOKEN = 4  # the budget heuristic: characters per token (config reads 
 
 NORMAL_FORM = "NFC"
 
+BIDI_MARKS = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
+def one_line(text: str) -> str:
+    """A name (a file, a heading, a collection) as one line that reads as written: every control
+    character, newline and tab included, and every mark that reorders text, written as an escape
+    (``\\n``, ``\\x1b``, ``\\u202e``). A listing of names cannot gain a line a name made up, nor be
+    recoloured or reversed, on a terminal or in an agent's text."""
+    if text.isprintable() and not BIDI_MARKS.intersection(text):
+        return text
+    return "".join(escaped_char(c) if c in BIDI_MARKS or unicodedata.category(c) == "Cc" else c for c in text)
+
+
+def escaped_char(c: str) -> str:
+    """``c`` written as a Python escape: ``\\n``, ``\\t``, ``\\x1b``, ``\\u202e``."""
+    return {"\n": "\\n", "\t": "\\t", "\r": "\\r"}.get(c) or (f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}")
+
 
 def nfc(text: str) -> str:
     """``text`` in the form Polaris stores and compares: ``storable``, in NFC; unchanged when it already is."""
