@@ -196,6 +196,25 @@ def test_special_files_and_outside_symlinks_are_skipped_not_read(tmp_path: Path,
     assert report.removed == 1 and searchable(opted, "swordfish") == []
 
 
+def test_a_symlinked_folder_is_said_skipped_and_a_loop_says_so(tmp_path: Path, open_index) -> None:
+    """The walk follows no symlinked folder (no loops), and says so: it was filed as a file of
+    another type, shown only when nothing at all was indexed. A link loop is named as one."""
+    docs = write(tmp_path / "docs")
+    (tmp_path / "shared").mkdir()
+    (tmp_path / "shared" / "beacon.md").write_text("# Beacon\n\nThe lighthouse beacon turns every ten seconds.\n")
+    (docs / "shared").symlink_to(tmp_path / "shared")
+    (docs / "loop1.md").symlink_to("loop2.md")
+    (docs / "loop2.md").symlink_to("loop1.md")
+    index = open_index()
+    report = index.index_paths([docs])
+    skipped = dict(report.skipped)
+    assert set(skipped) == {"shared/", "loop1.md", "loop2.md"}, skipped
+    assert "symlinked folder, not followed" in skipped["shared/"]
+    assert "symbolic links" in skipped["loop1.md"]
+    assert not any(path.startswith("shared") for path, _ in report.ignored)
+    assert set(docs_of(index)) == set(FILES) and searchable(index, "lighthouse beacon") == []
+
+
 ALIAS_BOMB = (
     "---\na: &a [x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\n"
     "c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]\nd: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c]\n"

@@ -81,6 +81,7 @@ IGNORE_RULES = {
     "extension": f"not a file type Polaris indexes: {', '.join(EXTENSIONS)}",
     "gitignore": "matched by a .gitignore",
     "hidden": "hidden: the name starts with a dot",
+    "symlink": "a symlinked folder, not followed (no loops): name the folder it points to to index it",
 }
 
 
@@ -222,7 +223,11 @@ def walk(paths: Sequence[str | os.PathLike[str]], root: Path, follow_symlinks: b
         found.skipped.append((nfc(folder.relative_to(root).as_posix()) + "/", reason))
 
     def ignored(path: Path, is_dir: bool, rule: str) -> None:
-        found.ignored.append((nfc(path.relative_to(root).as_posix()) + ("/" if is_dir else ""), rule))
+        entry = nfc(path.relative_to(root).as_posix()) + ("/" if is_dir else "")
+        if rule == "symlink":  # a folder the user likely meant to index: said like a skipped file
+            found.skipped.append((entry, IGNORE_RULES[rule]))
+        else:
+            found.ignored.append((entry, rule))
 
     for path in _resolved(paths):
         if path.is_dir():
@@ -394,10 +399,20 @@ def _walk_dir(
             ignored(path, is_dir, "gitignore")
         elif is_dir:
             yield from _walk_dir(path, spec, unlisted, ignored)
+        elif _symlinked_folder(entry):
+            ignored(path, True, "symlink")
         elif path.suffix.lower() in EXTENSIONS:
             yield path
         else:
             ignored(path, False, "extension")
+
+
+def _symlinked_folder(entry: os.DirEntry) -> bool:
+    """Whether ``entry`` is a symlink to a folder (the walk does not follow one)."""
+    try:
+        return entry.is_symlink() and entry.is_dir()
+    except OSError:  # a loop or a dangling link: the file's own checks say which
+        return False
 
 
 def walked(path: Path, top: Path, is_dir: bool = False) -> bool:
