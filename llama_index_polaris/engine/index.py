@@ -185,9 +185,10 @@ class PolarisIndex:
         embed = embed_query if embed_query is not None else (lambda q: self.embedder.embed_query(q))
         return Searcher(
             self.store, embed, self.config, self.vector_cache, self.bm25_cache,
-            count_tokens=lambda t: self.embedder.count_tokens(t),
+            count_tokens=self.count_tokens,
             known_share=self.known_share,
         )
+
 
     def known_share(self, query: str) -> float:
         """Share of ``query``'s tokens this index's model knows (``Embedder.known_share``), read
@@ -228,7 +229,7 @@ class PolarisIndex:
 
     def search(self, query: str, **kwargs: Any) -> list[Any]:
         """Run the query pipeline (see ``Searcher.search``)."""
-        if self.store.model is None:
+        if self.store.model is None and not self.store.counts().get("chunks", 0):
             raise DatabaseError(f"{self.shown} holds no index yet. Build one with `polaris index PATH`.")
         return self.searcher().search(query, **kwargs)
 
@@ -282,7 +283,13 @@ class PolarisIndex:
 
     # -- documents and sections (``documents.py``) -------------------------------------
     def count_tokens(self, text: str) -> int:
-        """Tokens in ``text`` by the index's model's tokenizer (what every budget counts)."""
+        """Tokens in ``text`` by the index's model's tokenizer (what every budget counts); the
+        characters' estimate (``text.heuristic_tokens``) when the index records no model (its text
+        was added alone, through LlamaIndex)."""
+        if self.store.model is None:
+            from .text import heuristic_tokens
+
+            return heuristic_tokens(text)
         return self.embedder.count_tokens(text)
 
     def outline(self, document: str, collection: str | None = None) -> Any:

@@ -17,7 +17,7 @@ from typing import Any, Callable, Hashable, Mapping, Sequence
 import numpy as np
 
 from ..config import PolarisConfig
-from ..errors import InputError
+from ..errors import DatabaseError, InputError
 from ..storage import MAX_K, Storage
 from ..text import heuristic_tokens, nfc
 from ..storage.vectors import check_query as check_query_vector
@@ -240,6 +240,12 @@ class Searcher:
             return Hits(query=query, mode=mode, settings=settings)
         if _uses(mode, weights, "vector") and query_vector is None and self.store.model is not None:
             query_vector = self._check_vector(self._embed(query))  # outside the lock: other threads may read
+        elif mode == "vector" and query_vector is None:  # text alone (LlamaIndex nodes with no embedding)
+            raise DatabaseError(
+                "this index records no embedding model (its text was added alone, or polaris_meta lost its"
+                " model_id), so it has no vectors to search by meaning: search it by keywords (mode 'bm25') or"
+                " hybrid, which then ranks the keyword list alone; `polaris index` with a model adds vectors."
+            )
         params = self.params(query, k, mode, unit, lam if mode == "hybrid" else mmr_lambda, weights)
         with self.store.read():  # one snapshot for every stage
             return Hits(self._run(query, params, scope, query_vector, context_tokens), query=query, mode=mode,
