@@ -368,6 +368,23 @@ def test_a_file_whose_name_is_stored_in_another_spelling_is_found_on_disk(fresh_
     assert changes(fresh_project)["changes"]["default"]["missing"]["paths"] == [stored]
 
 
+def test_a_new_document_cut_off_mid_run_is_not_said_to_lack_its_text(fresh_project: Path) -> None:
+    """A run killed while writing a new file leaves it ``processing`` with no chunks (the indexer marks
+    it first). Status counted it among the documents "indexed before Polaris kept their text", the
+    wrong reason: it has nothing to rebuild, and the next `polaris index` writes it."""
+    from llama_index_polaris.engine.storage.records import DocumentRecord
+
+    (fresh_project / "docs" / "guide" / "late.md").write_text("# Late\n\nWritten as the run was killed.\n")
+    with PolarisIndex(target_of(fresh_project), config=cfg(fresh_project)) as index:
+        index.store.put_document(DocumentRecord(id="default:guide/late.md", path="guide/late.md", status="processing"))
+        status = index.status(changes=True)
+    assert status["documents_without_text"] == 0, status
+    with PolarisIndex(target_of(fresh_project), config=cfg(fresh_project)) as index:
+        report = index.index_paths([fresh_project / "docs"])
+        assert (report.added, report.updated) in ((1, 0), (0, 1)), report.summary()
+        assert index.status(changes=True)["changes"]["default"]["stale"] is False
+
+
 def test_a_root_that_is_gone_makes_every_file_missing(fresh_project: Path) -> None:
     shutil.move(fresh_project / "docs", fresh_project / "moved")
     default = changes(fresh_project)["changes"]["default"]

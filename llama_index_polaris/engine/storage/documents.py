@@ -199,9 +199,11 @@ def text_batches(conn: Any, batch: int = 200) -> Iterator[tuple[str, list[tuple[
 
 def without_text(conn: Any) -> int:
     """How many documents have no stored text (their sections are rebuilt from chunks, ``NOT_EXACT``);
-    a failed document has nothing to rebuild and is not counted."""
+    a document with no chunks (failed, or new and cut off mid-run by a crash) has nothing to rebuild
+    and is not counted."""
     return execute(conn, "SELECT count(*) FROM documents d WHERE coalesce(d.status, '') <> 'failed' AND NOT EXISTS"
-                         " (SELECT 1 FROM document_texts t WHERE t.document_id = d.id)").fetchone()[0]
+                         " (SELECT 1 FROM document_texts t WHERE t.document_id = d.id)"
+                         " AND EXISTS (SELECT 1 FROM chunks c WHERE c.document_id = d.id)").fetchone()[0]
 
 
 def files_of(docs: Sequence[DocumentRecord]) -> dict[str, DocumentRecord]:
