@@ -198,3 +198,26 @@ async def test_datasette_says_what_a_bad_embedding_dim_is(built_handbook: Path, 
     assert response.status_code >= 400 and "not a vector size" in response.json()["error"], response.text
     page = await ds.client.get("/-/polaris", params={"q": "rotate an api key"})
     assert "not a vector size" in page.text and "Traceback" not in page.text
+
+
+def test_full_text_columns_that_are_not_polaris_s_run_nothing(built_handbook: Path, tmp_path: Path) -> None:
+    """The upgrade that merges the full-text index (migration 8) made SQL of chunks_fts's column
+    names as the file declares them: a quoted name can hold a statement's tail (a recursive query
+    hung `polaris status` at full CPU). The names must be Polaris's own pair; nothing is changed."""
+    path = copy_index(built_handbook, tmp_path)
+    conn = sqlite_module().connect(str(path))
+    for trigger in ("chunks_fts_ai", "chunks_fts_ad", "chunks_fts_au"):
+        conn.execute(f"DROP TRIGGER {trigger}")
+    conn.execute("DROP TABLE chunks_fts")
+    conn.execute("""CREATE VIRTUAL TABLE chunks_fts USING fts5("fts_heading_path) SELECT 1, 'injected' --",
+                    fts_heading_path, content="chunks", content_rowid='id',
+                    tokenize='porter unicode61 remove_diacritics 2')""")
+    conn.execute("PRAGMA user_version = 7")
+    conn.commit()
+    conn.close()
+    before = meta_and_version(path)
+    run = polaris(tmp_path, "status", "--db", str(path))
+    assert run.returncode != 0 and "full-text table chunks_fts has the columns" in run.stderr, run.stderr
+    with pytest.raises(DatabaseError, match="edited or damaged"):
+        PolarisIndex(str(path), config=load_config(use_user_config=False, model_id=MODEL))
+    assert meta_and_version(path) == before  # still schema 7: the migration rolled back

@@ -349,9 +349,19 @@ def purge_fts(conn: Any) -> None:
 
 
 def fts_columns(conn: Any) -> tuple[str, str]:
-    """The two columns chunks_fts indexes (``FTS_COLUMNS`` since migration 9)."""
-    names = [r[1] for r in conn.execute("PRAGMA table_info(chunks_fts)")]
-    return (names[0], names[1]) if len(names) >= 2 else FTS_COLUMNS
+    """The two columns chunks_fts indexes (``FTS_COLUMNS`` since migration 9, ``LEGACY_FTS_COLUMNS``
+    before). They are read from the file and become SQL, so they must be one of those two pairs: a
+    file whose table names other columns was edited by hand, and is refused (``DatabaseError``)."""
+    names = tuple(r[1] for r in conn.execute("PRAGMA table_info(chunks_fts)"))
+    if len(names) < 2:
+        return FTS_COLUMNS
+    if names[:2] not in (FTS_COLUMNS, LEGACY_FTS_COLUMNS):
+        raise DatabaseError(
+            f"this index's full-text table chunks_fts has the columns {list(names)!r}, not Polaris's"
+            f" {list(FTS_COLUMNS)!r}: the file was edited or damaged. Nothing was changed. Restore it from a"
+            " backup, or delete it and run `polaris index` again."
+        )
+    return names[0], names[1]
 
 
 def _migration_erase(conn: Any, fts_tokenizer: str) -> None:
