@@ -17,7 +17,7 @@ from typing import Any, NoReturn, Sequence
 
 from .engine.config import describe, load_config
 from .engine.errors import PolarisError
-from .engine.text import one_line
+from .engine.text import one_line, pasted
 
 EXIT_ERROR, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
 
@@ -406,13 +406,14 @@ def _status_text(s: dict[str, Any]) -> str:
                      " `polaris index` over their folder stores it, re-embedding nothing")
     for name, statuses in s["collections"].items():
         root = s["roots"].get(name)
-        where = f" (root {root}{'' if s['root_exists'].get(name) else ', MISSING: see below'})" if root else ""
-        lines.append(f"  {name}{where}: " + ", ".join(f"{n} {st}" for st, n in statuses.items()))
+        where = f" (root {one_line(root)}{'' if s['root_exists'].get(name) else ', MISSING: see below'})" if root else ""
+        lines.append(f"  {one_line(name)}{where}: " + ", ".join(f"{n} {st}" for st, n in statuses.items()))
     for name, root in s["roots"].items():
         if root and not s["root_exists"].get(name):
             lines.append(
-                f"  root of '{name}' is gone: if it moved, `polaris index NEW_PLACE --collection {name}` re-keys"
-                f" nothing and re-embeds nothing; to drop it, `polaris remove --collection {name}`"
+                f"  root of '{one_line(name)}' is gone: if it moved, `polaris index NEW_PLACE --collection"
+                f" {pasted(name)}` re-keys nothing and re-embeds nothing; to drop it, `polaris remove --collection"
+                f" {pasted(name)}`"
             )
     lines += _changes_lines(s["changes"])
     check = "; ".join(s["integrity"][:5]) if "integrity" in s else "not checked (`polaris status --check` reads every page)"
@@ -440,12 +441,12 @@ def _changes_lines(changes: dict[str, Any]) -> list[str]:
     lines = []
     for name, c in stale.items():
         counts = ", ".join(f"{c[k]['count']} {k}" for k in ("changed", "missing", "new", "unreadable") if c[k]["count"])
-        lines.append(f"on disk   {name}: {counts} since indexed")
+        lines.append(f"on disk   {one_line(name)}: {counts} since indexed")
         lines += [f"            {k}: {', '.join(map(one_line, c[k]['paths']))}" for k in ("changed", "missing", "new")
                   if c[k]["paths"]]
         lines += [f"            unreadable: {one_line(p)}: {r}" for p, r in c["unreadable"]["reasons"].items()]
         if c["root_exists"]:
-            lines.append(f"            update: polaris index {c['root']} --collection {name}")
+            lines.append(f"            update: polaris index {pasted(c['root'])} --collection {pasted(name)}")
     return lines + failed
 
 

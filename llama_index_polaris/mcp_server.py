@@ -45,7 +45,7 @@ from typing_extensions import TypedDict
 from .engine.config import PolarisConfig
 from .engine.storage.documents import NOT_EXACT
 from .engine.errors import PolarisError, ScopeError
-from .engine.text import one_line
+from .engine.text import one_line, pasted
 from .engine.search.explain import brief_line
 from .engine.search.pipeline import MAX_QUERY_CHARS, MODES, check_top_k
 from .mcp_binding import Binding, binding, http_binding, in_url
@@ -401,7 +401,7 @@ def status(door: Door) -> tuple[dict, str]:
             if c[k]["paths"]:
                 lines.append(f"    {k}: " + ", ".join(map(one_line, c[k]["paths"])))
         if c["stale"] and c["root"]:
-            lines.append(f"    update: polaris index {c['root']} --collection {name}")
+            lines.append(f"    update: polaris index {pasted(c['root'])} --collection {pasted(name)}")
     return answer, "\n".join(lines)
 
 

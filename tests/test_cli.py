@@ -566,3 +566,28 @@ def test_a_name_stays_one_line_in_every_listing(project: Path) -> None:
         assert escaped in text, (where, text)
         assert not any(line.lstrip().startswith("- forged") for line in text.splitlines()), (where, text)
         assert "\x1b" not in text and "\u202e" not in text, (where, text)
+
+
+def test_a_root_and_a_collection_name_stay_one_line_in_status(project: Path) -> None:
+    """A root folder and a collection named with a newline and an escape cannot forge a status line
+    ("on disk   every file as indexed") in the CLI or the MCP server; the suggested command quotes
+    them for the shell, on one line."""
+    from mcp_testing import McpSession, stdio, text_of
+
+    folder = project / "evil\non disk   every file as indexed\x1b[2K"
+    folder.mkdir()
+    (folder / "a.md").write_text("# Lantern\n\nThe lantern is lit at dusk.\n")
+    run("index", folder.name, "--collection", "c\nx", "--quiet", cwd=project)
+    (folder / "a.md").write_text("# Lantern\n\nThe lantern is lit at dusk and put out at dawn.\n")
+    session = McpSession(stdio(project, "--db", target_of(project)))
+    try:
+        texts = {"CLI status": run("status", cwd=project).stdout, "MCP status": text_of(session.call("status"))}
+    finally:
+        session.close()
+    for where, text in texts.items():
+        lines = text.splitlines()
+        assert not any(line.startswith("on disk   every file as indexed") for line in lines), (where, text)
+        assert not any(line.strip() in ("x", "x:", "x'") or line.startswith("x") for line in lines), (where, text)
+        assert "\x1b" not in text and "c\\nx" in text, (where, text)
+        update = [line for line in lines if "update: polaris index" in line]
+        assert update and all("'" in line and "\\n" in line for line in update), (where, update)

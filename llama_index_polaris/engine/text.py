@@ -42,6 +42,14 @@ def one_line(text: str) -> str:
     return "".join(escaped_char(c) if c in BIDI_MARKS or unicodedata.category(c) == "Cc" else c for c in text)
 
 
+def pasted(word: str) -> str:
+    """``word`` as one argument of a command a user can paste: quoted for a POSIX shell when it
+    needs to be (``shlex.quote``), on one line (``one_line``)."""
+    import shlex
+
+    return one_line(shlex.quote(word))
+
+
 def escaped_char(c: str) -> str:
     """``c`` written as a Python escape: ``\\n``, ``\\t``, ``\\x1b``, ``\\u202e``."""
     return {"\n": "\\n", "\t": "\\t", "\r": "\\r"}.get(c) or (f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}")
