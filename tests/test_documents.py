@@ -385,6 +385,21 @@ def test_a_new_document_cut_off_mid_run_is_not_said_to_lack_its_text(fresh_proje
         assert index.status(changes=True)["changes"]["default"]["stale"] is False
 
 
+def test_a_root_that_became_a_symlink_is_read_where_it_points(fresh_project: Path) -> None:
+    """``mv docs docs2; ln -s docs2 docs``: status crashed (a file under docs2 is not under docs) and
+    `polaris index docs` refused docs2 as outside the root. The root is now walked where it points,
+    and indexing it moves the recorded root there, re-embedding nothing."""
+    shutil.move(fresh_project / "docs", fresh_project / "docs2")
+    (fresh_project / "docs").symlink_to(fresh_project / "docs2")
+    default = changes(fresh_project)["changes"]["default"]
+    assert (default["stale"], default["files"], default["new"]["count"]) == (False, 2, 0), default
+    with PolarisIndex(target_of(fresh_project), config=cfg(fresh_project)) as index:
+        report = index.index_paths([fresh_project / "docs"])
+    assert (report.added, report.updated, report.removed, report.chunks_embedded) == (0, 0, 0, 0), report.summary()
+    status = changes(fresh_project)
+    assert status["roots"]["default"] == str(fresh_project / "docs2") and status["stale"] is False, status
+
+
 def test_a_root_that_is_gone_makes_every_file_missing(fresh_project: Path) -> None:
     shutil.move(fresh_project / "docs", fresh_project / "moved")
     default = changes(fresh_project)["changes"]["default"]

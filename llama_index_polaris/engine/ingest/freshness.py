@@ -34,7 +34,7 @@ from typing import Any, Iterable
 from ..config import PolarisConfig
 from ..errors import InputError
 from .indexer import document_hash, unprefixed
-from .sources import on_disk, read_source, walk
+from .sources import on_disk, read_source, real_folder, walk
 from ..storage import Storage
 from ..storage.records import DocumentRecord
 
@@ -96,7 +96,8 @@ class Freshness:
             if reason:
                 out.reasons[relpath] = reason
         if out.root_exists:
-            found = walk([root], Path(root), self.config.follow_symlinks)
+            real = real_folder(Path(root))  # a root that became a symlink is walked where it points
+            found = walk([real], real, self.config.follow_symlinks)
             out.new = [f.relpath for f in found.files if f.relpath not in files]
         return out
 

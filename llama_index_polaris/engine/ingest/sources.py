@@ -133,6 +133,9 @@ def plan_root(recorded: str | None, paths: Sequence[str | os.PathLike[str]], col
     old = Path(recorded)
     if folder == old or folder.is_relative_to(old):
         return RootPlan(old)
+    real = real_folder(old)
+    if real != old and (folder == real or folder.is_relative_to(real)):  # the root is now a symlink to its files
+        return RootPlan(real, old, "moved")
     if old.is_relative_to(folder):
         return RootPlan(folder, old, "widened")
     if not old.exists():
@@ -142,6 +145,15 @@ def plan_root(recorded: str | None, paths: Sequence[str | os.PathLike[str]], col
         f" of its own (`--collection NAME`), or name both folders in one run (`polaris index {old} {folder}`)"
         " to widen the root to their common folder."
     )
+
+
+def real_folder(folder: Path) -> Path:
+    """``folder`` with its symlinks resolved (where a walk of it reads files), or as it is when it
+    cannot be resolved."""
+    try:
+        return folder.resolve()
+    except (OSError, RuntimeError):  # a loop
+        return folder
 
 
 def root_of(location: str, relpath: str) -> Path | None:
