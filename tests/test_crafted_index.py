@@ -152,7 +152,7 @@ def set_dim(target: str, value: str | None) -> None:
     conn.close()
 
 
-@pytest.mark.parametrize("value", ["abc", "0", "-384", "3.5", None])
+@pytest.mark.parametrize("value", ["abc", "0", "-384", "3.5", "99999999999999999999", None])
 def test_a_bad_embedding_dim_is_a_clear_error_in_every_door(damaged: dict, value: str | None) -> None:
     from llama_index_polaris import PolarisEmbedding, PolarisRetriever, PolarisVectorStore
     from mcp_testing import McpSession, stdio, text_of

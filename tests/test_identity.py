@@ -209,7 +209,7 @@ def test_a_symlinked_folder_is_said_skipped_and_a_loop_says_so(tmp_path: Path, o
     report = index.index_paths([docs])
     skipped = dict(report.skipped)
     assert set(skipped) == {"shared/", "loop1.md", "loop2.md"}, skipped
-    assert "symlinked folder, not followed" in skipped["shared/"]
+    assert "symlinked folder, which a walk does not enter" in skipped["shared/"]
     assert "symbolic links" in skipped["loop1.md"]
     assert not any(path.startswith("shared") for path, _ in report.ignored)
     assert set(docs_of(index)) == set(FILES) and searchable(index, "lighthouse beacon") == []

@@ -81,7 +81,7 @@ IGNORE_RULES = {
     "extension": f"not a file type Polaris indexes: {', '.join(EXTENSIONS)}",
     "gitignore": "matched by a .gitignore",
     "hidden": "hidden: the name starts with a dot",
-    "symlink": "a symlinked folder, not followed (no loops): name the folder it points to to index it",
+    "symlink": "a symlinked folder, which a walk does not enter (a link can loop); to index its files, name the folder it points to",
 }
 
 

@@ -108,15 +108,18 @@ class ModelBinding:
     query_prefix: str = ""
 
 
+MAX_DIM = 65_536  # no embedding model's vectors are longer (the largest in use are a few thousand)
+
+
 def recorded_dim(meta: dict[str, Any]) -> int:
     """The vector size an index's ``polaris_meta`` records (``embedding_dim``); DatabaseError when
-    that row is missing or not a whole number from 1 up (a file edited or damaged by hand)."""
+    that row is missing or not a whole number from 1 to ``MAX_DIM`` (a file edited or damaged by hand)."""
     value = meta.get("embedding_dim")
     try:
         dim = int(str(value).strip())
     except ValueError:
         dim = 0
-    if dim < 1 or isinstance(value, (bool, float)):
+    if not 1 <= dim <= MAX_DIM or isinstance(value, (bool, float)):
         held = "no embedding_dim" if value is None else f"embedding_dim = {value!r}, not a vector size"
         raise DatabaseError(
             f"this index's polaris_meta records the model {meta.get('model_id')!r} but {held}: the file was"
