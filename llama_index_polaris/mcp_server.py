@@ -31,6 +31,7 @@ import re
 import socket
 import sys
 import threading
+from pathlib import Path
 from dataclasses import asdict
 from typing import Annotated, Any, Callable, Optional, Sequence
 from urllib.parse import quote
@@ -254,6 +255,19 @@ class Door:
         agents fill optional arguments with "", and every tool reads it alike."""
         return collection if collection else self.collection
 
+    def may_index(self, root: str) -> bool:
+        """Whether a client's ``reindex`` may walk ``root``: a folder under this server's working
+        folder or under the folder holding its index file (resolved, so a symlink cannot lead out).
+        An index file records its collections' roots, and a file from elsewhere could name any."""
+        from .engine.ingest.sources import real_folder
+        from .engine.storage import is_server_uri
+
+        target = real_folder(Path(root))
+        homes = [real_folder(Path.cwd())]
+        if not is_server_uri(str(self.config.db_path)):
+            homes.append(real_folder(Path(self.config.db_path).absolute().parent))
+        return any(target == home or target.is_relative_to(home) for home in homes)
+
     def on_disk(self, document_id: str) -> str | None:
         """The freshness of one document's file (None: not a file under a root)."""
         index = self.index
@@ -414,6 +428,13 @@ def reindex(door: Door, collection: str | None) -> tuple[dict, str]:
     root = index.store.collection_root(name)
     if root is None:
         raise InputError(f"collection '{name}' has no folder to index (its documents came through the LlamaIndex store).")
+    if not door.may_index(root):
+        raise InputError(
+            f"collection '{one_line(name)}' has its folder at {one_line(root)}, outside this server's working folder"
+            f" and the index's folder: an index file records its roots, and a client's call does not get to index a"
+            f" folder nobody named on this machine. Index it yourself: polaris index {pasted(root)} --collection"
+            f" {pasted(name)}, or start the server in a folder that holds it."
+        )
     report = index.index_paths([root], collection=name)
     data = {k: (v[:20] if isinstance(v, list) else v) for k, v in vars(report).items()}
     answer = {"collection": name, "root": root, "summary": report.summary(), "report": json.loads(json.dumps(data))}

@@ -576,6 +576,63 @@ def test_reindex_is_offered_only_with_allow_writes(tmp_path: Path, backend_targe
         writer.close()
 
 
+def set_root(target: str, root: str) -> None:
+    """The default collection's recorded root, written as a file from elsewhere could hold it."""
+    if "://" in target:
+        import psycopg
+
+        with psycopg.connect(target, autocommit=True) as conn:
+            conn.execute("UPDATE collections SET root = %s WHERE name = 'default'", (root,))
+        return
+    from llama_index_polaris.engine.sqlite_module import sqlite_module
+
+    conn = sqlite_module().connect(target)
+    conn.execute("UPDATE collections SET root = ? WHERE name = 'default'", (root,))
+    conn.commit()
+    conn.close()
+
+
+def test_reindex_walks_only_a_folder_this_machine_named(tmp_path: Path, backend_target: str) -> None:
+    """An index file records its collections' roots, and a file from elsewhere could name any folder
+    (``/``, a home folder): a client's ``reindex`` walks a root only under the server's working folder
+    or the index file's folder (resolved: a symlink inside cannot lead out). Elsewhere it is refused,
+    saying what a person runs instead, and nothing is read or written."""
+    server, elsewhere = tmp_path / "server", tmp_path / "elsewhere"
+    for name, text in FILES["docs"].items():
+        (elsewhere / "docs" / name).parent.mkdir(parents=True, exist_ok=True)
+        (elsewhere / "docs" / name).write_text(text)
+    server.mkdir()
+    target = backend_target if "://" in backend_target else str(server / "polaris.db")
+    (server / "polaris.toml").write_text(project_toml(target, MODEL))
+    with PolarisIndex(target, config=cfg(server)) as index:
+        index.index_paths([elsewhere / "docs"])
+    (elsewhere / "docs/guide/sessions.md").write_text(SESSIONS + "\n## Sharing\n\nNever shared between devices.\n")
+    writer = McpSession(stdio(server, "--allow-writes"))
+    try:
+        refused = writer.call("reindex", {})
+        assert refused.is_error and "outside this server's working folder" in text_of(refused), text_of(refused)
+        assert f"polaris index {elsewhere / 'docs'} --collection default" in text_of(refused)
+        assert writer.call("status").structured_content["changes"]["default"]["changed"]["paths"] == [
+            "guide/sessions.md"]  # nothing was indexed
+    finally:
+        writer.close()
+    (server / "link").symlink_to(elsewhere)  # a root recorded through a symlink in the working folder
+    set_root(target, str(server / "link" / "docs"))
+    writer = McpSession(stdio(server, "--allow-writes"))
+    try:
+        refused = writer.call("reindex", {})
+        assert refused.is_error and "outside this server's working folder" in text_of(refused), text_of(refused)
+    finally:
+        writer.close()
+    set_root(target, str(elsewhere / "docs"))
+    moved = McpSession(stdio(elsewhere, "--allow-writes", "--db", target))  # a server started where the files are
+    try:
+        done = moved.call("reindex", {})
+        assert not done.is_error and done.structured_content["report"]["updated"] == 1, text_of(done)
+    finally:
+        moved.close()
+
+
 def test_an_index_that_is_not_there_yet_is_an_error_of_each_call_until_it_is(tmp_path: Path,
                                                                             backend_target: str) -> None:
     from llama_index_polaris.engine.postgres.connect import shown
