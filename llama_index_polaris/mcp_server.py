@@ -256,16 +256,22 @@ class Door:
         return collection if collection else self.collection
 
     def may_index(self, root: str) -> bool:
-        """Whether a client's ``reindex`` may walk ``root``: a folder under this server's working
-        folder or under the folder holding its index file (resolved, so a symlink cannot lead out).
-        An index file records its collections' roots, and a file from elsewhere could name any."""
+        """Whether a client's ``reindex`` may walk ``root``: a folder under the index file's folder,
+        under the folder of a polaris.toml the server's config came from, or under the folder the
+        server started in unless that is ``/`` or the home folder (where a client often starts it).
+        Resolved, so a symlink cannot lead out. An index file records its collections' roots, and a
+        file from elsewhere could name any folder."""
         from .engine.ingest.sources import real_folder
         from .engine.storage import is_server_uri
 
         target = real_folder(Path(root))
-        homes = [real_folder(Path.cwd())]
+        homes = [real_folder(Path(source).absolute().parent) for source in set(self.config.sources.values())
+                 if source.endswith(".toml")]
         if not is_server_uri(str(self.config.db_path)):
             homes.append(real_folder(Path(self.config.db_path).absolute().parent))
+        start = real_folder(Path.cwd())
+        if start not in (real_folder(Path(start.anchor)), real_folder(Path.home())):
+            homes.append(start)
         return any(target == home or target.is_relative_to(home) for home in homes)
 
     def on_disk(self, document_id: str) -> str | None:
@@ -430,10 +436,11 @@ def reindex(door: Door, collection: str | None) -> tuple[dict, str]:
         raise InputError(f"collection '{name}' has no folder to index (its documents came through the LlamaIndex store).")
     if not door.may_index(root):
         raise InputError(
-            f"collection '{one_line(name)}' has its folder at {one_line(root)}, outside this server's working folder"
-            f" and the index's folder: an index file records its roots, and a client's call does not get to index a"
-            f" folder nobody named on this machine. Index it yourself: polaris index {pasted(root)} --collection"
-            f" {pasted(name)}, or start the server in a folder that holds it."
+            f"collection '{one_line(name)}' has its folder at {one_line(root)}, outside this server's working folder,"
+            f" the index file's folder and its polaris.toml's: an index file records its roots, and a client's call"
+            f" does not get to index a folder nobody named on this machine. Index it yourself: polaris index"
+            f" {pasted(root)} --collection {pasted(name)}, or start the server in a folder that holds it (not / or"
+            f" your home folder)."
         )
     report = index.index_paths([root], collection=name)
     data = {k: (v[:20] if isinstance(v, list) else v) for k, v in vars(report).items()}

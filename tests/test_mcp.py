@@ -625,6 +625,16 @@ def test_reindex_walks_only_a_folder_this_machine_named(tmp_path: Path, backend_
     finally:
         writer.close()
     set_root(target, str(elsewhere / "docs"))
+    from mcp.client.stdio import StdioServerParameters
+
+    at_root = StdioServerParameters(command=POLARIS, args=["mcp", "--allow-writes", "--db", target], cwd="/",
+                                    env={**environment(server), "XDG_CONFIG_HOME": str(server / ".xdg")})
+    started_at_root = McpSession(at_root)  # a client may start the server in /: that is no folder anybody named
+    try:
+        refused = started_at_root.call("reindex", {})
+        assert refused.is_error and "outside this server's working folder" in text_of(refused), text_of(refused)
+    finally:
+        started_at_root.close()
     moved = McpSession(stdio(elsewhere, "--allow-writes", "--db", target))  # a server started where the files are
     try:
         done = moved.call("reindex", {})
