@@ -221,3 +221,43 @@ def test_full_text_columns_that_are_not_polaris_s_run_nothing(built_handbook: Pa
     with pytest.raises(DatabaseError, match="edited or damaged"):
         PolarisIndex(str(path), config=load_config(use_user_config=False, model_id=MODEL))
     assert meta_and_version(path) == before  # still schema 7: the migration rolled back
+
+
+def test_a_view_in_place_of_a_polaris_table_is_refused_by_every_door(built_handbook: Path, tmp_path: Path) -> None:
+    """A file whose ``collections`` table was renamed and replaced by a view runs the view's query in
+    whatever reads it (a recursive one hung `polaris status` at full CPU, no upgrade needed). A view
+    that takes the name of one of Polaris's tables is refused on open, in every door; a view of
+    another name (a Datasette user's own) is left alone."""
+    from llama_index_polaris import PolarisVectorStore
+    from llama_index_polaris.engine.sqlite.connect import connect
+
+    shutil.copytree(REPO / "examples" / "handbook", tmp_path / "handbook")
+    path = copy_index(built_handbook, tmp_path)
+    conn = connect(path)
+    conn.execute("CREATE VIEW my_documents AS SELECT path FROM documents")  # a user's own view: fine
+    conn.commit()
+    conn.close()
+    assert json.loads(polaris(tmp_path, "search", "rotate an api key", "--json", "--db", str(path)).stdout)
+    conn = connect(path)
+    conn.execute("ALTER TABLE collections RENAME TO collections_kept")
+    conn.execute("CREATE VIEW collections AS SELECT 'default' AS name, '/' AS root")
+    conn.commit()
+    conn.close()
+    for args in (("status",), ("search", "rotate an api key", "--json"), ("index", "handbook")):
+        run = polaris(tmp_path, *args, "--db", str(path))
+        assert run.returncode != 0 and "collections is a view, not Polaris's table" in run.stdout + run.stderr, (args, run)
+    for readonly in (True, False):
+        with pytest.raises(DatabaseError, match="is a view"):
+            PolarisIndex(str(path), config=load_config(use_user_config=False, model_id=MODEL), readonly=readonly)
+    with pytest.raises(DatabaseError, match="is a view"):
+        PolarisVectorStore(db_path=str(path))
+    import asyncio
+
+    from datasette.app import Datasette
+
+    async def page() -> tuple[int, str]:
+        response = await Datasette([str(path)]).client.get("/-/polaris.json", params={"q": "rotate an api key"})
+        return response.status_code, response.json()["error"]
+
+    status, error = asyncio.run(page())
+    assert status >= 400 and "collections is a view" in error, (status, error)

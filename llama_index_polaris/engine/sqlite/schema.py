@@ -599,6 +599,25 @@ def refuse_foreign_tables(conn: Any, where: str = "this SQLite file") -> None:
         )
 
 
+OWN_TABLES = ("polaris_meta", "documents", "collections", "document_texts", "chunks", "chunks_fts", "chunks_vec",
+              "chunks_bits", "chunks_bm25", "chunks_bm25_terms", "chunks_bm25_lengths", "chunks_bm25_dirty")
+
+
+def refuse_views_of_own_tables(conn: Any) -> None:
+    """DatabaseError when one of Polaris's table names is a view: a file whose table was renamed
+    and replaced by a view (over an endless recursive query, say) would run the view's query in
+    every door that reads it. Views of other names (a Datasette user's own) are left alone."""
+    marks = ", ".join("?" * len(OWN_TABLES))
+    views = [r[0] for r in conn.execute(
+        f"SELECT name FROM sqlite_master WHERE type = 'view' AND name IN ({marks}) ORDER BY name", OWN_TABLES)]
+    if views:
+        raise DatabaseError(
+            f"this index's {', '.join(views)} {'is a view' if len(views) == 1 else 'are views'}, not Polaris's"
+            " table: the file was edited or damaged. Nothing was read or changed. Restore it from a backup, or"
+            " delete it and run `polaris index` again."
+        )
+
+
 class transaction:
     """``with transaction(conn):`` BEGIN IMMEDIATE ... COMMIT, ROLLBACK on error.
 

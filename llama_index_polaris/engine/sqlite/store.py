@@ -30,7 +30,8 @@ from typing import Any, Iterator
 
 from .. import sqlite as db
 from ..storage import vectors as vectors_module
-from .schema import SECURE_FTS_SQLITE, fts_is_secure, get_meta, has_table, purge_fts, sqlite_version, transaction
+from .schema import (SECURE_FTS_SQLITE, fts_is_secure, get_meta, has_table, purge_fts, refuse_views_of_own_tables,
+                     sqlite_version, transaction)
 from ..config import SETTINGS_BY_NAME
 from ..storage.records import (  # noqa: F401  (the records are the contract's; names kept importable from here)
     DEFAULT_COLLECTION, UNKNOWN_MODEL, ChunkRecord, DocumentRecord, ModelBinding, _check_unique, _check_unique_across, check_committable,
@@ -86,6 +87,7 @@ class Store(Documents, Collections, Binding, SearchReads, Copying):
                 raise ConfigError(f"'fts_tokenizer' {problem}, got {fts_tokenizer!r}.")
         self.conn = db.connect(path, readonly=readonly)
         try:
+            refuse_views_of_own_tables(self.conn)
             if readonly:
                 self._check_readable()
             else:
