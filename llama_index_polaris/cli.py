@@ -12,7 +12,6 @@ import gc
 import json
 import os
 import sys
-import unicodedata
 from typing import Any, NoReturn, Sequence
 
 from .engine.config import describe, load_config
@@ -259,12 +258,9 @@ def shown(text: str) -> str:
     """``text`` safe to print on a terminal: every control character but newline and tab, and the
     marks that reorder text, written as escapes (``\\x1b``), so a document cannot recolour the
     output, retitle the window or clear the screen."""
-    from .engine.text import BIDI_MARKS, escaped_char
+    from .engine.text import escaped_controls
 
-    if text.isprintable() and not BIDI_MARKS.intersection(text):
-        return text
-    return "".join(escaped_char(c) if c in BIDI_MARKS or (c not in "\n\t" and unicodedata.category(c) == "Cc") else c
-                   for c in text)
+    return escaped_controls(text, keep="\n\t")
 
 
 def _hit_text(hit: Any, query: str, color: bool, explain: bool, marker: Any = None) -> str:

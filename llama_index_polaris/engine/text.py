@@ -37,9 +37,16 @@ def one_line(text: str) -> str:
     character, newline and tab included, and every mark that reorders text, written as an escape
     (``\\n``, ``\\x1b``, ``\\u202e``). A listing of names cannot gain a line a name made up, nor be
     recoloured or reversed, on a terminal or in an agent's text."""
-    if text.isprintable() and not BIDI_MARKS.intersection(text):
+    return escaped_controls(text)
+
+
+def escaped_controls(text: str, keep: str = "") -> str:
+    """``text`` with every control character but those in ``keep``, and every mark that reorders
+    text, written as an escape (``escaped_char``)."""
+    if text.isprintable():  # no control character, no reordering mark (a format character)
         return text
-    return "".join(escaped_char(c) if c in BIDI_MARKS or unicodedata.category(c) == "Cc" else c for c in text)
+    return "".join(escaped_char(c) if c in BIDI_MARKS or (c not in keep and unicodedata.category(c) == "Cc") else c
+                   for c in text)
 
 
 def pasted(word: str) -> str:

@@ -69,9 +69,10 @@ class Binding:
                 if "model_id" in meta:
                     self.check_model(proven)
                 return True
-            if recorded_dim(meta) != proven.dim:
+            dim = recorded_dim(meta)
+            if dim != proven.dim:
                 raise ModelMismatchError(unknown_model_message(
-                    ModelBinding(UNKNOWN_MODEL, recorded_dim(meta)), proven, self.path))
+                    ModelBinding(UNKNOWN_MODEL, dim), proven, self.path))
             self._set_meta(conn, model_id=proven.model_id, model_fingerprint=proven.fingerprint,
                            doc_prefix=proven.doc_prefix, query_prefix=proven.query_prefix)
         return True

@@ -81,8 +81,9 @@ class Binding:
             if "model_id" in meta:
                 self.check_model(proven)
             return
-        if recorded_dim(meta) != proven.dim:
-            raise ModelMismatchError(unknown_model_message(ModelBinding(UNKNOWN_MODEL, recorded_dim(meta)),
+        dim = recorded_dim(meta)
+        if dim != proven.dim:
+            raise ModelMismatchError(unknown_model_message(ModelBinding(UNKNOWN_MODEL, dim),
                                                            proven, self.path))
         set_meta(conn, model_id=proven.model_id, model_fingerprint=proven.fingerprint,
                  doc_prefix=proven.doc_prefix, query_prefix=proven.query_prefix)
