@@ -57,6 +57,23 @@ def test_a_text_only_index_is_read_by_keywords_in_every_door(text_only: str, tmp
     finally:
         store.close()
     assert expected and expected[0] == "ferry"
+    from llama_index.core import VectorStoreIndex
+
+    from llama_index_polaris import PolarisEmbedding, PolarisRetriever
+
+    embed = PolarisEmbedding(model_id="all-minilm-l6-v2")  # a retriever embeds the question whatever the store holds
+    store = PolarisVectorStore(db_path=text_only)
+    try:
+        index = VectorStoreIndex.from_vector_store(store, embed_model=embed)
+        retrievers = {"PolarisRetriever": PolarisRetriever(vector_store=store, embed_model=embed, similarity_top_k=3),
+                      "as_retriever()": index.as_retriever(similarity_top_k=3),
+                      **{m: index.as_retriever(similarity_top_k=3, vector_store_query_mode=m) for m in ("hybrid", "text_search")}}
+        for name, retriever in retrievers.items():  # as_retriever() raised SQLite's "no such table: chunks_vec"
+            assert [n.node.node_id for n in retriever.retrieve("harbour ferry")] == expected, name
+        with pytest.raises(DatabaseError, match="no vectors to search by meaning"):
+            index.as_retriever(similarity_top_k=3, vector_store_query_mode="mmr").retrieve("harbour ferry")
+    finally:
+        store.close()
     with PolarisIndex(text_only, config=load_config(use_user_config=False), readonly=True) as index:
         for mode in ("bm25", "hybrid"):
             assert [h.node_id for h in index.search("harbour ferry", mode=mode, top_k=3)] == expected, mode
@@ -94,5 +111,11 @@ async def test_datasette_reads_a_text_only_file_by_keywords(tmp_path: Path) -> N
     for mode in ("bm25", "hybrid"):
         found = await ds.client.get("/-/polaris.json", params={"q": "harbour ferry", "mode": mode})
         assert found.status_code == 200 and found.json()["hits"][0]["document"] == "ferry", found.text
+    page = await ds.client.get("/-/polaris", params={"q": "harbour ferry", "mode": "hybrid"})
+    assert page.status_code == 200 and 'class="polaris-hit"' in page.text and "leaves at noon" in page.text, page.text
+    name = ds.get_database().name
+    sql = "select json_extract(polaris_search(:q, 3, '{\"mode\": \"hybrid\"}'), '$[0].node_id') as first"
+    first = await ds.client.get(f"/{name}.json", params={"sql": sql, "q": "harbour ferry", "_shape": "array"})
+    assert first.json()[0]["first"] == "ferry", first.text
     refused = await ds.client.get("/-/polaris.json", params={"q": "harbour ferry", "mode": "vector"})
     assert refused.status_code >= 400 and "no vectors to search by meaning" in refused.json()["error"], refused.text

@@ -230,6 +230,8 @@ class Searcher:
         lam = _check_lambda(self.config.mmr_lambda if mmr_lambda is None else mmr_lambda)
         weights = _alpha_weights(alpha)
         k = clamp_top_k(top_k, self.config.top_k, max_top_k or self.max_top_k)
+        if query_vector is not None and self.store.model is None:
+            query_vector = None  # text alone: no stored vector to compare it with (a LlamaIndex retriever embeds anyway)
         if query_vector is not None:
             query_vector = self._check_vector(query_vector)
         with self.store.read():  # a scope naming what the index lacks is refused, even for no query
