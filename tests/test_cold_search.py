@@ -30,7 +30,9 @@ NOT_NEEDED = ("llama_index", "datasette", "mcp", "markdown_it", "yaml", "tqdm", 
               "urllib.request", "http.client", "ssl", "socket", "email",
               "llama_index_polaris.engine.chunk", "llama_index_polaris.engine.ingest.indexer",
               "llama_index_polaris.engine.ingest.watch", "llama_index_polaris.engine.sqlite.bits",
-              "llama_index_polaris.engine.sqlite.bm25_cache")
+              "llama_index_polaris.engine.sqlite.bm25_cache",
+              # loaded where they are used: OpenSSL's hashes, HTML, suggestions, PostgreSQL's numbers, threads
+              "hashlib", "html", "difflib", "decimal", "concurrent.futures")
 
 SEARCH = """
 import io, json, sys, contextlib
@@ -188,3 +190,12 @@ def test_search_hits_are_the_same_cold_and_long_lived(built_handbook: Path, tmp_
             warm = index.search(query)
             assert [h["node_id"] for h in cold] == [h.node_id for h in warm]
             assert [round(h["score"], 4) for h in cold] == [round(h.score, 4) for h in warm]
+
+
+def test_sqlite_vec_is_loaded_from_where_its_package_says() -> None:
+    """``connect.vec0_path`` finds the extension without importing sqlite_vec (which imports sqlite3)."""
+    import sqlite_vec
+
+    from llama_index_polaris.engine.sqlite.connect import vec0_path
+
+    assert vec0_path() == sqlite_vec.loadable_path()

@@ -9,7 +9,6 @@ before any model or database is opened.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import math
 import os
 import sys
@@ -239,7 +238,9 @@ def _validated(values: Mapping[str, Any], source: str) -> dict[str, Any]:
         if setting is None and key in REMOVED:
             raise ConfigError(f"{source}: '{key}' is no longer a setting: {REMOVED[key]}.")
         if setting is None:
-            close = difflib.get_close_matches(key, SETTINGS_BY_NAME, n=1)
+            from difflib import get_close_matches
+
+            close = get_close_matches(key, SETTINGS_BY_NAME, n=1)
             hint = f"; did you mean '{close[0]}'?" if close else "."
             valid = ", ".join(SETTINGS_BY_NAME)
             raise ConfigError(f"{source}: unknown key '{key}'{hint} Valid keys: {valid}.")

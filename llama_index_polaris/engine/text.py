@@ -123,3 +123,11 @@ def clean_text(text: str) -> str:
         return text
     except UnicodeEncodeError:
         return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+def html_escape(text: str) -> str:
+    """``html.escape`` (quotes too), imported on first use: a search that shows no HTML never
+    loads html.entities."""
+    from html import escape
+
+    return escape(text)

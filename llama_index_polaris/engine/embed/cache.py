@@ -11,7 +11,6 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -79,6 +78,8 @@ def resolve(spec: ModelSpec, model_dir: str | os.PathLike[str] | None = None, *,
 def remove_cache_entry(spec: ModelSpec, files: ModelFiles | None = None) -> None:
     """Delete the model's user-global cache directory (after corruption was found), and
     ``files`` too when they were downloaded into the hub cache."""
+    import shutil
+
     shutil.rmtree(model_cache_dir(spec), ignore_errors=True)
     if files is not None and files.source == "download":
         from .download import remove_hub_file

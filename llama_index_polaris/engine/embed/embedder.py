@@ -15,7 +15,7 @@ import numpy as np
 from ..words.blobs import readable
 from ..errors import ConfigError, ModelError
 from ..text import clean_text, nfc
-from . import cache
+from . import cache, wordpiece
 from .fingerprint import file_sha256
 from .pooling import finish
 from .registry import ModelSpec, get_model_spec
@@ -63,6 +63,7 @@ class Embedder:
         self._lock = threading.Lock()
         self._session: Session | None = None
         self._tokenizers: Tokenizers | None = None
+        self._wordpiece: wordpiece.QueryTokenizer | None | bool = False  # False: not looked for yet
         self._fingerprint: str | None = None
         self._model_key = (os.path.realpath(files.onnx), self.dim)  # what makes two Embedders' vectors equal
 
@@ -90,7 +91,10 @@ class Embedder:
     def known_share(self, text: str) -> float:
         """Share of ``text``'s tokens the model knows (``Tokenizers.known_share``): how much of a
         query its vector can carry (the bundled MiniLM knows 244 Chinese characters)."""
-        return self._tokenizers_loaded().known_share(nfc(text))
+        text = nfc(text)
+        fast = self._query_tokenizer()
+        share = fast.known_share(text) if fast is not None else None
+        return share if share is not None else self._tokenizers_loaded().known_share(text)
 
     @functools.cached_property
     def token_counter(self) -> "TokenCounter":
@@ -114,28 +118,34 @@ class Embedder:
             if vector is not None:
                 _RECENT_QUERIES.move_to_end(key)
                 return vector.copy()
-        vector = self._embed([text], self.spec.query_prefix)[0]
+        vector = self._embed([text], self.spec.query_prefix, query=True)[0]
         with _RECENT_LOCK:
             _RECENT_QUERIES[key] = vector
             while len(_RECENT_QUERIES) > RECENT_QUERIES:
                 _RECENT_QUERIES.popitem(last=False)
         return vector.copy()
 
-    def _embed(self, texts: Iterable[str], prefix: str) -> np.ndarray:
+    def _embed(self, texts: Iterable[str], prefix: str, *, query: bool = False) -> np.ndarray:
         if isinstance(texts, str):
             raise TypeError("embed_documents takes a sequence of texts, not one string")
         texts = list(texts)
         out = np.empty((len(texts), self.dim), dtype=np.float32)
         if not texts:
             return out
-        tok = self._tokenizers_loaded()
+        prepared = [prefix + clean_text(nfc(t)) for t in texts]
+        fast = self._query_tokenizer() if query else None
+        encoded = fast.encode(prepared[0]) if fast is not None and len(prepared) == 1 else None
+        if encoded is not None:  # an ASCII query: the same ids without parsing tokenizer.json
+            encodings, pad_id = [encoded], 0
+        else:
+            tok = self._tokenizers_loaded()
+            encodings, pad_id = tok.encoder.encode_batch(prepared, add_special_tokens=True), tok.pad_id
         session = self._session_loaded()
-        encodings = tok.encoder.encode_batch([prefix + clean_text(nfc(t)) for t in texts], add_special_tokens=True)
         for text, enc in zip(texts, encodings):
             if enc.overflowing:
                 log.debug("text of %d chars truncated to the %d-token window of %s", len(text), self.spec.window, self.model_id)
         for index in plan_batches([len(e.ids) for e in encodings], self.batch_size):
-            feeds = pad_batch([encodings[i] for i in index], tok.pad_id)
+            feeds = pad_batch([encodings[i] for i in index], pad_id)
             hidden = session.session.run([session.output], {k: v for k, v in feeds.items() if k in session.inputs})[0]
             out[index] = finish(
                 hidden, feeds["attention_mask"], pooling=self.spec.pooling, use_layer_norm=self.spec.layer_norm, dim=self.dim
@@ -146,8 +156,19 @@ class Embedder:
         if self._tokenizers is None:
             with self._lock:
                 if self._tokenizers is None:
-                    self._tokenizers = self._guarded(_shared, load_tokenizers, self.files.tokenizer, self.spec.window)
+                    self._tokenizers = self._guarded(_shared, _tokenizers_and_wordpiece, self.files.tokenizer, self.spec.window)
         return self._tokenizers
+
+    def _query_tokenizer(self) -> "wordpiece.QueryTokenizer | None":
+        """The tokenizer's ASCII query path (``wordpiece``) from the user cache; None without one."""
+        if self._wordpiece is False:
+            with self._lock:
+                if self._wordpiece is False:
+                    try:
+                        self._wordpiece = _shared(_cached_wordpiece, self.files.tokenizer, self.spec.window)
+                    except ModelError:  # an unreadable tokenizer.json: the real one says so
+                        self._wordpiece = None
+        return self._wordpiece  # type: ignore[return-value]
 
     def _session_loaded(self) -> Session:
         if self._session is None:
@@ -188,6 +209,26 @@ _EMBEDDERS: dict[tuple, Embedder] = {}
 _EMBEDDERS_LOCK = threading.Lock()
 _LOADED: dict[tuple, object] = {}  # sessions and tokenizers, shared by Embedders of one file
 _LOADED_LOCK = threading.Lock()
+
+
+def _tokenizers_and_wordpiece(path: Path, window: int) -> Tokenizers:
+    """``load_tokenizers``, and the query path derived from it kept in the cache if it is not yet
+    (or was damaged)."""
+    tok = load_tokenizers(path, window)
+    try:
+        sha = file_sha256(path)
+        if wordpiece.load(sha, window) is None:  # none yet, or one damaged: write it (again)
+            wordpiece.save(sha, tok.source, tok.encoder, window)
+    except OSError as exc:  # the cache cannot be read or written: tokenizers does every query
+        log.debug("no query tokenizer for %s: %s", path, exc)
+    return tok
+
+
+def _cached_wordpiece(path: Path, window: int) -> "wordpiece.QueryTokenizer | None":
+    try:
+        return wordpiece.load(file_sha256(path), window)
+    except OSError:
+        return None
 
 
 def _shared(load, path: Path, setting):

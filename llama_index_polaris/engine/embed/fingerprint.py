@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -18,6 +17,8 @@ _MEMO_NAME = "fingerprints.json"
 
 def sha256_of(path: str | os.PathLike[str]) -> str:
     """Hash a file from disk, 1 MiB at a time."""
+    import hashlib  # OpenSSL's load is 5 ms of a cold search that finds every hash in the memo
+
     digest = hashlib.sha256()
     with open(path, "rb") as fh:
         while block := fh.read(1 << 20):

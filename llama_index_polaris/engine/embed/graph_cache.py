@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import threading
 import time
 from pathlib import Path
@@ -43,7 +42,7 @@ def cached_graph(fingerprint: str) -> Path | None:
 
 def remove_graph(fingerprint: str) -> None:
     """Drop a cache entry that failed to load (the next session writes it again)."""
-    shutil.rmtree(graph_dir(fingerprint), ignore_errors=True)
+    _rmtree(graph_dir(fingerprint))
 
 
 def save_graph(model: Path, fingerprint: str, options: Any, providers: list[str]) -> Any | None:
@@ -66,12 +65,12 @@ def save_graph(model: Path, fingerprint: str, options: Any, providers: list[str]
         session = ort.InferenceSession(str(model), sess_options=options, providers=providers)
     except Exception as exc:  # a bad model or a full disk: the plain session says which
         log.debug("cannot save the optimised graph of %s: %s", model, exc)
-        shutil.rmtree(tmp, ignore_errors=True)
+        _rmtree(tmp)
         return None
     try:
         os.rename(tmp, final)
     except OSError:  # another process renamed its copy first
-        shutil.rmtree(tmp, ignore_errors=True)
+        _rmtree(tmp)
     return session
 
 
@@ -80,6 +79,12 @@ def _remove_stale(folder: Path) -> None:
     for entry in folder.glob("*.tmp"):
         try:
             if now - entry.stat().st_mtime > STALE_SECONDS:
-                shutil.rmtree(entry, ignore_errors=True)
+                _rmtree(entry)
         except OSError:
             pass
+
+
+def _rmtree(path: Path) -> None:
+    import shutil  # here: shutil loads zlib, bz2 and lzma, which a cold search never needs
+
+    shutil.rmtree(path, ignore_errors=True)

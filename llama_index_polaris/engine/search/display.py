@@ -10,9 +10,9 @@ style, no script: it renders the same in JupyterLab, VS Code and a saved HTML ex
 
 from __future__ import annotations
 
-from html import escape
 from typing import Any, Iterable, Mapping
 
+from ..text import html_escape as escape
 from ..words.tokenize import DEFAULT_TOKENIZER
 from . import legend
 from .explain import brief_line

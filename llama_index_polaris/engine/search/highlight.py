@@ -19,11 +19,10 @@ both mark through ``Highlighter``, so they mark the same words.
 
 from __future__ import annotations
 
-from html import escape as html_escape
 from typing import Callable, Iterable
 
 from ..words.bigrams import original_span, spaced_origin
-from ..text import nfc
+from ..text import html_escape, nfc
 from ..words.tokenize import DEFAULT_TOKENIZER, private_fts
 from . import literal
 from .terms import fts_query

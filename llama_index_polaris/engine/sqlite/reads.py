@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from concurrent.futures import wait
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -81,6 +80,8 @@ class SearchReads:
         note its ``PRAGMA data_version`` (what ``start_knn`` compares); else note nothing."""
         self._twin_version = None
         if getattr(self, "_knn_future", None) is not None:
+            from concurrent.futures import wait
+
             wait([self._knn_future])  # one a caller left unread (it raised before reading it)
             self._knn_future = None
         if str(self.path) == ":memory:":

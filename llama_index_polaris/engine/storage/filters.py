@@ -15,7 +15,6 @@ substring on a string value. ``text_match_insensitive`` folds ASCII case only (S
 
 from __future__ import annotations
 
-import decimal
 import json
 import math
 from dataclasses import dataclass
@@ -254,9 +253,11 @@ def filter_sql_pg(f: Filter, column: str = "metadata") -> tuple[str, list[Any]]:
 
 def _pg_compare(op: str) -> Any:
     def build(v: Any) -> tuple[str, list[Any]]:
+        from decimal import Decimal  # PostgreSQL's filters alone need it
+
         if isinstance(v, str):
             return f'{_TXT.format(_V)} COLLATE "C" {op} ?::text COLLATE "C"', [v]
-        exact = int(v) if isinstance(v, int) else decimal.Decimal(v)  # a double's exact value (True is 1)
+        exact = int(v) if isinstance(v, int) else Decimal(v)  # a double's exact value (True is 1)
         return (f"(CASE WHEN {_INT.format(_V)} THEN ({_V} #>> '{{}}')::numeric {op} ?::numeric"
                 f" ELSE {_NUM.format(_V)} {op} ?::float8 END)", [exact, float(v)])
     return build

@@ -20,7 +20,6 @@ file, those in the named folder in a larger one).
 
 from __future__ import annotations
 
-import difflib
 import json
 from typing import Any, Sequence
 
@@ -134,6 +133,8 @@ def _close(name: str, pool: Sequence[str]) -> list[str]:
     same = [p for p, f in zip(pool, folded) if f == key or f.rpartition("/")[2] == base]
     if len(pool) > SUGGEST_POOL:  # a large file: the names in the same folder, up to the bound
         pool = [p for p, f in zip(pool, folded) if f.rpartition("/")[0] == folder][:SUGGEST_POOL]
+    import difflib  # here: a search that finds its names never loads it
+
     near = difflib.get_close_matches(name, pool, n=SUGGESTED, cutoff=CLOSE)
     ratios = [difflib.SequenceMatcher(None, name, m).ratio() for m in near]
     near = [m for m, r in zip(near, ratios) if r >= ratios[0] - CLOSER]  # not 'guide/tokens.md' beside 'guide/sessions.md'

@@ -8,7 +8,6 @@ message for a model that does not match the one an index was built with.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 from collections import Counter
 from dataclasses import dataclass, field
@@ -43,7 +42,9 @@ def check_committable(doc: "DocumentRecord", chunks: Sequence["ChunkRecord"]) ->
 
 def text_hash(text: str) -> str:
     """The content hash that lets a chunk reuse a vector already computed."""
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+    from hashlib import sha256  # here: loading OpenSSL is 5 ms of a cold search, which hashes nothing
+
+    return sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def to_blob(vector: np.ndarray) -> bytes:

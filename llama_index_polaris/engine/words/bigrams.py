@@ -26,6 +26,7 @@ highlighter, which maps what it marks back to the stored text with ``spaced_orig
 
 from __future__ import annotations
 
+import functools
 import re
 
 # recorded in polaris_meta as ``fts_segmenter``: how the terms of a file were made (1: bigrams alone;
@@ -43,19 +44,27 @@ HANGUL = "\u1100-\u11ff\u3131-\u318e\ua960-\ua97c\uac00-\ud7a3\ud7b0-\ud7c6\ud7c
 BOPOMOFO = "\u3105-\u312f\u31a0-\u31bf"
 SCRIPTS = (HAN, HIRAGANA, KATAKANA, HANGUL, BOPOMOFO)
 CJK_LETTERS = "".join(SCRIPTS)
-CJK_RUN = re.compile("|".join(f"[{letters}]+" for letters in SCRIPTS))
-_ONE = re.compile(f"[{CJK_LETTERS}]")
-_HAN_ONE = re.compile(f"[{HAN}]")
+
+
+@functools.cache
+def patterns() -> tuple[re.Pattern[str], re.Pattern[str], re.Pattern[str]]:
+    """A CJK run, one CJK letter, one Han letter: compiled on first use (6 ms, which a cold
+    search of ASCII text never needs)."""
+    return (
+        re.compile("|".join(f"[{letters}]+" for letters in SCRIPTS)),
+        re.compile(f"[{CJK_LETTERS}]"),
+        re.compile(f"[{HAN}]"),
+    )
 
 
 def is_cjk(text: str) -> bool:
     """Whether ``text`` starts with a CJK letter (a term of ``spaced`` that is a bigram or a lone character)."""
-    return bool(text) and _ONE.match(text) is not None
+    return bool(text) and not text[0].isascii() and patterns()[1].match(text) is not None
 
 
 def has_cjk(text: str) -> bool:
     """Whether ``text`` holds any CJK letter (when not, ``spaced(text)`` is ``text``)."""
-    return not text.isascii() and _ONE.search(text) is not None
+    return not text.isascii() and patterns()[1].search(text) is not None
 
 
 def bigrams(run: str) -> list[str]:
@@ -69,7 +78,7 @@ def grams(run: str, unigrams: bool = True) -> list[tuple[int, str]]:
     """A run's terms with their offsets in it: its bigrams, then (``unigrams``, a Han run of two
     or more) each of its characters."""
     out = list(enumerate(bigrams(run)))
-    if unigrams and len(run) > 1 and _HAN_ONE.match(run):
+    if unigrams and len(run) > 1 and patterns()[2].match(run):
         out += list(enumerate(run))
     return out
 
@@ -80,7 +89,7 @@ def spaced(text: str, unigrams: bool = True) -> str:
     (a bigram's characters are among its run's unigrams)."""
     if not has_cjk(text):
         return text
-    return CJK_RUN.sub(lambda m: " " + " ".join(g for _, g in grams(m.group(), unigrams)) + " ", text)
+    return patterns()[0].sub(lambda m: " " + " ".join(g for _, g in grams(m.group(), unigrams)) + " ", text)
 
 
 def spaced_origin(text: str, unigrams: bool = True) -> tuple[str, list[int]]:
@@ -92,7 +101,7 @@ def spaced_origin(text: str, unigrams: bool = True) -> tuple[str, list[int]]:
     out: list[str] = []
     origin: list[int] = []
     pos = 0
-    for m in CJK_RUN.finditer(text):
+    for m in patterns()[0].finditer(text):
         out.append(text[pos:m.start()])
         origin.extend(range(pos, m.start()))
         start, run = m.start(), m.group()
