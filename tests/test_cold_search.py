@@ -32,7 +32,7 @@ NOT_NEEDED = ("llama_index", "datasette", "mcp", "markdown_it", "yaml", "tqdm", 
               "llama_index_polaris.engine.ingest.watch", "llama_index_polaris.engine.sqlite.bits",
               "llama_index_polaris.engine.sqlite.bm25_cache",
               # loaded where they are used: OpenSSL's hashes, HTML, suggestions, PostgreSQL's numbers, threads
-              "hashlib", "html", "difflib", "decimal", "concurrent.futures")
+              "hashlib", "html", "difflib", "decimal", "concurrent.futures", "pluggy")
 
 SEARCH = """
 import io, json, sys, contextlib

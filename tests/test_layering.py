@@ -186,7 +186,7 @@ def test_plugins_load_on_first_use(run_python: Callable[..., subprocess.Complete
     assert got["built_before"] == 0
     assert got["loaded_before"] == []
     assert got["hooks"] == ["register_chunkers", "register_embedding_models"]
-    assert set(got["registered"]) >= {"llama_index_polaris.engine.embed.registry",
+    assert set(got["registered"]) >= {"llama_index_polaris.engine.embed.builtin",
                                       "llama_index_polaris.engine.chunk"}
     assert got["same"] is True
 

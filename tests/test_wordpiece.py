@@ -33,8 +33,8 @@ def real() -> Tokenizer:
 
 REAL = real()
 DERIVED = wordpiece.derive(SOURCE)
-OURS = wordpiece.parse(json.dumps(DERIVED["header"]) + "\n" + "\n".join(DERIVED["tokens"]), WINDOW)
-PIECES = [t.removeprefix("##") for t in DERIVED["tokens"] if t.isascii()]
+OURS = wordpiece.parse(wordpiece.written(DERIVED), WINDOW)
+PIECES = [t.removeprefix("##") for t in DERIVED["vocab"] if t.isascii()]
 
 ascii_text = st.text(alphabet=st.characters(max_codepoint=127), max_size=80)
 glued = st.lists(st.sampled_from(PIECES), min_size=1, max_size=12).flatmap(
@@ -86,7 +86,8 @@ def test_only_a_plain_bert_tokenizer_is_derived() -> None:
         lambda s: s.update(pre_tokenizer={"type": "Whitespace"}),
         lambda s: s["post_processor"].update(type="RobertaProcessing"),
         lambda s: s["post_processor"]["single"].pop(),
-        lambda s: s["model"]["vocab"].update({"gap": 10**6}),
+        lambda s: s["model"]["vocab"].update({"two\nlines": 30522}),
+        lambda s: s["model"]["vocab"].update({"minus": -1}),
         lambda s: s.pop("normalizer"),
     ):
         edited = json.loads(SOURCE)
@@ -94,6 +95,13 @@ def test_only_a_plain_bert_tokenizer_is_derived() -> None:
         assert wordpiece.derive(json.dumps(edited).encode()) is None
     assert wordpiece.derive(json.dumps(spec).encode()) == DERIVED
     assert wordpiece.derive(b"not json") is None
+
+
+def test_the_sorted_vocabulary_finds_every_token_and_nothing_else() -> None:
+    vocab = DERIVED["vocab"]
+    assert all(OURS.vocab.get(t) == i for t, i in vocab.items())
+    for missing in ("", "zzzzzzzzzz", "##", "\x00", "~~~~~~~~", "rotatee"):
+        assert OURS.vocab.get(missing) == vocab.get(missing)
 
 
 def test_a_derived_tokenizer_that_differs_from_the_real_one_is_not_kept(tmp_path: Path, monkeypatch) -> None:
@@ -115,7 +123,7 @@ def test_a_damaged_cached_file_is_not_used(tmp_path: Path, monkeypatch) -> None:
     path = wordpiece.cached_path("sha")
     whole = path.read_text(encoding="utf-8")
     assert wordpiece.load("sha", WINDOW) is not None
-    for damaged in (whole[: len(whole) // 2], "garbage\n" + whole, "", whole.replace('"format": 1', '"format": 99')):
+    for damaged in (whole[: len(whole) // 2], "garbage\n" + whole, "", whole.replace('"format": 2', '"format": 99')):
         path.write_text(damaged, encoding="utf-8")
         assert wordpiece.load("sha", WINDOW) is None
     path.write_bytes(b"\xff\xfe" + whole.encode())
@@ -126,7 +134,7 @@ def test_a_damaged_cached_file_is_written_again_by_the_next_process_that_loads_t
     embedder = load_embedder(MODEL)
     path = wordpiece.cached_path(file_sha256(embedder.files.tokenizer))
     path.parent.mkdir(parents=True)
-    path.write_text('{"format": 1}\n[PAD]', encoding="utf-8")
+    path.write_text('{"format": 2}\n0\n[PAD]', encoding="utf-8")
     assert embedder._query_tokenizer() is None
     embedder.embed_query("é")  # not ASCII: loads tokenizers, which writes the file again
     clear_embedders()

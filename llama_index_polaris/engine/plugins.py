@@ -16,7 +16,7 @@ import pluggy
 from . import hookspecs
 
 DEFAULT_PLUGINS = (
-    "llama_index_polaris.engine.embed.registry",
+    "llama_index_polaris.engine.embed.builtin",
     "llama_index_polaris.engine.chunk",
 )
 

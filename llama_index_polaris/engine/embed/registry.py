@@ -1,6 +1,6 @@
 """The model registry: what each embedding model needs, registered through the plugin hook.
 
-The built-in models are registered by :func:`register_embedding_models`, the same
+The built-in models are registered by ``builtin.register_embedding_models``, the same
 ``register_embedding_models`` hook a third-party plugin implements (see ``hookspecs``).
 File hashes and sizes are pinned to one revision of each model's Hugging Face repository.
 """
@@ -12,7 +12,6 @@ import logging
 from dataclasses import dataclass
 
 from ..errors import ModelError
-from ..hookspecs import hookimpl
 
 log = logging.getLogger(__name__)
 
@@ -168,13 +167,6 @@ NOMIC = dataclasses.replace(NOMIC, licence="Apache-2.0")
 MINILM = dataclasses.replace(MINILM, licence="Apache-2.0")
 MXBAI = dataclasses.replace(MXBAI, licence="Apache-2.0")
 BUILTIN_MODELS = (NOMIC, MINILM, MXBAI, E5_SMALL)
-
-
-@hookimpl(tryfirst=True)
-def register_embedding_models(register):
-    """Register the built-in models, through the same hook plugins use (first: they win)."""
-    for spec in BUILTIN_MODELS:
-        register(spec)
 
 
 def list_models() -> list[ModelSpec]:
