@@ -4,9 +4,9 @@ A cold ``polaris search`` embeds one short query, and importing tokenizers and p
 model's tokenizer.json cost it 25 to 30 ms (the 30,522-entry vocabulary is built in Rust from
 JSON). For a plain BERT tokenizer (``BertNormalizer``, ``BertPreTokenizer``, ``WordPiece`` and
 ``[CLS] $A [SEP]``) the ids of an ASCII text follow from the vocabulary alone, which loads from
-a text file in 2 to 3 ms. That file (``$XDG_CACHE_HOME/polaris/query-tokenizers/<sha256 of
-tokenizer.json>.txt``) is written by a process that has loaded the real tokenizer, only after
-both gave the same ids on a set of probe texts. Any other text (not ASCII, holding a special
+a text file in 1 to 2 ms. That file (``$XDG_CACHE_HOME/polaris/query-tokenizers/<sha256 of
+tokenizer.json>-v<format>.txt``) is written by a process that has loaded the real tokenizer,
+only after both gave the same ids on a set of probe texts. Any other text (not ASCII, holding a special
 token, or longer than the model's window) goes to the real tokenizer, so the ids are always
 the ones tokenizers gives.
 
@@ -198,7 +198,7 @@ def parse(text: str, window: int) -> QueryTokenizer | None:
 
 def cached_path(sha256: str) -> Path:
     """Where the query tokenizer of the tokenizer.json with this sha256 is kept."""
-    return cache_root() / FOLDER / f"{sha256}.txt"
+    return cache_root() / FOLDER / f"{sha256}-v{FORMAT}.txt"  # another version of Polaris keeps its own
 
 
 def load(sha256: str, window: int) -> QueryTokenizer | None:
