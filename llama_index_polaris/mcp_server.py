@@ -225,6 +225,7 @@ class Door:
                 from .engine.index import PolarisIndex
 
                 self._index = PolarisIndex(self.config.db_path, config=self.config, readonly=not self.allow_writes)
+                self._index.freshness.may_read = self.may_index  # status and hits read only this server's folders
             return self._index
 
     def warm(self) -> threading.Thread:
@@ -256,7 +257,8 @@ class Door:
         return collection if collection else self.collection
 
     def may_index(self, root: str) -> bool:
-        """Whether a client's ``reindex`` may walk ``root``: a folder under the index file's folder,
+        """Whether a client's ``reindex`` may walk ``root``, and ``status`` or a hit's freshness read
+        files under it: a folder under the index file's folder,
         under the folder of a polaris.toml the server's config came from, or under the folder the
         server started in unless that is ``/`` or the home folder (where a client often starts it).
         Resolved, so a symlink cannot lead out. An index file records its collections' roots, and a
@@ -406,8 +408,10 @@ def status(door: Door) -> tuple[dict, str]:
                    "limits": LIMITS}
     keys = StatusAnswer.__annotations__
     answer = {k: s[k] for k in keys}
+    unchecked = [n for n, c in s["changes"].items() if not c["checked"]]
     lines = [f"index {s['db_path']}: {s['documents']} documents, {s['chunks']} chunks, model {s['model_id']}",
-             "files on disk: " + ("CHANGED since indexing; answers may be stale" if s["stale"] else "as indexed")]
+             "files on disk: " + ("CHANGED since indexing; answers may be stale" if s["stale"] else
+                                  "as indexed" + (" (where compared)" if unchecked else ""))]
     if s["documents_without_text"]:
         lines.append(f"{s['documents_without_text']} documents have no stored text: their sections are rebuilt from"
                      " chunks (`polaris index` over their folder stores it)")
@@ -415,6 +419,10 @@ def status(door: Door) -> tuple[dict, str]:
         counts = ", ".join(f"{c[k]['count']} {k}" for k in ("changed", "missing", "new", "unreadable", "failed")
                            if c[k]["count"])
         root = c["root"] or "no folder"
+        if not c["checked"]:
+            lines.append(f"  {one_line(name)} ({one_line(root)}): {c['files']} files; not compared with the disk: its"
+                         " folder is outside this server's working folder, the index file's folder and its polaris.toml's")
+            continue
         lines.append(f"  {one_line(name)} ({one_line(root)}{'' if c['root_exists'] or not c['root'] else ', GONE'}): {c['files']} files"
                      + (f"; {counts}" if counts else ""))
         for k in ("changed", "missing", "new"):

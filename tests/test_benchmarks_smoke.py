@@ -204,11 +204,18 @@ def test_the_speed_guard_fails_a_run_slower_than_recorded(world: World, tmp_path
     guard = importlib.import_module("speed_guard")
     args = [str(world.eval), "--n", str(N), "--queries", "3", "--rounds", "1"]
     recorded = tmp_path / "guard.json"
+    other = {"n": N, "ratio": 1e-9, "cpu": "Another CPU", "machine": "Another CPU, 2 cores"}
+    recorded.write_text(json.dumps({"figures": [other]}))
+    assert guard.main([*args, "--recorded", str(recorded)]) == 2  # nothing recorded for this kind of CPU
     assert guard.main([*args, "--record", "--recorded", str(recorded)]) == 0
-    figure = json.loads(recorded.read_text())
+    kept = json.loads(recorded.read_text())["figures"]
+    assert kept[0] == other and len(kept) == 2  # the other kind's figure is kept beside this one's
+    figure = kept[1]
     assert figure["n"] == N and figure["ratio"] > 0 and len(figure["rounds"]) == 1
     assert guard.main([*args, "--recorded", str(recorded), "--tolerance", "100"]) == 0
-    recorded.write_text(json.dumps({**figure, "ratio": figure["ratio"] / 1000}))
+    recorded.write_text(json.dumps({"figures": [other, {**figure, "ratio": figure["ratio"] / 1000}]}))
     assert guard.main([*args, "--recorded", str(recorded)]) == 1
-    recorded.write_text(json.dumps({**figure, "n": N * 10}))
+    recorded.write_text(json.dumps({**figure, "ratio": figure["ratio"] / 1000}))  # the older one-figure file
+    assert guard.main([*args, "--recorded", str(recorded)]) == 1
+    recorded.write_text(json.dumps({"figures": [{**figure, "n": N * 10}]}))
     assert guard.main([*args, "--recorded", str(recorded)]) == 2

@@ -612,8 +612,14 @@ def test_reindex_walks_only_a_folder_this_machine_named(tmp_path: Path, backend_
         refused = writer.call("reindex", {})
         assert refused.is_error and "outside this server's working folder" in text_of(refused), text_of(refused)
         assert f"polaris index {elsewhere / 'docs'} --collection default" in text_of(refused)
-        assert writer.call("status").structured_content["changes"]["default"]["changed"]["paths"] == [
-            "guide/sessions.md"]  # nothing was indexed
+        (elsewhere / "docs/secret-plans.md").write_text("# Plans\n")
+        status = writer.call("status")  # nor does status read or list the files of a folder it may not walk
+        changes = status.structured_content["changes"]["default"]
+        assert changes["checked"] is False and changes["files"] == 2, changes
+        assert changes["changed"]["count"] == changes["new"]["count"] == 0
+        assert "not compared with the disk" in text_of(status) and "secret-plans" not in text_of(status)
+        hit = writer.call("search", {"query": "how long does a session last", "k": 1}).structured_content["hits"][0]
+        assert hit["document"] == "guide/sessions.md" and hit["on_disk"] is None  # its file is not read either
     finally:
         writer.close()
     (server / "link").symlink_to(elsewhere)  # a root recorded through a symlink in the working folder
@@ -637,6 +643,11 @@ def test_reindex_walks_only_a_folder_this_machine_named(tmp_path: Path, backend_
         started_at_root.close()
     moved = McpSession(stdio(elsewhere, "--allow-writes", "--db", target))  # a server started where the files are
     try:
+        changes = moved.call("status").structured_content["changes"]["default"]
+        assert changes["checked"] is True and changes["changed"]["paths"] == ["guide/sessions.md"]  # nothing was indexed
+        assert changes["new"]["paths"] == ["secret-plans.md"]
+        hit = moved.call("search", {"query": "how long does a session last", "k": 1}).structured_content["hits"][0]
+        assert hit["document"] == "guide/sessions.md" and hit["on_disk"] == "changed"
         done = moved.call("reindex", {})
         assert not done.is_error and done.structured_content["report"]["updated"] == 1, text_of(done)
     finally:

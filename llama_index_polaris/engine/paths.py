@@ -2,7 +2,8 @@
 
 ``cache_root()`` is ``$XDG_CACHE_HOME/polaris`` (else ``~/.cache/polaris``): model files
 (``models/``), the sha256 memo (``fingerprints.json``), the models' optimised ONNX graphs
-(``onnx-graphs/``) and evaluation indexes (``eval/``).
+(``onnx-graphs/``), their vocabularies for ASCII queries (``query-tokenizers/``) and evaluation
+indexes (``eval/``).
 ``config_root()`` is ``$XDG_CONFIG_HOME/polaris`` (else ``~/.config/polaris``). Both read the
 environment on every call, so a test or a process can point them elsewhere.
 """

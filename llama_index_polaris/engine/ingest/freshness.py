@@ -29,7 +29,7 @@ import os
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from ..config import PolarisConfig
 from ..errors import InputError
@@ -53,6 +53,8 @@ class CollectionChanges:
     states: dict[str, str] = field(default_factory=dict)  # relative path -> state, for every indexed file
     new: list[str] = field(default_factory=list)
     reasons: dict[str, str] = field(default_factory=dict)  # why an unreadable or failed file cannot be read
+    checked: bool = True  # False: its folder was not read (``Freshness.may_read`` refused it)
+    unchecked: int = 0  # the indexed files of a collection not checked
 
     @property
     def stale(self) -> bool:
@@ -66,7 +68,7 @@ class CollectionChanges:
     def summary(self, listed: int = LISTED) -> dict[str, Any]:
         """Counts of each state and of new files, with at most ``listed`` paths of each."""
         out: dict[str, Any] = {"root": self.root, "root_exists": self.root_exists, "stale": self.stale,
-                               "files": len(self.states)}
+                               "files": len(self.states) + self.unchecked, "checked": self.checked}
         for state in (CHANGED, MISSING, UNREADABLE, FAILED):
             paths = self.paths(state)
             out[state] = {"count": len(paths), "paths": paths[:listed]}
@@ -83,6 +85,12 @@ class Freshness:
         self.store, self.config = store, config
         self._hashes: dict[str, tuple[tuple, str | Exception]] = {}  # path -> (version, hash or error)
         self._lock = threading.Lock()
+        # which recorded roots may be read (None: all). An index file records its roots, and a file
+        # from elsewhere can name any folder: a server shared with clients reads only its own.
+        self.may_read: Callable[[str], bool] | None = None
+
+    def _readable(self, root: str) -> bool:
+        return self.may_read is None or self.may_read(root)
 
     def collection(self, name: str) -> CollectionChanges:
         """The changes of collection ``name`` (a collection without a root has none to report)."""
@@ -90,6 +98,9 @@ class Freshness:
         files = self.store.files(name)
         out = CollectionChanges(name, root, bool(root) and Path(root).is_dir())
         if not root:
+            return out
+        if not self._readable(root):
+            out.checked, out.unchecked = False, len(files)  # not compared: neither fresh nor changed
             return out
         for relpath, doc in files.items():
             out.states[relpath], reason = self._state(Path(root), relpath, doc) if out.root_exists else (MISSING, None)
@@ -108,7 +119,7 @@ class Freshness:
     def document(self, doc: DocumentRecord | Any) -> str | None:
         """The state of one document's file (None when it is not a file under a root)."""
         root = self.store.collection_root(doc.collection)
-        if not root or not doc.path or PurePosixPath(doc.path).is_absolute():
+        if not root or not doc.path or PurePosixPath(doc.path).is_absolute() or not self._readable(root):
             return None
         if not Path(root).is_dir():
             return MISSING
