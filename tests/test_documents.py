@@ -259,7 +259,7 @@ def test_an_index_just_built_matches_its_files(fresh_project: Path) -> None:
     status = changes(fresh_project)
     assert status["stale"] is False
     assert status["changes"]["default"] == {
-        "root": str(fresh_project / "docs"), "root_exists": True, "stale": False, "files": 2,
+        "root": str(fresh_project / "docs"), "root_exists": True, "stale": False, "files": 2, "checked": True,
         "changed": {"count": 0, "paths": []}, "missing": {"count": 0, "paths": []},
         "unreadable": {"count": 0, "paths": [], "reasons": {}}, "failed": {"count": 0, "paths": [], "reasons": {}},
         "new": {"count": 0, "paths": []}}
