@@ -615,7 +615,7 @@ def test_reindex_walks_only_a_folder_this_machine_named(tmp_path: Path, backend_
         (elsewhere / "docs/secret-plans.md").write_text("# Plans\n")
         status = writer.call("status")  # nor does status read or list the files of a folder it may not walk
         changes = status.structured_content["changes"]["default"]
-        assert changes["checked"] is False and changes["files"] == 2, changes
+        assert changes["checked"] is False and changes["files"] == 2 and changes["root_exists"] is None, changes
         assert changes["changed"]["count"] == changes["new"]["count"] == 0
         assert "not compared with the disk" in text_of(status) and "secret-plans" not in text_of(status)
         hit = writer.call("search", {"query": "how long does a session last", "k": 1}).structured_content["hits"][0]
@@ -652,6 +652,45 @@ def test_reindex_walks_only_a_folder_this_machine_named(tmp_path: Path, backend_
         assert not done.is_error and done.structured_content["report"]["updated"] == 1, text_of(done)
     finally:
         moved.close()
+
+
+def test_a_document_path_that_leaves_its_root_is_not_read(tmp_path: Path, backend_target: str) -> None:
+    """A file from elsewhere can record a document's path as ``../../secret.md``: freshness (status,
+    hits, list_documents) reads no file for it, in the engine and the MCP server alike, rather than
+    telling a client whether a file outside the root exists and holds a given text."""
+    server = tmp_path / "server"
+    for name, text in FILES["docs"].items():
+        (server / "docs" / name).parent.mkdir(parents=True, exist_ok=True)
+        (server / "docs" / name).write_text(text)
+    target = backend_target if "://" in backend_target else str(server / "polaris.db")
+    (server / "polaris.toml").write_text(project_toml(target, MODEL))
+    with PolarisIndex(target, config=cfg(server)) as index:
+        index.index_paths([server / "docs"])
+    (tmp_path / "secret.md").write_text(SESSIONS)  # outside the root, the text the index holds
+    escaped = "../../secret.md"
+    if "://" in target:
+        import psycopg
+
+        with psycopg.connect(target, autocommit=True) as conn:
+            conn.execute("UPDATE documents SET path = %s WHERE path = 'guide/sessions.md'", (escaped,))
+    else:
+        from llama_index_polaris.engine.sqlite_module import sqlite_module
+
+        conn = sqlite_module().connect(target)
+        conn.execute("UPDATE documents SET path = ? WHERE path = 'guide/sessions.md'", (escaped,))
+        conn.commit()
+        conn.close()
+    with PolarisIndex(target, config=cfg(server), readonly=True) as index:
+        record = next(d for d in index.store.documents() if d.path == escaped)
+        assert index.freshness.document(record) is None
+    reader = McpSession(stdio(server))
+    try:
+        listed = reader.call("list_documents", {}).structured_content["documents"]
+        assert [d["on_disk"] for d in listed if d["document"] == escaped] == [None]
+        hit = reader.call("search", {"query": "how long does a session last", "k": 1}).structured_content["hits"][0]
+        assert hit["document"] == escaped and hit["on_disk"] is None
+    finally:
+        reader.close()
 
 
 def test_an_index_that_is_not_there_yet_is_an_error_of_each_call_until_it_is(tmp_path: Path,

@@ -123,18 +123,69 @@ def test_a_damaged_cached_file_is_not_used(tmp_path: Path, monkeypatch) -> None:
     path = wordpiece.cached_path("sha")
     whole = path.read_text(encoding="utf-8")
     assert wordpiece.load("sha", WINDOW) is not None
-    for damaged in (whole[: len(whole) // 2], "garbage\n" + whole, "", whole.replace('"format": 2', '"format": 99')):
+    for damaged in (whole[: len(whole) // 2], "garbage\n" + whole, "", whole.replace('"format": 3', '"format": 99')):
         path.write_text(damaged, encoding="utf-8")
         assert wordpiece.load("sha", WINDOW) is None
     path.write_bytes(b"\xff\xfe" + whole.encode())
     assert wordpiece.load("sha", WINDOW) is None
 
 
+def test_a_file_edited_by_hand_is_not_used(tmp_path: Path, monkeypatch) -> None:
+    """Edits that keep the file's shape (two tokens or two ids swapped, a token renamed, a
+    header setting changed) would give other ids with no error: the header's CRC refuses them."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    wordpiece.save("sha", SOURCE, REAL, WINDOW)
+    path = wordpiece.cached_path("sha")
+    whole = path.read_text(encoding="utf-8")
+    header, ids, *tokens = whole.split("\n")
+    width = json.loads(header)["width"]
+    a, b = tokens.index("rotate"), tokens.index("key")
+    swapped = list(tokens)
+    swapped[a], swapped[b] = swapped[b], swapped[a]
+    ids_swapped = list(ids)
+    ids_swapped[a * width:(a + 1) * width], ids_swapped[b * width:(b + 1) * width] = (
+        ids[b * width:(b + 1) * width], ids[a * width:(a + 1) * width])
+    renamed = [("apj" if t == "api" else t) for t in tokens]
+    edits = ["\n".join([header, ids, *swapped]), "\n".join([header, "".join(ids_swapped), *tokens]),
+             "\n".join([header, ids, *renamed]), whole.replace('"max_chars": 100', '"max_chars": 3'),
+             whole.replace('"cls": 101', '"cls": 0'), whole[:-1]]
+    for edited in edits:
+        assert edited != whole
+        path.write_text(edited, encoding="utf-8")
+        assert wordpiece.load("sha", WINDOW) is None
+    path.write_text(whole, encoding="utf-8")
+    assert wordpiece.load("sha", WINDOW).encode("rotate the api key").ids == REAL.encode("rotate the api key").ids
+
+
+def test_added_tokens_matched_after_normalising_are_left_to_tokenizers() -> None:
+    """tokenizers matches an added token with ``normalized: true`` in the lower-cased text (and
+    ``lstrip``/``rstrip``/``single_word`` tokens with their spaces): the substring test does not
+    cover them, so such a tokenizer gets no Python path at all."""
+    for flag in ("normalized", "lstrip", "rstrip", "single_word"):
+        edited = json.loads(SOURCE)
+        edited["added_tokens"][4][flag] = True
+        assert wordpiece.derive(json.dumps(edited).encode()) is None
+    extended = Tokenizer.from_buffer(SOURCE)
+    extended.add_tokens(["apikey"])  # what a fine-tuned model's tokenizer.json holds: normalized true
+    source = extended.to_str().encode()
+    assert wordpiece.derive(source) is None
+    extended.no_padding()
+    extended.enable_truncation(max_length=WINDOW)
+    assert extended.encode("rotate the APIKEY").ids != REAL.encode("rotate the APIKEY").ids  # it would differ
+
+
+def test_a_vocabulary_that_cannot_be_put_in_place_leaves_no_temporary_file(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    wordpiece.cached_path("sha").mkdir(parents=True)  # a folder where the file goes: the rename fails
+    assert wordpiece.save("sha", SOURCE, REAL, WINDOW) is not None  # this process still has it
+    assert sorted(p.name for p in wordpiece.cached_path("sha").parent.iterdir()) == [wordpiece.cached_path("sha").name]
+
+
 def test_a_damaged_cached_file_is_written_again_by_the_next_process_that_loads_tokenizers(own_cache: Path) -> None:
     embedder = load_embedder(MODEL)
     path = wordpiece.cached_path(file_sha256(embedder.files.tokenizer))
     path.parent.mkdir(parents=True)
-    path.write_text('{"format": 2}\n0\n[PAD]', encoding="utf-8")
+    path.write_text('{"format": 3}\n0\n[PAD]', encoding="utf-8")
     assert embedder._query_tokenizer() is None
     embedder.embed_query("é")  # not ASCII: loads tokenizers, which writes the file again
     clear_embedders()
@@ -204,3 +255,24 @@ def test_a_cold_search_needs_no_tokenizer_json_once_the_cache_holds_its_vocabula
     assert first["tokenizers"] and not second["tokenizers"]
     assert first["hits"] == second["hits"] and first["hits"]
     assert search("Schlüssel rotieren")["tokenizers"]  # not ASCII: tokenizers, as before
+
+
+def test_a_tokenizer_replaced_by_one_of_the_same_size_and_mtime_is_hashed_again(tmp_path: Path, monkeypatch) -> None:
+    """`cp -p`, `rsync -a` and tar keep a file's mtime; the sha256 memo also keys on the change
+    time and inode, which a copy cannot keep, so the replaced file's own vocabulary is used."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    path = tmp_path / "tokenizer.json"
+    path.write_bytes(SOURCE)
+    first = file_sha256(path)
+    edited = SOURCE.replace(b'"api":', b'"apx":', 1)
+    assert len(edited) == len(SOURCE) and edited != SOURCE
+    st = os.stat(path)
+    replacement = tmp_path / "incoming.json"
+    replacement.write_bytes(edited)
+    os.utime(replacement, ns=(st.st_atime_ns, st.st_mtime_ns))
+    os.replace(replacement, path)  # same size, same mtime
+    assert os.stat(path).st_mtime_ns == st.st_mtime_ns
+    assert file_sha256(path) != first
+    path.write_bytes(SOURCE)  # rewritten in place with the first bytes, the mtime set back
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert file_sha256(path) == first

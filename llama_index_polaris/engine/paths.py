@@ -1,7 +1,7 @@
 """The user-global folders Polaris reads and writes, found the XDG way.
 
 ``cache_root()`` is ``$XDG_CACHE_HOME/polaris`` (else ``~/.cache/polaris``): model files
-(``models/``), the sha256 memo (``fingerprints.json``), the models' optimised ONNX graphs
+(``models/``), the sha256 memo (``fingerprints-v2.json``), the models' optimised ONNX graphs
 (``onnx-graphs/``), their vocabularies for ASCII queries (``query-tokenizers/``) and evaluation
 indexes (``eval/``).
 ``config_root()`` is ``$XDG_CONFIG_HOME/polaris`` (else ``~/.config/polaris``). Both read the

@@ -1,4 +1,6 @@
-"""sha256 of model files, remembered per (path, size, mtime) so a cold start does not rehash."""
+"""sha256 of model files, remembered per (path, size, mtime, ctime, inode) so a cold start does not
+rehash. The change time is the kernel's (a copy that keeps the mtime, `cp -p` or `rsync -a`, still
+moves it), so a file replaced by another of the same size and mtime is hashed again."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from ..paths import cache_root
 log = logging.getLogger(__name__)
 
 _LOCK = threading.Lock()
-_MEMO_NAME = "fingerprints.json"
+_MEMO_NAME = "fingerprints-v2.json"  # (size, mtime, ctime, inode); fingerprints.json, (size, mtime), is an older Polaris's
 
 
 def sha256_of(path: str | os.PathLike[str]) -> str:
@@ -27,13 +29,13 @@ def sha256_of(path: str | os.PathLike[str]) -> str:
 
 
 def file_sha256(path: str | os.PathLike[str]) -> str:
-    """The file's sha256, read from the memo when its path, size and mtime are unchanged."""
+    """The file's sha256, read from the memo when its path, size, mtime, ctime and inode are unchanged."""
     real, key = _stat_key(path)
     with _LOCK:
         memo = _read_memo()
         entry = memo.get(real)
-        if entry and entry[:2] == key:
-            return entry[2]
+        if entry and entry[:-1] == key:
+            return entry[-1]
     digest = sha256_of(real)
     remember_sha256(real, digest)
     return digest
@@ -51,7 +53,7 @@ def remember_sha256(path: str | os.PathLike[str], digest: str) -> None:
 def _stat_key(path: str | os.PathLike[str]) -> tuple[str, list[int]]:
     real = os.path.realpath(path)
     st = os.stat(real)
-    return real, [st.st_size, st.st_mtime_ns]
+    return real, [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
 
 
 def _read_memo() -> dict[str, list]:

@@ -12,6 +12,7 @@ the ones tokenizers gives.
 
 The file is a JSON header line, the ids as one line of fixed-width numbers, then the tokens in
 sorted order, one a line: a lookup is a bisection, so loading builds no dictionary (split, 1 ms).
+The header holds the CRC-32 of the whole, so a file damaged or edited by hand is not used.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from ..paths import cache_root
 log = logging.getLogger(__name__)
 
 FOLDER = "query-tokenizers"
-FORMAT = 2
+FORMAT = 3
 
 # BERT's normaliser on ASCII: \t \n \r become spaces, the other control characters (category
 # Cc: 0-31 and 127) are dropped, letters are lower-cased. Accents and CJK padding cannot occur.
@@ -139,6 +140,9 @@ def derive(source: bytes) -> dict[str, Any] | None:
         vocab = model["vocab"]
         if not all(isinstance(i, int) and i >= 0 for i in vocab.values()) or any("\n" in t or "\r" in t for t in vocab):
             return None
+        added = spec.get("added_tokens") or []
+        if any(t.get(flag) for t in added for flag in ("normalized", "lstrip", "rstrip", "single_word")):
+            return None  # matched after normalising or with spaces taken in: the substring test does not cover it
         if post.get("type") == "TemplateProcessing":
             single = post["single"]
             shape = [("S", p["SpecialToken"]["id"]) if "SpecialToken" in p else ("A", p["Sequence"]["id"]) for p in single]
@@ -161,7 +165,7 @@ def derive(source: bytes) -> dict[str, Any] | None:
             "sep": sep,
             "prefix": model["continuing_subword_prefix"],
             "max_chars": model["max_input_chars_per_word"],
-            "added": sorted({t["content"] for t in spec.get("added_tokens") or []}),
+            "added": sorted({t["content"] for t in added}),
             "tokens": len(vocab),
             "width": len(str(max(vocab.values(), default=0))),
         }
@@ -175,16 +179,25 @@ def written(derived: dict[str, Any]) -> str:
     header, vocab = derived["header"], derived["vocab"]
     tokens = sorted(vocab)
     ids = "".join(str(vocab[t]).rjust(header["width"], "0") for t in tokens)
-    return "\n".join([json.dumps(header), ids, *tokens])
+    body = "\n".join([ids, *tokens])
+    return json.dumps({**header, "crc32": _crc32(json.dumps(header) + "\n" + body)}) + "\n" + body
+
+
+def _crc32(body: str) -> int:
+    from zlib import crc32
+
+    return crc32(body.encode("utf-8"))
 
 
 def parse(text: str, window: int) -> QueryTokenizer | None:
     """A ``QueryTokenizer`` from a cached file's text, None when it is not of this format."""
     try:
-        first, ids, rest = text.split("\n", 2)
+        first, body = text.split("\n", 1)
         header = json.loads(first)
-        if header.get("format") != FORMAT:
+        crc = header.pop("crc32", None)
+        if header.get("format") != FORMAT or crc != _crc32(json.dumps(header) + "\n" + body):
             return None
+        ids, rest = body.split("\n", 1)
         tokens, width = rest.split("\n"), int(header["width"])
         if len(tokens) != header["tokens"] or len(ids) != width * len(tokens):  # not the file written
             return None
@@ -251,11 +264,15 @@ def save(sha256: str, source: bytes, encoder: Any, window: int) -> QueryTokenize
             log.warning("the query tokenizer derived from %s differs from tokenizers on %r; not used", sha256, probe)
             return None
     target = cached_path(sha256)
+    tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
         tmp.write_text(text, encoding="utf-8")
         os.replace(tmp, target)
-    except OSError as exc:  # a read-only cache: tokenizers does every query
+    except OSError as exc:  # a read-only or full cache: tokenizers does every query
         log.debug("cannot write %s: %s", target, exc)
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
     return tokenizer

@@ -28,7 +28,7 @@ from __future__ import annotations
 import os
 import threading
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from ..config import PolarisConfig
@@ -36,7 +36,7 @@ from ..errors import InputError
 from .indexer import document_hash, unprefixed
 from .sources import on_disk, read_source, real_folder, walk
 from ..storage import Storage
-from ..storage.records import DocumentRecord
+from ..storage.records import DocumentRecord, is_relative_path
 
 FRESH, CHANGED, MISSING, UNREADABLE, FAILED = "fresh", "changed", "missing", "unreadable", "failed"
 STATES = (FRESH, CHANGED, MISSING, UNREADABLE, FAILED)
@@ -49,7 +49,7 @@ class CollectionChanges:
 
     collection: str
     root: str | None
-    root_exists: bool
+    root_exists: bool | None  # None: not looked at (``checked`` false)
     states: dict[str, str] = field(default_factory=dict)  # relative path -> state, for every indexed file
     new: list[str] = field(default_factory=list)
     reasons: dict[str, str] = field(default_factory=dict)  # why an unreadable or failed file cannot be read
@@ -96,11 +96,10 @@ class Freshness:
         """The changes of collection ``name`` (a collection without a root has none to report)."""
         root = self.store.collection_root(name)
         files = self.store.files(name)
+        if root and not self._readable(root):  # not compared, nor looked at: neither fresh nor changed
+            return CollectionChanges(name, root, None, checked=False, unchecked=len(files))  # type: ignore[arg-type]
         out = CollectionChanges(name, root, bool(root) and Path(root).is_dir())
         if not root:
-            return out
-        if not self._readable(root):
-            out.checked, out.unchecked = False, len(files)  # not compared: neither fresh nor changed
             return out
         for relpath, doc in files.items():
             out.states[relpath], reason = self._state(Path(root), relpath, doc) if out.root_exists else (MISSING, None)
@@ -119,8 +118,8 @@ class Freshness:
     def document(self, doc: DocumentRecord | Any) -> str | None:
         """The state of one document's file (None when it is not a file under a root)."""
         root = self.store.collection_root(doc.collection)
-        if not root or not doc.path or PurePosixPath(doc.path).is_absolute() or not self._readable(root):
-            return None
+        if not root or not doc.path or not is_relative_path(doc.path) or not self._readable(root):
+            return None  # a path that leaves its root (``..``, absolute) is no file under it
         if not Path(root).is_dir():
             return MISSING
         return self._state(Path(root), doc.path, doc)[0]
