@@ -6,7 +6,6 @@ import json
 from typing import Any
 
 from ..storage.records import file_document_id
-from ..storage import documents as documents_module
 from ..text import nfc
 from .rows import NOW, _retried
 
@@ -29,18 +28,18 @@ class Collections:
     def collection_root(self, collection: str) -> str | None:
         """The folder a collection's file paths are relative to (None: not set yet)."""
         with self._lock:
-            return documents_module.collection_root(self.conn, collection)
+            return _documents().collection_root(self.conn, collection)
 
     @_retried
     def collections(self) -> dict[str, str | None]:
         """Every collection and its root."""
         with self._lock:
-            return documents_module.collection_roots(self.conn)
+            return _documents().collection_roots(self.conn)
 
     def add_collection(self, collection: str) -> None:
         """Record ``collection`` (empty, no root) if it is not there: a name searches may scope to."""
         with self._write():
-            documents_module.add_collection(self.conn, collection)
+            _documents().add_collection(self.conn, collection)
 
     def set_collection_root(self, collection: str, root: str, renames: dict[str, str] | None = None) -> None:
         """Set ``collection``'s root; ``renames`` (old path -> new path) re-keys its files with it."""
@@ -68,3 +67,10 @@ class Collections:
             conn.execute("DELETE FROM documents WHERE id = %s", (old_id,))
         else:
             conn.execute("UPDATE documents SET path = %s, metadata = %s WHERE id = %s", (new, meta, old_id))
+
+
+def _documents():
+    """``storage.documents``, imported on first use (its 8 dataclasses cost a cold search 5 ms)."""
+    from ..storage import documents
+
+    return documents

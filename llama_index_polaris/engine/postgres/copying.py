@@ -7,7 +7,6 @@ from typing import Any, Iterable, Iterator, Sequence
 
 from ..errors import InputError
 from ..storage.records import ChunkRecord, DocumentRecord, check_status
-from ..storage.documents import document_records, text_batches
 from . import bm25 as bm25_module, schema
 from .rows import _chunk, CHUNK_COLUMNS, _chunk_rows, CHUNK_TYPES, INSERT_COLUMNS, NOW
 
@@ -19,6 +18,8 @@ class Copying:
     def export_rows(self, batch: int = 2_000) -> Iterator[tuple[str, Any]]:
         """Everything the index holds, for ``copy.copy_index``: ("meta", dict), ("collection", (name,
         root)), ("document", DocumentRecord), then ("chunks", [(id, ChunkRecord with embedding)])."""
+        from ..storage.documents import document_records, text_batches  # here: a search never copies
+
         with self.read() as conn:
             yield "meta", dict(conn.execute("SELECT key, value FROM polaris_meta").fetchall())
             for name, root in conn.execute("SELECT name, root FROM collections ORDER BY name").fetchall():

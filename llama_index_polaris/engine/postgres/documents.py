@@ -14,7 +14,6 @@ from ..storage.records import (
     ChunkRecord, DocumentRecord, _check_unique, _check_unique_across, check_committable, check_status,
     file_document_id, is_relative_path, normal_chunk, normal_document,
 )
-from ..storage.documents import document_records, files_of
 from ..storage.filters import Filter
 from ..storage.names import collections_named
 from ..text import nfc, storable
@@ -234,6 +233,8 @@ class Documents:
     def get_document(self, document_id: str) -> DocumentRecord | None:
         """One document by id."""
         with self._lock:
+            from ..storage.documents import document_records  # here: 8 dataclasses a search never needs
+
             rows = document_records(self.conn, document_id=document_id)
         return rows[0] if rows else None
 
@@ -241,10 +242,14 @@ class Documents:
     def documents(self, collection: str | None = None) -> list[DocumentRecord]:
         """All documents, or those of one collection, ordered by path."""
         with self._lock:
+            from ..storage.documents import document_records
+
             return document_records(self.conn, collection=collection)
 
     def files(self, collection: str) -> dict[str, DocumentRecord]:
         """The documents of ``collection`` that are files under its root, by relative path."""
+        from ..storage.documents import files_of
+
         return files_of(self.documents(collection))
 
     @_retried

@@ -18,7 +18,7 @@ from typing import Hashable, Mapping, Sequence
 
 import numpy as np
 
-from . import learned, question
+from . import question
 from .boost import boosted_relevance, exact_headings, heading_boost, heading_matches, is_changelog
 from .fuse import mix, rrf, score_fusion
 from .mmr import mmr
@@ -224,8 +224,13 @@ def _hybrid(lists: Mapping[str, list[_Section]], candidates: Mapping[int, Candid
     shares = _score_shares(lists, p, plan) if p.score_fusion > 0 else {}
     fused = mix(fused, shares, p.score_fusion)
     lam = float(p.mmr_lambda if p.mmr_lambda is not None else 1.0)
-    names = learned.named(p.fusion_weights) if p.fusion_weights else ()
-    weights = learned.weight_vector(p.fusion_weights, names) if p.fusion_weights else None
+    if p.fusion_weights:  # learned fusion, a setting: its module is loaded only then (2 dataclasses)
+        from . import learned
+
+        names = learned.named(p.fusion_weights)
+        weights = learned.weight_vector(p.fusion_weights, names)
+    else:
+        names, weights = (), None
     # every chunk of a section has its heading path: any of them gives the section's
     first = [(index["vector"].get(f.id) or index["bm25"][f.id]).best for f in fused]
     headings = [candidates[c].heading_path for c in first]
@@ -279,6 +284,8 @@ def _figures(fused: list, lists: Mapping[str, list[_Section]], index: Mapping[st
              relevance: np.ndarray, matched: np.ndarray, p: RankParams, documents: list[Hashable],
              names: tuple[str, ...]) -> learned.Figures:
     """What the learned fusion reads of each fused section, as arrays: its explanation's figures."""
+    from . import learned
+
     vec_of, bm_of = index["vector"], index["bm25"]
     vr, br, chunks, same = [], [], [], []
     for f in fused:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 from .schema import file_document_id
-from ..storage import documents as documents_module
 from ..text import nfc
 
 
@@ -27,17 +26,17 @@ class Collections:
     def collection_root(self, collection: str) -> str | None:
         """The folder a collection's file paths are relative to (None: not set yet)."""
         with self._lock:
-            return documents_module.collection_root(self.conn, collection)
+            return _documents().collection_root(self.conn, collection)
 
     def collections(self) -> dict[str, str | None]:
         """Every collection and its root."""
         with self._lock:
-            return documents_module.collection_roots(self.conn)
+            return _documents().collection_roots(self.conn)
 
     def add_collection(self, collection: str) -> None:
         """Record ``collection`` (empty, no root) if it is not there: a name searches may scope to."""
         with self._write():
-            documents_module.add_collection(self.conn, collection)
+            _documents().add_collection(self.conn, collection)
 
     def set_collection_root(self, collection: str, root: str, renames: dict[str, str] | None = None) -> None:
         """Set ``collection``'s root; ``renames`` (old path -> new path) re-keys its files with it.
@@ -78,3 +77,10 @@ class Collections:
             self.conn.execute(
                 "UPDATE documents SET path = ?, metadata = ? WHERE id = ?", (new, json.dumps(meta), old_id)
             )
+
+
+def _documents():
+    """``storage.documents``, imported on first use (its 8 dataclasses cost a cold search 5 ms)."""
+    from ..storage import documents
+
+    return documents

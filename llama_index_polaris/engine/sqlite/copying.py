@@ -8,7 +8,6 @@ from .. import sqlite as db
 from .schema import get_meta, has_table, set_meta
 from ..storage.records import to_blob
 from ..errors import InputError
-from ..storage.documents import document_records, text_batches
 from .rows import _chunk_from_row, _chunk_row, OWN_CHUNK_COLUMNS
 
 
@@ -19,6 +18,8 @@ class Copying:
         """Everything the index holds, for ``copy.copy_index``, in one snapshot: ("meta", dict),
         ("collection", (name, root)), ("document", DocumentRecord), then ("chunks", [ChunkRecord])
         by id, each with its own metadata and its vector."""
+        from ..storage.documents import document_records, text_batches  # here: a search never copies
+
         with self.read() as conn:
             yield "meta", get_meta(conn)
             for row in conn.execute("SELECT name, root FROM collections ORDER BY name").fetchall():

@@ -17,7 +17,6 @@ from ..errors import DatabaseError, InputError, NodeIdError
 from ..storage.ids import node_id_for
 from . import postings
 from ..storage.filters import Filter
-from ..storage.documents import document_records, files_of
 from ..storage.names import collections_named
 from ..text import nfc, storable
 from .rows import CHUNK_COLUMNS, _chunk_from_row, _chunk_row, _chunk_where, _keys
@@ -251,16 +250,22 @@ class Documents:
     def get_document(self, document_id: str) -> DocumentRecord | None:
         """One document by id."""
         with self._lock:
+            from ..storage.documents import document_records  # here: 8 dataclasses a search never needs
+
             rows = document_records(self.conn, document_id=document_id)
         return rows[0] if rows else None
 
     def documents(self, collection: str | None = None) -> list[DocumentRecord]:
         """All documents, or those of one collection, ordered by path."""
         with self._lock:
+            from ..storage.documents import document_records
+
             return document_records(self.conn, collection=collection)
 
     def files(self, collection: str) -> dict[str, DocumentRecord]:
         """The documents of ``collection`` that are files under its root, by relative path."""
+        from ..storage.documents import files_of
+
         return files_of(self.documents(collection))
 
     def get_chunks(
