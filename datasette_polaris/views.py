@@ -274,7 +274,8 @@ async def _search_page(page: "_Page", name: str, names: list[str]) -> Response:
         except PolarisError as exc:
             status, error = _status_of(exc), str(exc)
     results = await _in_thread(datasette, lambda: _results(engine, hits, form)) if hits and not page.wants_json else []
-    settings = {key: getattr(engine.config, key) for key in SEARCH_SETTINGS}
+    # the config's, overridden by what this search used (its question's weights and boost: ``used_weights``)
+    settings = {key: getattr(engine.config, key) for key in SEARCH_SETTINGS} | getattr(hits, "settings", {})
     context.update(overview)
     context.update(
         form=form,

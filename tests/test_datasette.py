@@ -539,8 +539,11 @@ async def test_vec0_tables_and_posting_lists_are_hidden_like_fts_tables(ds: Data
 
 async def test_score_legend_shows_the_settings_in_effect(tmp_path: Path) -> None:
     db = build_polaris_db(tmp_path / "tuned.db", fts_tokenizer="unicode61")
+    # the fixed fusion: with fusion_by_question (the default) the question's plan sets the weights,
+    # heading boost and score fusion's vector weight, and the legend shows those (test_fusion_shown.py)
     (tmp_path / "polaris.toml").write_text("rrf_k = 33\nheading_boost = 0.07\nmmr_lambda = 0.6\nscore_fusion = 0.3\n"
-                                           "score_fusion_vector = 0.25\nscore_fusion_depth = 40\n")
+                                           "score_fusion_vector = 0.25\nscore_fusion_depth = 40\n"
+                                           "fusion_by_question = false\n")
     tuned = Datasette([str(db)])
     r = await tuned.client.get("/tuned/-/polaris", params={"q": "expired sessions", "k": "3"})
     assert r.status_code == 200

@@ -54,7 +54,10 @@ def formula(mode: str, settings: Mapping[str, Any]) -> str:
         return "Score = BM25 score ÷ the top hit's BM25 score"
     k, boost, lam = settings["rrf_k"], settings["heading_boost"], settings["mmr_lambda"]
     share, alpha, depth = settings["score_fusion"], settings["score_fusion_vector"], settings["score_fusion_depth"]
-    rrf = f"RRF = 1/({k} + vector rank) + 1/({k} + BM25 rank)"
+    wv, wb = _num(settings.get("vector_weight", 1.0)), _num(settings.get("bm25_weight", 1.0))
+    rrf = f"RRF = {wv}/({k} + vector rank) + {wb}/({k} + BM25 rank)"
+    if settings.get("fusion_why"):
+        rrf = f"weights for this question ({settings['fusion_why']});  {rrf}"
     if share > 0:
         rrf += (f";  score fusion = {_num(alpha)} × similarity + {_num(1 - alpha)} × BM25, each rescaled from its"
                 f" list's best (1) to its rank {depth} (0);  fused = {_num(1 - share)} × RRF ÷ best RRF"
@@ -95,8 +98,10 @@ def _meanings(mode: str, s: Mapping[str, Any]) -> dict[str, str]:
                       " the chunks naming one as written first"),
         "bm25_score": ("FTS5's BM25 score of the best chunk, over text and heading path (higher is better);"
                        " in a query of identifiers only, the score of the place the chunk moved to"),
-        "rrf_vector": f"the vector list's share of RRF: 1 / (rrf_k + vector rank), rrf_k = {k}",
-        "rrf_bm25": f"the full-text list's share of RRF: 1 / (rrf_k + BM25 rank), rrf_k = {k}",
+        "rrf_vector": (f"the vector list's share of RRF: {_num(s.get('vector_weight', 1.0))} / (rrf_k + vector rank),"
+                       f" rrf_k = {k}"),
+        "rrf_bm25": (f"the full-text list's share of RRF: {_num(s.get('bm25_weight', 1.0))} / (rrf_k + BM25 rank),"
+                     f" rrf_k = {k}"),
         "rrf": "Reciprocal Rank Fusion: RRF vector + RRF BM25 (ranks only, the lists' scores are not used)",
         "fusion_vector": (f"score fusion, vector side: {_num(alpha)} × the cosine similarity rescaled so the list's best"
                           f" reads 1 and its rank {depth} reads 0 (clipped to 0..1); – : score fusion is off"),

@@ -250,8 +250,9 @@ class Searcher:
             )
         params = self.params(query, k, mode, unit, lam if mode == "hybrid" else mmr_lambda, weights)
         with self.store.read():  # one snapshot for every stage
-            return Hits(self._run(query, params, scope, query_vector, context_tokens), query=query, mode=mode,
-                        settings=settings, tokenizer=self.store.tokenizer().tokenizer)  # marks as BM25 matched
+            found = self._run(query, params, scope, query_vector, context_tokens)
+            return Hits(found, query=query, mode=mode, settings=settings | used_weights(found, weights),
+                        tokenizer=self.store.tokenizer().tokenizer)  # marks as BM25 matched
 
     def params(self, query: str, k: int, mode: str = "hybrid", unit: str = "section", mmr_lambda: float | None = None,
                weights: Mapping[str, float] | None = None) -> RankParams:
@@ -484,6 +485,20 @@ class Searcher:
 def _unit(vector: np.ndarray | None) -> np.ndarray | None:
     """``vector`` scaled to length 1 (MMR's dot product is then the cosine), None stays None."""
     return None if vector is None else vector / np.float32(np.linalg.norm(vector))
+
+
+def used_weights(hits: Sequence[Hit], weights: Mapping[str, float] | None) -> dict[str, Any]:
+    """The list weights and boost this question's fusion used, over the config's settings: its
+    plan's (``question.plan``, by the kind of question), else LlamaIndex's ``alpha``, else 1 and 1.
+    What a formula or legend shows is then what made the scores."""
+    fusion = hits[0].explain.fusion if hits and hits[0].explain is not None else None
+    if fusion:
+        return {"vector_weight": fusion["vector_weight"], "bm25_weight": fusion["bm25_weight"],
+                "score_fusion_vector": fusion["score_fusion_vector"], "heading_boost": fusion["heading_boost"],
+                "fusion_why": fusion["why"]}
+    if weights is not None:
+        return {"vector_weight": weights["vector"], "bm25_weight": weights["bm25"], "fusion_why": "alpha"}
+    return {"vector_weight": 1.0, "bm25_weight": 1.0}
 
 
 def _alpha_weights(alpha: Any) -> dict[str, float] | None:
