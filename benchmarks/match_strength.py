@@ -3,6 +3,7 @@
     python benchmarks/match_strength.py collect [NAME ...] --split train|test   # hits -> out/strength-SPLIT.json
     python benchmarks/match_strength.py fit                                      # train rows -> MODELS, GOOD_MATCH
     python benchmarks/match_strength.py score [NAME ...] --split test            # the engine's flag on a split
+    python benchmarks/match_strength.py score [NAME ...] --split train --near-miss   # and made-up identifiers
 
 ``collect`` runs every labelled question of the split (``qrels/SPLIT.tsv``) and every
 unanswerable one of the split (``unanswerable.jsonl``) through the cached index of each set
@@ -14,6 +15,12 @@ which a result's strongest hit says "no good match", chosen for the best F1 of t
 the unanswerable questions as its positives. ``score`` reads the flag the engine sets
 (``Hits.no_good_match``) and reports its precision and recall on the unanswerable
 questions, per set and pooled.
+
+``--near-miss`` adds, for each answerable question of the split that names an identifier
+(``literal.identifiers``), the same question with every identifier made up (``made_up``: each
+digit moved by 5, else ``zq`` put before its last character: ``LUM-4011`` -> ``LUM-9566``,
+``--locked`` -> ``--lockezqd``), counted as unanswerable: the docs name the real one, not this.
+The rule was fixed before any run of it.
 """
 
 from __future__ import annotations
@@ -35,16 +42,41 @@ FIGURES = {(True, True): (0, 1), (True, False): (0,), (False, True): (1,)}
 L2 = 1e-3
 
 
-def collect(names: list[str], split: str) -> list[dict]:
+def made_up(identifier: str) -> str:
+    """A near miss of ``identifier`` that no document names: each digit moved by 5, else ``zq``
+    put before its last character."""
+    if any(c.isdigit() for c in identifier):
+        return "".join(str((int(c) + 5) % 10) if c.isdigit() else c for c in identifier)
+    return identifier[:-1] + "zq" + identifier[-1]
+
+
+def near_misses(questions: list[tuple[str, str, dict]]) -> list[tuple[str, str, dict]]:
+    """Each answerable question naming an identifier, with every identifier made up (unanswerable)."""
+    from llama_index_polaris.engine.search.literal import identifiers
+
+    out = []
+    for qid, text, relevant in questions:
+        names = identifiers(text) if relevant else []
+        if names:
+            for name in names:
+                text = text.replace(name, made_up(name))
+            out.append((f"{qid}-near-miss", text, {}))
+    return out
+
+
+def collect(names: list[str], split: str, near_miss: bool = False) -> list[dict]:
     rows = []
     for name in names:
         ds = load_set(name)
         index, _ = open_index(ds, build=False)
         questions = [(qid, ds.queries[qid]["text"], rel) for qid, rel in ds.qrels.get(split, {}).items()]
         questions += [(qid, text, {}) for qid, text in ds.unanswerable.get(split, {}).items()]
+        if near_miss:
+            questions += near_misses(questions)
         for qid, text, relevant in questions:
             hits = index.search(text, top_k=10, mode="hybrid", unit="section")
             rows.append({"set": name, "qid": qid, "answerable": bool(relevant), "no_good_match": hits.no_good_match,
+                         "near_miss": qid.endswith("-near-miss"),
                          "hits": [{"cosine": h.cosine, "term_share": h.term_share, "strength": h.strength,
                                    "relevant": relevant.get(hit_section(h), 0) > 0} for h in hits]})
         index.close()
@@ -118,6 +150,7 @@ def main() -> None:
     parser.add_argument("command", choices=("collect", "fit", "score"))
     parser.add_argument("names", nargs="*", default=list(SETS))
     parser.add_argument("--split", default="train")
+    parser.add_argument("--near-miss", action="store_true", help="also each identifier question with its identifiers made up")
     args = parser.parse_args()
     path = out_dir() / f"strength-{args.split}.json"
     if args.command == "collect":
@@ -126,11 +159,18 @@ def main() -> None:
     elif args.command == "fit":
         print(json.dumps(fit(json.loads((out_dir() / "strength-train.json").read_text())), indent=1))
     else:
-        rows = collect(args.names, args.split)
+        rows = collect(args.names, args.split, args.near_miss)
         path.write_text(json.dumps(rows))
-        table = {n: flag_numbers([(r["no_good_match"], not r["answerable"]) for r in rows if r["set"] == n])
+        plain = [r for r in rows if not r.get("near_miss")]
+        table = {n: flag_numbers([(r["no_good_match"], not r["answerable"]) for r in plain if r["set"] == n])
                  for n in args.names}
-        table["pooled"] = flag_numbers([(r["no_good_match"], not r["answerable"]) for r in rows])
+        table["pooled"] = flag_numbers([(r["no_good_match"], not r["answerable"]) for r in plain])
+        if args.near_miss:  # the made-up identifiers flagged, and the real questions they came from
+            missed = [r for r in rows if r.get("near_miss")]
+            table["near_miss"] = {"questions": len(missed), "flagged": sum(r["no_good_match"] for r in missed),
+                                  "their_real_questions_flagged": sum(r["no_good_match"] for r in plain
+                                                                      if r["qid"] + "-near-miss" in
+                                                                      {m["qid"] for m in missed})}
         print(json.dumps(table, indent=1))
 
 

@@ -102,6 +102,7 @@ RUNS: dict[str, Args] = {
     "fusion_kinds.py report": lambda w: ["report", SET],
     "known_share.py": lambda w: [SET],
     "match_strength.py collect": lambda w: ["collect", SET],
+    "match_strength.py score": lambda w: ["score", SET, "--near-miss"],
 }
 # not run, and why (each must still exist: a renamed script fails test_every_benchmark_is_covered)
 SKIPPED: dict[str, str] = {

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from llama_index_polaris.engine.config import load_config
 from llama_index_polaris.engine.index import PolarisIndex
-from llama_index_polaris.engine.search.strength import GOOD_MATCH, strength, term_share
+from llama_index_polaris.engine.search.strength import GOOD_MATCH, strength, term_share, terms_beside
 from test_backend_doors import polaris, project  # noqa: F401  (the handbook on both backends, and the CLI)
 
 MODEL = "all-minilm-l6-v2"
@@ -52,6 +52,52 @@ def test_term_share_reads_stems_of_the_heading_and_the_text_without_blobs() -> N
     assert term_share(["session", "expir"], "Guide > Sessions", "A session expires after an hour.") == 1.0
     assert term_share(["token"], "Guide", "no such word here") == 0.0
     assert term_share([], "Guide", "text") is None
+
+
+def test_an_identifier_is_one_term_found_only_as_written() -> None:
+    """A made-up ``LUM-9999`` shares the word ``lum`` with every code of an error table; counted
+    whole, it is found only where it is written as itself."""
+    table = "| LUM-4011 | 401 | The API key is missing. |"
+    assert term_share(terms_beside(["lum", "9999"], ["LUM-9999"]), "Error codes", table, ["LUM-9999"]) == 0.0
+    assert term_share(terms_beside(["lum", "4011"], ["LUM-4011"]), "Error codes", table, ["LUM-4011"]) == 1.0
+    assert terms_beside(["error", "lum", "7777", "mean"], ["LUM-7777"]) == ["error", "mean"]
+    assert term_share(["error"], "Error codes", table, ["LUM-7777"]) == 0.5
+    assert term_share([], "Guide", "text", ["--locked"]) == 0.0
+
+
+ERRORS = ("# Error codes\n\nEvery error response carries a code. Look it up here before you contact support.\n\n"
+          "| Code | HTTP | Meaning |\n|------|------|---------|\n"
+          "| LUM-4011 | 401 | The API key is missing or was revoked. |\n"
+          "| LUM-4012 | 401 | The API key has expired; rotate it in the dashboard. |\n"
+          "| LUM-4290 | 429 | Too many requests; wait for the time in `Retry-After`. |\n"
+          "| LUM-5030 | 503 | The service is briefly unavailable; retry with backoff. |\n")
+AUTH = ("# Authentication\n\nSend the API key in the `Authorization` header as `Bearer <key>`. Keys are created in"
+        " the dashboard and can be rotated at any time; the old key keeps working for 24 hours.\n")
+
+
+def test_a_made_up_code_is_no_good_match_where_the_real_one_is(tmp_path, backend_target: str) -> None:
+    """Before, ``LUM-9999`` read 0.10 against an error table of ``LUM-4011`` and its kin (the word
+    ``lum`` and the table's topic), a good match; the engine and the CLI now say nothing matched."""
+    import subprocess
+
+    from polaris_testing import project_toml
+    from test_cli import POLARIS
+
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "errors.md").write_text(ERRORS)
+    (tmp_path / "docs" / "auth.md").write_text(AUTH)
+    (tmp_path / "polaris.toml").write_text(project_toml(backend_target, MODEL))
+    cfg = load_config(tmp_path, use_user_config=False)
+    with PolarisIndex(backend_target, config=cfg) as index:
+        index.index_paths([tmp_path / "docs"])
+        assert not index.search("LUM-4011", top_k=3).no_good_match
+        assert index.search("LUM-9999", top_k=3).no_good_match
+    for query, expected in (("LUM-4011", False), ("LUM-9999", True)):
+        out = subprocess.run([POLARIS, "search", query, "--json", "-k", "3"], cwd=tmp_path, capture_output=True,
+                             text=True, check=True, env={**__import__("os").environ,
+                                                         "XDG_CONFIG_HOME": str(tmp_path / ".xdg")})
+        hits = json.loads(out.stdout)
+        assert (not any(h["good_match"] for h in hits)) is expected, (query, hits[0]["strength"])
 
 
 # -- every door, both backends ---------------------------------------------------------------------

@@ -303,7 +303,8 @@ class Searcher:
         """Each hit's match strength (``strength.py``) from its cosine to the query vector (read when
         the model knows ``known`` of the query: ``strength.readable_cosine``) and the share of the
         query's content words it holds."""
-        terms = boost_terms(query)
+        names = literal.identifiers(query)
+        terms = strength.terms_beside(boost_terms(query), names)
         cosines = {h.chunk_id: 1.0 - h.explain.vector_distance for h in hits if h.explain.vector_distance is not None}
         missing = [h.chunk_id for h in hits if h.chunk_id not in cosines] if qvec is not None else []
         for cid, cand in self._candidates(missing, True).items():
@@ -312,7 +313,7 @@ class Searcher:
         for h in hits:
             cosine = cosines.get(h.chunk_id)
             got = strength.strength(strength.readable_cosine(cosine, known),
-                                    strength.term_share(terms, h.heading_path, h.text))
+                                    strength.term_share(terms, h.heading_path, h.text, names))
             h.strength, h.good_match, h.cosine, h.term_share = got.value, got.good, cosine, got.term_share
 
     def _rank_pool(self, query: str, p: RankParams, scope: Scope, qvec: np.ndarray | None,

@@ -7,7 +7,10 @@ hit is a section answering the question, read from two figures any query has
 - ``cosine``: the query vector's cosine similarity to the hit's chunk (None when the query
   was not embedded: bm25 mode, an index without vectors);
 - ``term_share``: the share of the query's content words (stems, as the heading boost reads
-  them) found in the chunk's heading path and text (None when the query has none).
+  them) found in the chunk's heading path and text (None when the query has none). An
+  identifier of the query (``literal.identifiers``: ``LUM-4011``, ``rrf_k``, ``--locked``) is
+  one term, found only where it is written as itself: a made-up ``LUM-9999`` shares ``lum``
+  with every error code of the table, which is not the code asked about.
 
 A logistic model over whichever figures there are (``MODELS``, fitted on the train splits of
 the documentation sets by ``benchmarks/match_strength.py``, with the unanswerable questions
@@ -22,7 +25,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from typing import Sequence
+
 from ..words.blobs import readable
+from .literal import occurs
 from .terms import stem, words
 
 # Fitted by ``benchmarks/match_strength.py fit`` on the train splits of vite and prettier (1,140
@@ -70,13 +76,24 @@ def strength(cosine: float | None, term_share: float | None) -> Strength:
     return Strength(1.0 / (1.0 + math.exp(-z)), cosine, term_share)
 
 
-def term_share(query_terms: list[str], heading_path: str, text: str) -> float | None:
-    """The share of ``query_terms`` (distinct stems, ``boost.boost_terms``) among the stems of the
-    heading path and the readable text (blobs out); None when there are no query terms."""
-    if not query_terms:
+def term_share(query_terms: list[str], heading_path: str, text: str,
+               identifiers: Sequence[str] = ()) -> float | None:
+    """The share of the query's terms found in the heading path and the readable text (blobs out):
+    ``query_terms`` (distinct stems, ``boost.boost_terms``) among the text's stems, and each of
+    ``identifiers`` where it occurs as written (``literal.occurs``); None when there are none.
+    ``query_terms`` then holds the stems of the query's other words (``terms_beside``)."""
+    if not query_terms and not identifiers:
         return None
-    found = {stem(w) for w in set(words(heading_path + "\n" + readable(text)))}
-    return sum(t in found for t in query_terms) / len(query_terms)
+    body = heading_path + "\n" + readable(text)
+    found = {stem(w) for w in set(words(body))}
+    hits = sum(t in found for t in query_terms) + sum(occurs(body, name) for name in identifiers)
+    return hits / (len(query_terms) + len(identifiers))
+
+
+def terms_beside(query_terms: list[str], identifiers: Sequence[str]) -> list[str]:
+    """``query_terms`` without the stems that belong to ``identifiers`` (counted whole instead)."""
+    inside = {stem(w) for name in identifiers for w in words(name)}
+    return [t for t in query_terms if t not in inside]
 
 
 def no_good_match(strengths: list[Strength]) -> bool:
