@@ -142,7 +142,10 @@ def test_search_in_the_browser(server: str, page) -> None:
     rrf_k = _settings(server)["rrf_k"]
     assert not page.locator(".polaris-formula").is_visible()  # folded: the hits come first
     page.click(".polaris-legend summary")
-    assert f"1/({rrf_k} + vector rank)" in page.locator(".polaris-formula").inner_text()
+    with urllib.request.urlopen(server + "/polaris/-/polaris.json?q=how+do+expired+sessions+work") as r:
+        shown = json.load(r)["settings"]  # the weights this question got (``pipeline.used_weights``)
+    weight = f"{shown['vector_weight']:.2f}".rstrip("0").rstrip(".")
+    assert f"{weight}/({rrf_k} + vector rank)" in page.locator(".polaris-formula").inner_text()
     labels = first.locator(".polaris-stages dt")
     assert labels.count() == 14
     assert all(labels.nth(i).get_attribute("title") for i in range(14))

@@ -37,7 +37,7 @@ async def test_the_formula_in_docs_is_the_pages(built_handbook):
 def test_the_formula_in_docs_has_the_default_numbers():
     cfg = defaults()
     formula = docs_formula()
-    assert f"1/({cfg.rrf_k} + vector rank)" in formula
+    assert f"/({cfg.rrf_k} + vector rank)" in formula  # over the weight the question got (test_explorer_scale.py)
     assert f"+ {cfg.heading_boost} × heading match" in formula
     assert f"{1 - cfg.score_fusion:g} × RRF ÷ best RRF + {cfg.score_fusion:g} × score fusion" in formula
     assert f"to its rank {cfg.score_fusion_depth} (0)" in formula

@@ -26,11 +26,18 @@ def many_documents(path: Path, n: int = 45) -> Path:
     return path
 
 
-def test_the_docs_state_the_formula_of_the_defaults() -> None:
+def test_the_docs_state_the_formula_of_the_defaults(built_handbook: Path) -> None:
+    """docs/datasette.md's legend is the formula of its question on the example handbook, with the
+    defaults and the weights the question got (``pipeline.used_weights``)."""
+    from llama_index_polaris.engine.index import PolarisIndex
+
     text = (REPO / "docs" / "datasette.md").read_text()
     shown = text.split("**The score legend**")[1].split("```")[1].strip()
-    config = load_config(use_user_config=False)
-    assert shown == legend.formula("hybrid", {k: getattr(config, k) for k in views.SEARCH_SETTINGS})
+    config = load_config(use_user_config=False, model_id="all-minilm-l6-v2", db_path=str(built_handbook))
+    with PolarisIndex(built_handbook, config=config, readonly=True) as index:
+        hits = index.search("how do we rotate an api key", top_k=3)
+    settings = {k: getattr(config, k) for k in views.SEARCH_SETTINGS} | hits.settings
+    assert shown == legend.formula("hybrid", settings)
 
 
 async def test_documents_json_is_bounded_paged_and_matches_any_part_in_any_case(tmp_path: Path) -> None:
