@@ -258,9 +258,9 @@ class Door:
 
     def may_index(self, root: str) -> bool:
         """Whether a client's ``reindex`` may walk ``root``, and ``status`` or a hit's freshness read
-        files under it: a folder under the index file's folder,
-        under the folder of a polaris.toml the server's config came from, or under the folder the
-        server started in unless that is ``/`` or the home folder (where a client often starts it).
+        files under it: a folder under the index file's folder, under the folder of a polaris.toml
+        the server's config came from, or under the folder the server started in unless that is
+        ``/`` or the home folder (where a client often starts it).
         Resolved, so a symlink cannot lead out. An index file records its collections' roots, and a
         file from elsewhere could name any folder."""
         from .engine.ingest.sources import real_folder

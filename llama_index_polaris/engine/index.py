@@ -189,7 +189,6 @@ class PolarisIndex:
             known_share=self.known_share,
         )
 
-
     def known_share(self, query: str) -> float:
         """Share of ``query``'s tokens this index's model knows (``Embedder.known_share``), read
         from its tokenizer alone; 1.0 (unmeasured) when this index has no model to ask: its

@@ -97,7 +97,7 @@ class Freshness:
         root = self.store.collection_root(name)
         files = self.store.files(name)
         if root and not self._readable(root):  # not compared, nor looked at: neither fresh nor changed
-            return CollectionChanges(name, root, None, checked=False, unchecked=len(files))  # type: ignore[arg-type]
+            return CollectionChanges(name, root, None, checked=False, unchecked=len(files))
         out = CollectionChanges(name, root, bool(root) and Path(root).is_dir())
         if not root:
             return out

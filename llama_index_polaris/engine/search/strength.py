@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-
 from typing import Sequence
 
 from ..words.blobs import readable

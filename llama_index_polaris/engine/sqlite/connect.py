@@ -25,6 +25,8 @@ from .schema import SECURE_FTS_SQLITE, refuse_foreign_tables, schema_version
 BUSY_TIMEOUT_MS = 10_000
 MMAP_BYTES = 1 << 36  # memory-mapped reads up to 64 GiB of file (#17: 1,000 random chunk rows 4.5x faster)
 MAP_FROM_READ = 3  # a read-only connection maps the file from this snapshot on (``map_file``; a search takes two)
+
+
 @functools.cache
 def vec0_path() -> str:
     """sqlite-vec's loadable extension, ``sqlite_vec.loadable_path()`` found without importing the
