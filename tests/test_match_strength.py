@@ -13,6 +13,7 @@ whatever the query (comparable across queries).
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -77,7 +78,9 @@ AUTH = ("# Authentication\n\nSend the API key in the `Authorization` header as `
 
 def test_a_made_up_code_is_no_good_match_where_the_real_one_is(tmp_path, backend_target: str) -> None:
     """Before, ``LUM-9999`` read 0.10 against an error table of ``LUM-4011`` and its kin (the word
-    ``lum`` and the table's topic), a good match; the engine and the CLI now say nothing matched."""
+    ``lum`` and the table's topic), a good match. Every door now says nothing matched: the engine,
+    the CLI, both LlamaIndex retrievers (whose cutoff at ``GOOD_MATCH`` keeps no node), the MCP
+    server and the Datasette JSON."""
     import subprocess
 
     from polaris_testing import project_toml
@@ -98,6 +101,37 @@ def test_a_made_up_code_is_no_good_match_where_the_real_one_is(tmp_path, backend
                                                          "XDG_CONFIG_HOME": str(tmp_path / ".xdg")})
         hits = json.loads(out.stdout)
         assert (not any(h["good_match"] for h in hits)) is expected, (query, hits[0]["strength"])
+    from llama_index.core import VectorStoreIndex
+    from llama_index.core.postprocessor import SimilarityPostprocessor
+
+    from llama_index_polaris import PolarisEmbedding, PolarisRetriever, PolarisVectorStore
+    from mcp_testing import McpSession, stdio
+
+    embed = PolarisEmbedding(model_id=MODEL)
+    store = PolarisVectorStore(db_path=backend_target, embed_model=embed)
+    cutoff = SimilarityPostprocessor(similarity_cutoff=GOOD_MATCH)
+    for retriever in (PolarisRetriever(vector_store=store, embed_model=embed, similarity_top_k=3),
+                      VectorStoreIndex.from_vector_store(store, embed_model=embed).as_retriever(similarity_top_k=3)):
+        assert cutoff.postprocess_nodes(retriever.retrieve("LUM-4011"))
+        assert cutoff.postprocess_nodes(retriever.retrieve("LUM-9999")) == []  # no error table handed to an LLM
+    session = McpSession(stdio(tmp_path))
+    try:
+        for query, expected in (("LUM-4011", False), ("LUM-9999", True)):
+            assert session.call("search", {"query": query, "k": 3}).structured_content["no_good_match"] is expected
+    finally:
+        session.close()
+    if "://" not in backend_target:  # the Datasette explorer reads SQLite files
+        import asyncio
+
+        from datasette.app import Datasette
+
+        async def flags() -> list[bool]:
+            ds = Datasette([backend_target])
+            name = Path(backend_target).stem
+            return [(await ds.client.get(f"/{name}/-/polaris.json", params={"q": q, "k": "3"})).json()["no_good_match"]
+                    for q in ("LUM-4011", "LUM-9999")]
+
+        assert asyncio.run(flags()) == [False, True]
 
 
 # -- every door, both backends ---------------------------------------------------------------------
